@@ -1,0 +1,294 @@
+"""Frozen input specs: the model, the GPU / cluster, the training job and the search options.
+
+Each spec is validated once, in ``__post_init__``, which raises ``InputError`` naming the field and
+the rule and mutates nothing; derived quantities are properties. Files are turned into specs by
+``autopar.loading`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autopar.errors import InputError
+
+MlpKind = Literal["swiglu", "gelu", "squared_relu"]
+Precision = Literal["bf16", "fp8"]
+Framework = Literal["megatron", "torchtitan", "deepspeed"]
+
+MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+GIB = 1024**3
+
+
+def _positive(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"must be a positive integer, got {value!r}", field=name)
+    if value < 1:
+        raise InputError(f"must be a positive integer, got {value}", field=name)
+
+
+def _non_negative(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"must be a non-negative integer, got {value!r}", field=name)
+
+
+def _positive_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InputError(f"must be a positive number, got {value!r}", field=name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, in Hugging Face ``config.json`` terms (DESIGN §1)."""
+
+    name: str
+    """Preset or file name, for reports."""
+    num_layers: int
+    """Transformer layers (HF ``num_hidden_layers``)."""
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    """Key/value heads = Megatron query groups (HF ``num_key_value_heads``); equal to heads for MHA."""
+    ffn_hidden_size: int
+    """Dense MLP inner size (HF ``intermediate_size``)."""
+    vocab_size: int
+    mlp_kind: MlpKind = "swiglu"
+    """``swiglu``: gated, 3 matrices; ``gelu``: 2 matrices; ``squared_relu``: 2 matrices (Nemotron)."""
+    head_dim: int = 0
+    """Per-head size; 0 means ``hidden_size // num_attention_heads`` (Qwen3 sets it explicitly)."""
+    tied_embeddings: bool = False
+    """Output layer shares the input embedding (HF ``tie_word_embeddings``)."""
+    learned_position_embeddings: bool = False
+    """GPT-3-style learned absolute positions (adds ``max_position_embeddings * hidden`` params)."""
+    max_position_embeddings: int = 0
+    layernorm: bool = False
+    """LayerNorm (weight + bias) instead of RMSNorm (weight only)."""
+    linear_bias: bool = False
+    """Biases on the linear layers (GPT-3, Megatron GPT)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 for a dense model."""
+    experts_per_token: int = 0
+    """Top-k routing (HF ``num_experts_per_tok``)."""
+    moe_ffn_hidden_size: int = 0
+    """Per-expert MLP inner size; 0 means ``ffn_hidden_size`` (Mixtral)."""
+    shared_expert_ffn_hidden_size: int = 0
+    """Inner size of the always-active shared expert(s); 0 when there is none."""
+    moe_layer_freq: int = 1
+    """Every ``moe_layer_freq``-th layer is an MoE layer (HF ``decoder_sparse_step``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
+            _positive(getattr(self, name), name)
+        for name in ("ffn_hidden_size", "vocab_size", "moe_layer_freq"):
+            _positive(getattr(self, name), name)
+        for name in ("head_dim", "num_experts", "experts_per_token", "moe_ffn_hidden_size"):
+            _non_negative(getattr(self, name), name)
+        _non_negative(self.shared_expert_ffn_hidden_size, "shared_expert_ffn_hidden_size")
+        _non_negative(self.max_position_embeddings, "max_position_embeddings")
+        if self.mlp_kind not in MLP_KINDS:
+            raise InputError(f"must be one of {', '.join(MLP_KINDS)}, got {self.mlp_kind!r}",
+                             field="mlp_kind")
+        if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
+            raise InputError(
+                f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                f"({self.hidden_size})", field="num_attention_heads")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise InputError(
+                f"num_key_value_heads ({self.num_kv_heads}) must divide num_attention_heads "
+                f"({self.num_attention_heads})", field="num_key_value_heads")
+        if self.num_experts and not 1 <= self.experts_per_token <= self.num_experts:
+            raise InputError(
+                f"num_experts_per_tok must be in 1..{self.num_experts} for an MoE model, "
+                f"got {self.experts_per_token}", field="num_experts_per_tok")
+        if not self.num_experts and self.experts_per_token:
+            raise InputError("num_experts_per_tok is set but the model has no experts",
+                             field="num_experts_per_tok")
+
+    @property
+    def kv_channels(self) -> int:
+        """Per-head dimension (Megatron ``kv_channels``)."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        """MoE layers: every ``moe_layer_freq``-th layer (HF ``decoder_sparse_step`` counting)."""
+        return self.num_layers // self.moe_layer_freq if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one MLP: 3 for gated (SwiGLU), 2 otherwise."""
+        return 3 if self.mlp_kind == "swiglu" else 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """One accelerator and its node, from the vendor datasheet (presets cite it)."""
+
+    name: str
+    memory_bytes: int
+    """Total device memory as the driver reports it."""
+    peak_bf16_flop_per_s: float
+    """Dense (no sparsity) BF16 tensor-core peak."""
+    peak_fp8_flop_per_s: float | None
+    """Dense FP8 peak; ``None`` where the GPU has no FP8 tensor cores."""
+    hbm_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    """Scale-up bandwidth per GPU, per direction."""
+    nic_bytes_per_s: float
+    """Scale-out (network) bandwidth per GPU, per direction."""
+    gpus_per_node: int
+    """GPUs that share the NVLink domain (8 on DGX/HGX, 72 on GB200 NVL72)."""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _positive(self.memory_bytes, "memory_gib")
+        _positive(self.gpus_per_node, "gpus_per_node")
+        for name in ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s",
+                     "nic_bytes_per_s"):
+            _positive_number(getattr(self, name), name)
+        if self.peak_fp8_flop_per_s is not None:
+            _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
+
+    def peak_flop_per_s(self, precision: str) -> float:
+        """Dense tensor-core peak for the training precision."""
+        if precision == "fp8":
+            if self.peak_fp8_flop_per_s is None:
+                raise InputError(f"{self.name} has no FP8 tensor cores; use --precision bf16",
+                                 field="precision")
+            return self.peak_fp8_flop_per_s
+        return self.peak_bf16_flop_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """The GPUs of the job and how they are connected."""
+
+    gpu: GpuSpec
+    gpus_per_node: int
+    """NVLink domain size used for placement (defaults to the GPU preset's)."""
+    intra_node_latency_s: float = 5e-6
+    """Per-step latency of an NVLink collective (NCCL ring step order of magnitude)."""
+    inter_node_latency_s: float = 12e-6
+    """Per-step latency of a collective crossing the network (InfiniBand/RoCE order of magnitude)."""
+    comm_profile_path: str | None = None
+    """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
+    memory_reserve_bytes: int = 0
+    """Memory the user keeps free on each GPU, on top of the cost model's workspace term."""
+
+    def __post_init__(self) -> None:
+        _positive(self.gpus_per_node, "gpus_per_node")
+        _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
+        _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
+        _non_negative(self.memory_reserve_bytes, "memory_reserve_bytes")
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        return self.gpu.memory_bytes - self.memory_reserve_bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """The training job: how many GPUs, what batch, what precision."""
+
+    num_gpus: int
+    global_batch_sequences: int
+    """Sequences per optimizer step (``--global-batch-size`` in Megatron)."""
+    seq_len: int
+    precision: Precision = "bf16"
+    optimizer: Literal["adam"] = "adam"
+
+    def __post_init__(self) -> None:
+        _positive(self.num_gpus, "num_gpus")
+        _positive(self.global_batch_sequences, "global_batch")
+        _positive(self.seq_len, "seq_len")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+                             field="precision")
+        if self.optimizer != "adam":
+            raise InputError(f"only 'adam' is modelled, got {self.optimizer!r}", field="optimizer")
+
+    @property
+    def global_batch_tokens(self) -> int:
+        return self.global_batch_sequences * self.seq_len
+
+
+LAYOUT_DIMS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """What the solver may choose: allowed features, pins and limits (DESIGN §1, §3)."""
+
+    framework: Framework = "megatron"
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    """Allowed recompute modes."""
+    zero_stages: tuple[int, ...] = (0, 1)
+    """Allowed optimizer sharding: 0 = none, 1 = distributed optimizer (Megatron) / ZeRO-1,
+    2 = also gradients, 3 = also parameters (FSDP / ZeRO-3)."""
+    sequence_parallel: bool | None = None
+    """Force SP on or off; ``None`` = on whenever tp > 1 (Megatron's recommendation)."""
+    allow_interleaving: bool = True
+    allow_cp: bool = True
+    allow_ep: bool = True
+    tp_within_node: bool = True
+    """Keep TP (and ETP·EP) inside one NVLink domain."""
+    pins: tuple[tuple[str, int], ...] = ()
+    """Fixed values, e.g. ``(("tp", 8),)``."""
+    maxima: tuple[tuple[str, int], ...] = ()
+    """Upper limits, e.g. ``(("pp", 16),)``."""
+    max_mbs: int = 16
+    max_vpp: int = 8
+
+    def __post_init__(self) -> None:
+        if self.framework not in FRAMEWORKS:
+            raise InputError(f"must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}",
+                             field="framework")
+        for mode in self.recompute:
+            if mode not in RECOMPUTE_MODES:
+                raise InputError(
+                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {mode!r}", field="recompute")
+        if not self.recompute:
+            raise InputError("at least one recompute mode must be allowed", field="recompute")
+        for stage in self.zero_stages:
+            if stage not in ZERO_STAGES:
+                raise InputError(f"must be among 0, 1, 2, 3, got {stage!r}", field="zero")
+        if not self.zero_stages:
+            raise InputError("at least one ZeRO stage must be allowed", field="zero")
+        for dim, value in (*self.pins, *self.maxima):
+            if dim not in LAYOUT_DIMS:
+                raise InputError(f"unknown layout dimension {dim!r}", field=dim)
+            _positive(value, dim)
+        _positive(self.max_mbs, "max_mbs")
+        _positive(self.max_vpp, "max_vpp")
+
+    def pin(self, dim: str) -> int | None:
+        return dict(self.pins).get(dim)
+
+    def maximum(self, dim: str) -> int | None:
+        return dict(self.maxima).get(dim)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """Everything the solver and the cost model need."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    options: SearchOptions = field(default_factory=SearchOptions)
