@@ -1,0 +1,54 @@
+"""autopar: the provably fastest parallel layout for training a transformer on a GPU cluster.
+
+Public API (keyword arguments mirror the CLI flags)::
+
+    import autopar
+    result = autopar.solve(model="llama-70b", gpus=1024, gpu="h100", seq_len=8192)
+    result.best.layout, result.best.step_time_s, result.status
+    autopar.evaluate(model="llama-70b", gpus=1024, tp=8, pp=4, vpp=5, seq_len=8192)
+    autopar.sweep(model="llama-70b", gpus=[256, 512, 1024]).to_frame()
+"""
+
+from __future__ import annotations
+
+from autopar.api import evaluate, make_problem, solve
+from autopar.errors import InfeasibleError, InputError
+from autopar.loading import load_cluster, load_gpu, load_model
+from autopar.plan import Estimate, Layout
+from autopar.solver import SolveResult
+from autopar.specs import (
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    Problem,
+    SearchOptions,
+    TrainingSpec,
+)
+from autopar.terms import CostModel, CostTerm, ResourceTerm, TermContext
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterSpec",
+    "CostModel",
+    "CostTerm",
+    "Estimate",
+    "GpuSpec",
+    "InfeasibleError",
+    "InputError",
+    "Layout",
+    "ModelSpec",
+    "Problem",
+    "ResourceTerm",
+    "SearchOptions",
+    "SolveResult",
+    "TermContext",
+    "TrainingSpec",
+    "__version__",
+    "evaluate",
+    "load_cluster",
+    "load_gpu",
+    "load_model",
+    "make_problem",
+    "solve",
+]

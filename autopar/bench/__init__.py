@@ -1,0 +1,1 @@
+"""Benchmarks producing calibration data (torch optional: ``pip install autopar[bench]``)."""

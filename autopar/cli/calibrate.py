@@ -1,0 +1,274 @@
+"""``autopar calibrate`` (nccl-tests logs -> profile.yaml, or a profile vs logs) and
+``autopar bench comm|gemm``. Thin: parse options, call ``autopar.calibration`` / ``autopar.bench``,
+render. Bad input is an ``InputError``: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from autopar.calibration.compare import LogComparison, compare_log, fitted_only
+from autopar.calibration.nccl import parse_nccl_log
+from autopar.calibration.profile import (
+    CommProfile,
+    SourceLog,
+    file_sha256,
+    fit_profile,
+    load_profile,
+    save_profile,
+)
+from autopar.errors import InputError
+
+T = TypeVar("T")
+
+Logs = Annotated[list[Path] | None, typer.Argument(help="nccl-tests output files.")]
+Format = Annotated[str, typer.Option("--format", "-f", help="table or json.")]
+
+
+def _guarded(call: Callable[[], T]) -> T:
+    """Run ``call``; an InputError (or ValueError from option checks) becomes exit code 2."""
+    try:
+        return call()
+    except (InputError, ValueError) as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in ("table", "json"):
+        raise InputError(f"expected table or json, got {fmt!r}", source="--format")
+
+
+def _parse_all(logs: Sequence[Path], *, gpu: str | None, gpus_per_node: int | None) -> list:
+    if not logs:
+        raise InputError("give at least one nccl-tests log", source="LOG")
+    return [parse_nccl_log(p, gpu=gpu, gpus_per_node=gpus_per_node) for p in logs]
+
+
+def _sources(frames: Sequence) -> tuple[SourceLog, ...]:
+    return tuple(
+        SourceLog(
+            path=str(f["source"].iat[0]),
+            sha256=file_sha256(f["source"].iat[0]),
+            collective=",".join(dict.fromkeys(f["collective"])),
+            num_ranks=int(f["num_ranks"].iat[0]),
+            num_nodes=int(f["num_nodes"].iat[0]),
+            gpu=None if f["gpu"].iat[0] is None else str(f["gpu"].iat[0]),
+            notes=tuple(f.attrs.get("notes", ())),
+        )
+        for f in frames
+    )
+
+
+def _error_text(value: float) -> str:
+    return "n/a (no size >= 1 MiB)" if math.isnan(value) else f"{value:.1f}%"
+
+
+def _comparison_table(records: Sequence[LogComparison], *, per_size: bool) -> str:
+    lines = []
+    for record in records:
+        lines.append(
+            f"{record.file}: {record.collective} {record.ranks} ranks / {record.nodes} nodes, "
+            f"median |error| (>= 1 MiB) {_error_text(record.median_abs_pct_error)}"
+        )
+        if per_size:
+            table = record.to_frame().to_string(index=False, float_format=lambda v: f"{v:.2f}")
+            lines += ["  " + line for line in table.splitlines()]
+    return "\n".join(lines)
+
+
+def _fit_table(profile: CommProfile) -> str:
+    lines = ["fits (collective, span): peak busbw, latency per step, saturated, notes"]
+    for fit in profile.fits:
+        last = fit.regimes[-1]
+        peak = last.busbw_peak_bytes_per_s
+        peak_text = "unbounded" if math.isinf(peak) else f"{peak / 1e9:.1f} GB/s"
+        lines.append(
+            f"  {fit.collective} {fit.span}: {peak_text}, "
+            f"{fit.regimes[0].latency_per_step_s * 1e6:.2f} us/step, "
+            f"{'yes' if fit.saturated else 'no (bandwidth is a lower bound)'}, "
+            f"{len(fit.regimes)} regime(s), ranks {list(fit.rank_counts)}"
+        )
+        lines += [f"    note: {note}" for note in fit.notes]
+    return "\n".join(lines)
+
+
+def _render(records: Sequence[LogComparison], fmt: str, *, per_size: bool) -> str:
+    if fmt == "json":
+        return json.dumps([r.to_dict() for r in records], indent=2)
+    return _comparison_table(records, per_size=per_size)
+
+
+def _run_fit(
+    logs: Sequence[Path],
+    *,
+    output: Path | None,
+    gpu: str | None,
+    gpus_per_node: int | None,
+    fmt: str,
+) -> str:
+    if output is None:
+        raise InputError("required to write the fitted profile", source="--output")
+    frames = _parse_all(logs, gpu=gpu, gpus_per_node=gpus_per_node)
+    import pandas as pd
+
+    profile = fit_profile(pd.concat(frames, ignore_index=True), sources=_sources(frames))
+    save_profile(profile, output)
+    fitted = fitted_only(profile)
+    records = [r for frame in frames for r in compare_log(fitted, frame)]
+    if fmt == "json":
+        return _render(records, fmt, per_size=False)
+    summary = _comparison_table(records, per_size=False)
+    return (
+        f"wrote {output}\nfit error per log (fitted model, no curves):\n{summary}\n"
+        + _fit_table(profile)
+    )
+
+
+def _run_compare(
+    logs: Sequence[Path],
+    *,
+    profile_path: Path | None,
+    gpu: str | None,
+    gpus_per_node: int | None,
+    fmt: str,
+) -> str:
+    if profile_path is None:
+        raise InputError("--compare needs --profile PROFILE.yaml", source="--profile")
+    profile = load_profile(profile_path)
+    frames = _parse_all(logs, gpu=gpu, gpus_per_node=gpus_per_node)
+    records = [r for frame in frames for r in compare_log(profile, frame)]
+    return _render(records, fmt, per_size=True)
+
+
+def calibrate(
+    logs: Logs = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="profile.yaml to write.")
+    ] = None,
+    profile: Annotated[
+        Path | None, typer.Option("--profile", help="Profile for --compare.")
+    ] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Profile vs LOGs.")] = False,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="GPU name for logs without Rank lines.")
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None, typer.Option("--gpus-per-node", help="For logs without Rank lines.")
+    ] = None,
+    fmt: Format = "table",
+) -> None:
+    """Fit a communication profile from nccl-tests logs, or compare a profile with logs."""
+
+    def run() -> str:
+        _check_format(fmt)
+        if compare:
+            return _run_compare(
+                logs or [], profile_path=profile, gpu=gpu, gpus_per_node=gpus_per_node, fmt=fmt
+            )
+        return _run_fit(logs or [], output=output, gpu=gpu, gpus_per_node=gpus_per_node, fmt=fmt)
+
+    typer.echo(_guarded(run))
+
+
+bench_app = typer.Typer(help="Benchmarks that produce calibration data (needs autopar[bench]).")
+
+
+@bench_app.command("comm")
+def bench_comm(
+    output: Annotated[Path, typer.Option("--output", "-o", help="nccl-tests-format log.")],
+    nproc: Annotated[int, typer.Option("--nproc", help="Local processes (gloo on CPU).")] = 1,
+    min_bytes: Annotated[int, typer.Option("--min-bytes")] = 1024,
+    max_bytes: Annotated[int, typer.Option("--max-bytes")] = 1 << 24,
+    factor: Annotated[int, typer.Option("--factor")] = 2,
+    iters: Annotated[int, typer.Option("--iters")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup")] = 5,
+    backend: Annotated[str | None, typer.Option("--backend", help="gloo or nccl.")] = None,
+) -> None:
+    """Time the collectives on NPROC local processes; across nodes, use the torchrun command."""
+    from autopar.bench import comm
+
+    def run() -> str:
+        options = comm.CommBenchOptions(
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            factor=factor,
+            iters=iters,
+            warmup=warmup,
+            backend=backend,
+        )
+        comm.spawn_local(nproc, options, output)
+        hint = comm.torchrun_command(nnodes=2, nproc_per_node=8, output=str(output))
+        return f"wrote {output} ({nproc} local processes)\nacross nodes: {hint}"
+
+    typer.echo(_guarded(run))
+
+
+@bench_app.command("gemm")
+def bench_gemm(
+    shape: Annotated[list[str] | None, typer.Option("--shape", help="m,n,k (repeatable).")] = None,
+    hidden: Annotated[int | None, typer.Option("--hidden")] = None,
+    ffn: Annotated[int | None, typer.Option("--ffn")] = None,
+    heads: Annotated[int | None, typer.Option("--heads")] = None,
+    kv_heads: Annotated[int | None, typer.Option("--kv-heads")] = None,
+    vocab: Annotated[int | None, typer.Option("--vocab")] = None,
+    tp: Annotated[int, typer.Option("--tp")] = 1,
+    tokens: Annotated[int, typer.Option("--tokens", help="mbs * seq.")] = 4096,
+    dtype: Annotated[str, typer.Option("--dtype")] = "bfloat16",
+    iters: Annotated[int, typer.Option("--iters")] = 10,
+    profile: Annotated[Path | None, typer.Option("--profile", help="Merge into this YAML.")] = None,
+) -> None:
+    """Achieved TFLOP/s of torch.matmul per GEMM shape; optionally merged into a profile."""
+    from autopar.bench import gemm
+
+    def run() -> str:
+        shapes = _gemm_shapes(shape, hidden, ffn, heads, kv_heads, vocab, tp, tokens)
+        points = gemm.run_gemm_bench(shapes, dtype=dtype, iters=iters)
+        lines = [
+            f"{s.name:>12} m={p.m} n={p.n} k={p.k} {dtype}: {p.flop_per_s / 1e12:.3f} TFLOP/s"
+            for s, p in zip(shapes, points, strict=True)
+        ]
+        if profile is not None:
+            gemm.merge_into_file(profile, points)
+            lines.append(f"merged into {profile}")
+        return "\n".join(lines)
+
+    typer.echo(_guarded(run))
+
+
+def _gemm_shapes(
+    shape: list[str] | None,
+    hidden: int | None,
+    ffn: int | None,
+    heads: int | None,
+    kv_heads: int | None,
+    vocab: int | None,
+    tp: int,
+    tokens: int,
+) -> tuple:
+    from autopar.bench import gemm
+
+    if shape:
+        return tuple(gemm.parse_shape(s) for s in shape)
+    if hidden is None or ffn is None or heads is None or vocab is None:
+        raise InputError("give --shape m,n,k or all of --hidden --ffn --heads --vocab")
+    return gemm.model_gemm_shapes(
+        hidden=hidden,
+        ffn=ffn,
+        num_heads=heads,
+        num_kv_heads=kv_heads or heads,
+        vocab=vocab,
+        tp=tp,
+        tokens=tokens,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``calibrate`` and the ``bench`` sub-app to the autopar CLI."""
+    app.command("calibrate")(calibrate)
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,379 @@
+"""Input files and presets -> frozen specs. The only module that reads input files.
+
+Model files use Hugging Face ``config.json`` key names (DESIGN §1), so a downloaded config loads
+unchanged; autopar-only keys (``mlp_kind``, ``position_embedding_type``, ``normalization``,
+``add_bias_linear``, ``name``, ``aliases``) fill what HF leaves implicit. Every problem raises
+``InputError`` naming the file, the field and the rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autopar.errors import InputError
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
+
+MODEL_KEYS: dict[str, str] = {
+    # HF key -> ModelSpec field
+    "num_hidden_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_key_value_heads": "num_kv_heads",
+    "intermediate_size": "ffn_hidden_size",
+    "vocab_size": "vocab_size",
+    "head_dim": "head_dim",
+    "tie_word_embeddings": "tied_embeddings",
+    "max_position_embeddings": "max_position_embeddings",
+    "num_local_experts": "num_experts",
+    "num_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "shared_expert_intermediate_size": "shared_expert_ffn_hidden_size",
+    "decoder_sparse_step": "moe_layer_freq",
+}
+# GPT-2 style names (HF GPT2Config) for the same quantities.
+GPT2_ALIASES: dict[str, str] = {
+    "n_layer": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "n_positions": "max_position_embeddings",
+}
+AUTOPAR_MODEL_KEYS: tuple[str, ...] = (
+    "name", "aliases", "model_type", "architectures", "hidden_act", "mlp_kind",
+    "position_embedding_type", "normalization", "add_bias_linear", "source",
+)
+REQUIRED_MODEL_KEYS: tuple[str, ...] = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size",
+)
+# model_type values whose MLP is gated (SwiGLU) in transformers' modeling code.
+GATED_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+    "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite", "phi3", "internlm2", "yi",
+})
+UNGATED_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
+                       "gelu_pytorch_tanh": "gelu", "relu": "gelu", "relu2": "squared_relu"}
+
+GPU_KEYS: tuple[str, ...] = (
+    "name", "aliases", "description", "memory_gib", "peak_bf16_tflop_per_s",
+    "peak_fp8_tflop_per_s", "hbm_tb_per_s", "nvlink_gb_per_s", "nic_gb_per_s", "gpus_per_node",
+)
+CLUSTER_KEYS: tuple[str, ...] = (
+    "gpu", "gpus_per_node", "memory_gib", "peak_bf16_tflop_per_s", "peak_fp8_tflop_per_s",
+    "hbm_tb_per_s", "nvlink_gb_per_s", "nic_gb_per_s", "intra_node_latency_us",
+    "inter_node_latency_us", "comm_profile", "memory_reserve_gib", "name",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON file holding one mapping (safe loading only)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read file ({err})", source=str(path)) from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"invalid JSON at line {err.lineno}: {err.msg}", source=str(path)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise InputError(f"invalid YAML{where}: {problem}", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("must hold a mapping of keys to values", source=str(path))
+    return data
+
+
+def _unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return InputError(f"unknown key{hint}", field=key)
+
+
+def _integer(data: Mapping[str, Any], key: str, *, default: int | None = None) -> int:
+    if key not in data or data[key] is None:
+        if default is None:
+            raise InputError("required key is missing", field=key)
+        return default
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise InputError(f"must be an integer, got {value!r}", field=key)
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"must be a number, got {value!r}", field=key)
+    return float(value)
+
+
+def _boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"must be true or false, got {value!r}", field=key)
+    return value
+
+
+def _choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
+    value = data.get(key, default)
+    if value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)}, got {value!r}", field=key)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+def _is_hf_config(data: Mapping[str, Any]) -> bool:
+    return any(key in data for key in ("architectures", "transformers_version", "torch_dtype"))
+
+
+def _check_model_keys(data: Mapping[str, Any]) -> None:
+    """Unknown keys: an error in autopar files; in a downloaded HF config only near-misses of a
+    key autopar reads are errors (HF configs carry many keys autopar does not need)."""
+    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS]
+    lenient = _is_hf_config(data)
+    for key in data:
+        if key in known:
+            continue
+        if not lenient or difflib.get_close_matches(key, known, n=1, cutoff=0.85):
+            raise _unknown_key(key, known)
+
+
+def _mlp_kind(data: Mapping[str, Any]) -> str:
+    if "mlp_kind" in data:
+        return _choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")
+    act = data.get("hidden_act", data.get("activation_function", "silu"))
+    if data.get("model_type") in GATED_MODEL_TYPES or act in ("silu", "swish", "swiglu"):
+        return "swiglu"
+    if act in UNGATED_ACTIVATIONS:
+        return UNGATED_ACTIVATIONS[act]
+    raise InputError(
+        f"cannot tell the MLP kind from hidden_act {act!r}; set mlp_kind to swiglu, gelu or "
+        "squared_relu", field="mlp_kind")
+
+
+def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
+    """A ``ModelSpec`` from HF-style keys (see ``MODEL_KEYS``)."""
+    data = {GPT2_ALIASES.get(key, key): value for key, value in data.items()}
+    _check_model_keys(data)
+    for key in REQUIRED_MODEL_KEYS:
+        if data.get(key) is None:
+            raise InputError("required key is missing", field=key)
+    hidden = _integer(data, "hidden_size")
+    heads = _integer(data, "num_attention_heads")
+    mlp_kind = _mlp_kind(data)
+    fields: dict[str, Any] = {
+        "name": str(data.get("name", name)),
+        "num_layers": _integer(data, "num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": _integer(data, "num_key_value_heads", default=heads),
+        "ffn_hidden_size": _integer(data, "intermediate_size", default=4 * hidden),
+        "vocab_size": _integer(data, "vocab_size"),
+        "head_dim": _integer(data, "head_dim", default=0),
+        "mlp_kind": mlp_kind,
+        # transformers' PretrainedConfig defaults tie_word_embeddings to True.
+        "tied_embeddings": _boolean(data, "tie_word_embeddings", True),
+        "max_position_embeddings": _integer(data, "max_position_embeddings", default=0),
+        "learned_position_embeddings": _choice(
+            data, "position_embedding_type", ("rope", "learned_absolute"), "rope")
+        == "learned_absolute",
+        "layernorm": _choice(data, "normalization", ("rmsnorm", "layernorm"),
+                             "layernorm" if mlp_kind == "gelu" else "rmsnorm") == "layernorm",
+        "linear_bias": _boolean(data, "add_bias_linear", False),
+        "num_experts": _integer(data, "num_local_experts",
+                                default=_integer(data, "num_experts", default=0)),
+        "experts_per_token": _integer(data, "num_experts_per_tok", default=0),
+        "moe_ffn_hidden_size": _integer(data, "moe_intermediate_size", default=0),
+        "shared_expert_ffn_hidden_size": _integer(data, "shared_expert_intermediate_size",
+                                                  default=0),
+        "moe_layer_freq": _integer(data, "decoder_sparse_step", default=1),
+    }
+    if fields["head_dim"] == hidden // heads:
+        fields["head_dim"] = 0
+    if not fields["num_experts"]:
+        fields["experts_per_token"] = 0
+    return ModelSpec(**fields)
+
+
+def _preset_dir(kind: str) -> Path:
+    return Path(str(resources.files("autopar") / "presets" / kind))
+
+
+@cache
+def _preset_index(kind: str) -> dict[str, Path]:
+    """Preset and alias names -> file, for ``models`` or ``gpus``."""
+    index: dict[str, Path] = {}
+    for path in sorted(_preset_dir(kind).glob("*.yaml")):
+        index[path.stem] = path
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for alias in data.get("aliases", []) or []:
+            index[str(alias)] = path
+    return index
+
+
+def preset_names(kind: str) -> list[str]:
+    """Canonical preset names (file stems), sorted."""
+    return sorted(path.stem for path in _preset_dir(kind).glob("*.yaml"))
+
+
+def preset_path(kind: str, name: str) -> Path | None:
+    return _preset_index(kind).get(name.lower())
+
+
+def _resolve(kind: str, name_or_path: str, flag: str) -> Path:
+    path = preset_path(kind, name_or_path)
+    if path is not None:
+        return path
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists():
+        return candidate
+    names = list(_preset_index(kind))
+    close = difflib.get_close_matches(name_or_path.lower(), names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; see `autopar {kind}`"
+    raise InputError(f"no preset or file named {name_or_path!r}{hint}", source=flag)
+
+
+def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
+    """A model preset name (``llama-70b``) or a YAML/JSON file with HF config keys."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    path = _resolve("models", str(name_or_path), "--model")
+    try:
+        return model_from_mapping(read_mapping(path), name=path.stem)
+    except InputError as err:
+        raise err.with_source(str(path)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs and clusters
+
+
+def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
+    for key in data:
+        if key not in GPU_KEYS:
+            raise _unknown_key(key, list(GPU_KEYS))
+    for key in GPU_KEYS[3:]:
+        if key not in data:
+            raise InputError("required key is missing", field=key)
+    fp8 = data["peak_fp8_tflop_per_s"]
+    return GpuSpec(
+        name=str(data.get("name", name)),
+        description=str(data.get("description", "")),
+        memory_bytes=int(round(_number(data, "memory_gib") * GIB)),
+        peak_bf16_flop_per_s=_number(data, "peak_bf16_tflop_per_s") * 1e12,
+        peak_fp8_flop_per_s=None if fp8 is None else _number(data, "peak_fp8_tflop_per_s") * 1e12,
+        hbm_bytes_per_s=_number(data, "hbm_tb_per_s") * 1e12,
+        nvlink_bytes_per_s=_number(data, "nvlink_gb_per_s") * 1e9,
+        nic_bytes_per_s=_number(data, "nic_gb_per_s") * 1e9,
+        gpus_per_node=_integer(data, "gpus_per_node"),
+    )
+
+
+def _gpu_mapping(name_or_path: str) -> tuple[dict[str, Any], Path]:
+    path = _resolve("gpus", name_or_path, "--gpu")
+    return read_mapping(path), path
+
+
+def load_gpu(name_or_path: str | GpuSpec) -> GpuSpec:
+    """A GPU preset name (``h100``) or a YAML file with the preset keys."""
+    if isinstance(name_or_path, GpuSpec):
+        return name_or_path
+    data, path = _gpu_mapping(str(name_or_path))
+    try:
+        return gpu_from_mapping(data, name=path.stem)
+    except InputError as err:
+        raise err.with_source(str(path)) from None
+
+
+def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> ClusterSpec:
+    for key in data:
+        if key not in CLUSTER_KEYS:
+            raise _unknown_key(key, list(CLUSTER_KEYS))
+    gpu_ref = data.get("gpu")
+    if not isinstance(gpu_ref, str | dict):
+        raise InputError("must name a GPU preset or hold the GPU keys", field="gpu")
+    if isinstance(gpu_ref, str):
+        gpu_data, gpu_path = _gpu_mapping(gpu_ref)
+        gpu_name = gpu_path.stem
+    else:
+        gpu_data, gpu_name = dict(gpu_ref), str(gpu_ref.get("name", "custom"))
+    overrides = {k: data[k] for k in GPU_KEYS[3:] if k in data}
+    gpu = gpu_from_mapping({**gpu_data, **overrides}, name=gpu_name)
+    profile = data.get("comm_profile")
+    if profile is not None and not isinstance(profile, str):
+        raise InputError("must be a path to a profile YAML", field="comm_profile")
+    kwargs: dict[str, Any] = {
+        "gpu": gpu,
+        "gpus_per_node": _integer(data, "gpus_per_node", default=gpu.gpus_per_node),
+        "comm_profile_path": str(base_dir / profile) if profile else None,
+        "memory_reserve_bytes": int(round(_number(data, "memory_reserve_gib") * GIB))
+        if "memory_reserve_gib" in data else 0,
+    }
+    for key, field in (("intra_node_latency_us", "intra_node_latency_s"),
+                       ("inter_node_latency_us", "inter_node_latency_s")):
+        if key in data:
+            kwargs[field] = _number(data, key) * 1e-6
+    return ClusterSpec(**kwargs)
+
+
+def load_cluster(*, gpu: str | GpuSpec | None = None, cluster_file: str | None = None,
+                 gpus_per_node: int | None = None, comm_profile: str | None = None
+                 ) -> ClusterSpec:
+    """A cluster from a cluster YAML and/or a GPU preset; flags override the file."""
+    if cluster_file is not None:
+        try:
+            data = read_mapping(cluster_file)
+            if gpu is not None:
+                data["gpu"] = gpu.name if isinstance(gpu, GpuSpec) else gpu
+            spec = _cluster_from_mapping(data, base_dir=Path(cluster_file).parent)
+        except InputError as err:
+            raise err.with_source(str(cluster_file)) from None
+    else:
+        spec_gpu = load_gpu(gpu or "h100")
+        spec = ClusterSpec(gpu=spec_gpu, gpus_per_node=spec_gpu.gpus_per_node)
+    if gpus_per_node is not None or comm_profile is not None:
+        spec = ClusterSpec(
+            gpu=spec.gpu,
+            gpus_per_node=gpus_per_node or spec.gpus_per_node,
+            intra_node_latency_s=spec.intra_node_latency_s,
+            inter_node_latency_s=spec.inter_node_latency_s,
+            comm_profile_path=comm_profile or spec.comm_profile_path,
+            memory_reserve_bytes=spec.memory_reserve_bytes,
+        )
+    return spec
+
+
+def preset_text(kind: str, name: str) -> str:
+    """The preset file as a user can save and edit it."""
+    path = preset_path(kind, name)
+    if path is None:
+        _resolve(kind, name, "--show")  # raises with a suggestion
+        raise InputError(f"no preset named {name!r}", source="--show")
+    return path.read_text(encoding="utf-8")

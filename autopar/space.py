@@ -1,0 +1,129 @@
+"""The candidate space: each axis's domain, and pruned grids over a few axes.
+
+Domains come from the products (an axis of ``tp*pp*cp*dp == N`` divides ``N``) and the options
+(allowed modes, ``max_mbs``, ``max_vpp``). ``pruned_grid`` enumerates the Cartesian product of a few
+axes and keeps the rows that every rule over those axes allows and whose partial products divide
+their totals, so cost-term tables stay small even at 100k GPUs (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.rules import Product, Rule, layout_rules, products
+from autopar.specs import RECOMPUTE_MODES, Problem
+
+
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
+
+DERIVED: dict[str, tuple[str, ...]] = {
+    # dp follows from the GPU count, grad_accum from the batch (the two products).
+    "dp": ("tp", "pp", "cp"),
+    "grad_accum": ("mbs", "dp"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    domains: dict[str, tuple[int, ...]]
+    rules: tuple[Rule, ...]
+    products: tuple[Product, ...]
+
+    def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
+        """The free axes that determine ``axes``: ``grad_accum`` is replaced by ``mbs, dp`` and
+        ``dp`` by ``tp, pp, cp``, since the products fix them."""
+        need = set(axes)
+        for derived in ("grad_accum", "dp"):
+            if derived in need:
+                need = (need - {derived}) | set(DERIVED[derived])
+        return tuple(a for a in AXIS_ORDER if a in need)
+
+    def pruned_grid(self, axes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Rows over ``key_axes(axes)`` (plus the derived ``dp`` / ``grad_accum`` columns) that
+        every rule over those axes allows and that satisfy the products (DESIGN §3)."""
+        axes = tuple(dict.fromkeys(axes))
+        key = self.key_axes(axes)
+        if not key:
+            return {}
+        mesh = np.meshgrid(*(np.array(self.domains[a], dtype=np.int64) for a in key),
+                           indexing="ij")
+        grid = {a: m.ravel() for a, m in zip(key, mesh, strict=True)}
+        keep = np.ones(len(grid[key[0]]), dtype=bool)
+        gpus, batch = self.products[0].total, self.products[1].total
+        if "tp" in grid and "pp" in grid and "cp" in grid and "dp" in axes + _needs(axes):
+            model_parallel = grid["tp"] * grid["pp"] * grid["cp"]
+            keep &= gpus % model_parallel == 0
+            grid["dp"] = gpus // model_parallel
+            keep &= np.isin(grid["dp"], self.domains["dp"])
+        if "grad_accum" in axes:
+            per_step = grid["mbs"] * grid["dp"]
+            keep &= batch % per_step == 0
+            grid["grad_accum"] = batch // np.maximum(per_step, 1)
+            keep &= np.isin(grid["grad_accum"], self.domains["grad_accum"])
+        for rule in self.rules:
+            if set(rule.axes) <= set(grid):
+                keep &= rule.check(grid)
+        for product in self.products:
+            inside = [a for a in product.axes if a in grid]
+            if inside:
+                partial = np.prod([grid[a] for a in inside], axis=0)
+                keep &= product.total % partial == 0
+        return {a: v[keep] for a, v in grid.items()}
+
+
+AXIS_ORDER: tuple[str, ...] = (
+    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero", "sp",
+)
+
+
+def _needs(axes: tuple[str, ...]) -> tuple[str, ...]:
+    return ("dp",) if "grad_accum" in axes else ()
+
+
+def _axis_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    training, options, model = problem.training, problem.options, problem.model
+    gpu_divisors = divisors(training.num_gpus)
+    batch_divisors = divisors(training.global_batch_sequences)
+    expert_divisors = divisors(model.num_experts) if model.is_moe else (1,)
+    return {
+        "tp": gpu_divisors,
+        "pp": tuple(d for d in gpu_divisors if d <= model.num_layers),
+        "cp": gpu_divisors,
+        "dp": gpu_divisors,
+        "ep": tuple(d for d in expert_divisors if training.num_gpus % d == 0),
+        "etp": tuple(d for d in gpu_divisors if d <= problem.cluster.gpus_per_node)
+        if model.is_moe else (1,),
+        "vpp": tuple(range(1, options.max_vpp + 1)),
+        "mbs": tuple(d for d in batch_divisors if d <= options.max_mbs),
+        "grad_accum": batch_divisors,
+        "recompute": tuple(sorted(RECOMPUTE_MODES.index(m) for m in options.recompute)),
+        "zero": tuple(sorted(options.zero_stages)),
+        "sp": (0, 1),
+    }
+
+
+def build_space(problem: Problem, *, prune: bool = True) -> Space:
+    """The space of ``problem``; with ``prune`` the single-axis rules shrink the domains."""
+    rules = layout_rules(problem)
+    domains = _axis_domains(problem)
+    if prune:
+        for rule in rules:
+            if len(rule.axes) == 1:
+                axis = rule.axes[0]
+                values = np.array(domains[axis], dtype=np.int64)
+                domains[axis] = tuple(int(v) for v in values[rule.check({axis: values})])
+        rules = tuple(rule for rule in rules if len(rule.axes) > 1)
+    return Space(domains=domains, rules=rules, products=products(problem))
+
+
+def iter_layout_rows(space: Space) -> Iterable[dict[str, int]]:
+    """Every full assignment allowed by the rules and products (the brute-force oracle's space)."""
+    grid = space.pruned_grid(AXIS_ORDER)
+    for i in range(len(grid["tp"])):
+        yield {a: int(grid[a][i]) for a in AXIS_ORDER}

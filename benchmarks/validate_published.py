@@ -1,0 +1,505 @@
+"""Predict the step time of every published run in ``shared/data/published/runs.csv``.
+
+    python benchmarks/validate_published.py [--csv PATH] [--format table|markdown]
+
+For each row with a measurement the measured step time is derived from the source's *own*
+throughput definition (they differ, see ``published/README.md``):
+
+- Narayanan et al. 2021 (``nar21_*``) and the 2021 Megatron README GPT-3 example: TFLOP/s per GPU
+  counted with Eq. 3, ``96*B*s*l*h^2*(1 + s/6h + V/16lh)``, which includes the recompute forward:
+  ``step = Eq3 / (tflops * num_gpus)``;
+- Korthikanti et al. 2022 (``kor22_*``): iteration times in seconds (Table 5, §6.3); the one row
+  with only an MFU uses Eq. 7 model FLOPs: ``step = Eq7 / (mfu * peak * num_gpus)``;
+- Megatron-LM README 2024 (``mlm_readme2024_*``): model TFLOP/s from Megatron's
+  ``num_floating_point_operations`` (= Eq. 7 for these GPT models), or the MFU for the
+  strong-scaling rows;
+- NeMo 24.07 (``nemo2407_*``): tokens/s/GPU: ``step = gbs * seq_len / (tokens_per_s_gpu * n)``.
+
+What a row leaves out is filled by per-source assumptions (``ASSUMPTIONS`` below, printed with the
+output); rows that cannot be modelled are listed with the reason. The predictions come from
+``cost_models.default_cost_model`` with ``DatasheetCollectives``; nothing is fitted per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from autopar.estimate import estimate
+from autopar.plan import Layout
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.terms import TermContext
+from cost_models import DatasheetCollectives, default_cost_model
+from cost_models.flops import model_flop_per_sequence
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/data/published/runs.csv"
+GPU_PRESETS = REPO / "autopar/presets/gpus"
+
+ASSUMPTIONS = """\
+Assumptions per source (what the rows do not state):
+- nar21 / mlm_readme2021 (A100, 2021 Megatron): GPT with GELU, ffn 4h, LayerNorm, biases,
+  learned positions, tied embeddings, V 51200; full recompute (Eq. 3 assumes it; the GPT-3
+  script sets --checkpoint-activations); no SP, no distributed optimizer, no flash attention, no
+  TP/DP overlap. mbs 1 when pp > 1 (Table 2 PTD-P rows, Korthikanti Table 3, the GPT-3 script)
+  and 4 when pp = 1 (Korthikanti's pp = 1 row). Interleaving ("used for all rows", v not
+  stated): v = 3 where (layers/pp) is divisible by 3 (Korthikanti used v = 3 on the same
+  codebase), else 2 where divisible, else 1. Table 2 PTD-P 175B rows (model-parallel 96, split not
+  stated): TP 8 x PP 12 (TP is one node throughout the paper). The 2021 GPT-3 script: v = 1.
+- kor22 (A100, 2022): as above but recompute / SP as in the row; v = 3 for 175B and 530B (paper),
+  1 otherwise; the 2240-GPU full-recompute row reuses gbs 2240 and v = 3 of its selective twin.
+- mlm_readme2024 (H100, Megatron-Core r0.8): BF16 (MFU is quoted against 989 TFLOP/s), GPT with
+  GELU, ffn 4h, MHA, LayerNorm, biases, RoPE, tied embeddings; mbs 1; no recompute; SP on;
+  distributed optimizer; flash attention; TP and DP overlap on (the README lists the flags);
+  v = 1. Strong-scaling rows: TP 8 x PP 6 as the 177B weak-scaling row.
+- nemo2407 (H100, FP8): mbs / vp / cp as printed; no recompute; SP on; distributed optimizer;
+  flash attention (BF16 attention core); TP and DP overlap on; model dims from NeMo's configs
+  where the table has none (MODEL_DIMS).
+"""
+
+MODEL_DIMS: dict[str, dict[str, object]] = {
+    # NeMo nemo/collections/llm/gpt/model/{gpt,llama,nemotron}.py configs (NeMo 2.0).
+    "GPT3-5B": dict(
+        layers=24, hidden=4096, heads=32, kv_heads=32, ffn=16384, vocab=50304, mlp="gelu", gpt=True
+    ),
+    "GPT3-20B": dict(
+        layers=44, hidden=6144, heads=48, kv_heads=48, ffn=24576, vocab=50304, mlp="gelu", gpt=True
+    ),
+    "GPT3-175B": dict(vocab=50304, mlp="gelu", gpt=True),
+    "LLAMA2-7B": dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000),
+    "LLAMA2-13B": dict(layers=40, hidden=5120, heads=40, kv_heads=40, ffn=13824, vocab=32000),
+    "LLAMA2-70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000),
+    "Nemotron-8B": dict(
+        layers=32, hidden=4096, heads=32, kv_heads=32, ffn=16384, vocab=256000, mlp="squared_relu"
+    ),
+    "Nemotron-22B": dict(
+        layers=40, hidden=6144, heads=48, kv_heads=48, ffn=24576, vocab=256000, mlp="squared_relu"
+    ),
+    "Nemotron-340B": dict(mlp="squared_relu"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """One modelled row: the specs, the layout, the stack switches and the measured step time."""
+
+    row_id: str
+    source: str
+    model: ModelSpec
+    gpu: GpuSpec
+    training: TrainingSpec
+    layout: Layout
+    switches: dict
+    measured_step_s: float
+
+
+def load_gpu_preset(name: str) -> GpuSpec:
+    """A GPU preset YAML (``autopar/presets/gpus``) as a ``GpuSpec``."""
+    raw = yaml.safe_load((GPU_PRESETS / f"{name}.yaml").read_text())
+    fp8 = raw.get("peak_fp8_tflop_per_s")
+    return GpuSpec(
+        name=raw["name"],
+        memory_bytes=int(raw["memory_gib"] * GIB),
+        peak_bf16_flop_per_s=raw["peak_bf16_tflop_per_s"] * 1e12,
+        peak_fp8_flop_per_s=None if fp8 is None else fp8 * 1e12,
+        hbm_bytes_per_s=raw["hbm_tb_per_s"] * 1e12,
+        nvlink_bytes_per_s=raw["nvlink_gb_per_s"] * 1e9,
+        nic_bytes_per_s=raw["nic_gb_per_s"] * 1e9,
+        gpus_per_node=raw["gpus_per_node"],
+    )
+
+
+def _int(value: object, default: int | None = None) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return default
+    return int(float(value))
+
+
+def source_of(row_id: str) -> str:
+    for prefix in (
+        "nar21_t1",
+        "nar21_t2",
+        "nar21_gpt3",
+        "mlm_readme2021",
+        "kor22",
+        "mlm_readme2024",
+        "nemo2407",
+    ):
+        if row_id.startswith(prefix):
+            return prefix
+    return "unknown"
+
+
+def gpt_model(
+    name: str,
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    vocab: int,
+    seq_len: int,
+    learned_positions: bool,
+    kv_heads: int | None = None,
+    ffn: int | None = None,
+    mlp: str = "gelu",
+    gpt: bool = True,
+) -> ModelSpec:
+    """A GPT-family (``gpt=True``: LayerNorm, biases, tied embeddings) or Llama-family model."""
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads or heads,
+        ffn_hidden_size=ffn or 4 * hidden,
+        vocab_size=vocab,
+        mlp_kind=mlp,
+        tied_embeddings=gpt,
+        layernorm=gpt or mlp == "squared_relu",
+        linear_bias=gpt,
+        learned_position_embeddings=gpt and learned_positions,
+        max_position_embeddings=seq_len,
+    )
+
+
+def eq3_flop(*, batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021 Eq. 3 (includes the recompute forward)."""
+    s, h, v, n = seq_len, hidden, vocab, layers
+    return 96.0 * batch * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
+
+
+def narayanan_vpp(layers: int, pp: int) -> int:
+    per_stage = layers // pp
+    if pp == 1:
+        return 1
+    return 3 if per_stage % 3 == 0 else 2 if per_stage % 2 == 0 else 1
+
+
+A100_2021 = dict(flash_attention=False, tp_comm_overlap=False, dp_comm_overlap=False)
+H100_2024 = dict(flash_attention=True, tp_comm_overlap=True, dp_comm_overlap=True)
+
+
+def build_2021(row: pd.Series, source: str) -> Case | str:
+    """Narayanan Tables 1-2 and the 2021 GPT-3 script (module docstring, ASSUMPTIONS)."""
+    if source == "nar21_gpt3":
+        return "TP/PP not stated for this text estimate"
+    if "ZeRO-3" in str(row["dist_optimizer"]):
+        return "ZeRO-3 (DeepSpeed) baseline without TP/PP: different software stack"
+    tp, pp = _int(row["tp"]), _int(row["pp"])
+    if tp is None and "model-parallel size (TP*PP) 96" in str(row["notes"]):
+        tp, pp = 8, 12
+    layers, hidden, heads = _int(row["layers"]), _int(row["hidden"]), _int(row["heads"])
+    vocab, s, n = _int(row["vocab"], 51200), _int(row["seq_len"]), _int(row["num_gpus"])
+    gbs = _int(row["gbs_sequences"])
+    mbs = _int(row["mbs"], 1 if pp > 1 else 4)
+    dp = n // (tp * pp)
+    vpp = 1 if source == "mlm_readme2021" else narayanan_vpp(layers, pp)
+    model = gpt_model(
+        row["model"],
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_len=s,
+        learned_positions=True,
+    )
+    measured = eq3_flop(batch=gbs, seq_len=s, layers=layers, hidden=hidden, vocab=vocab) / (
+        float(row["tflops_per_gpu"]) * 1e12 * n
+    )
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vpp=vpp,
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="full",
+        zero=0,
+        sequence_parallel=False,
+    )
+    return Case(
+        row_id=row["id"],
+        source=source,
+        model=model,
+        gpu=load_gpu_preset("a100-80gb"),
+        training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
+        layout=layout,
+        switches=A100_2021,
+        measured_step_s=measured,
+    )
+
+
+def build_kor22(row: pd.Series, source: str) -> Case | str:
+    """Korthikanti et al. 2022 (iteration times; one MFU-only row)."""
+    layers, hidden, heads = _int(row["layers"]), _int(row["hidden"]), _int(row["heads"])
+    vocab, s, n = _int(row["vocab"]), _int(row["seq_len"]), _int(row["num_gpus"])
+    tp, pp, dp = _int(row["tp"]), _int(row["pp"]), _int(row["dp"])
+    gbs = _int(row["gbs_sequences"], n)
+    mbs = _int(row["mbs"], 1)
+    vpp = 3 if layers in (96, 105) else 1
+    selective = str(row["recompute"]).startswith("selective")
+    model = gpt_model(
+        row["model"],
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_len=s,
+        learned_positions=True,
+    )
+    training = TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s)
+    match = re.search(r"iteration ([\d.]+) s|to ([\d.]+) seconds", str(row["notes"]))
+    if match:
+        measured = float(match.group(1) or match.group(2))
+    else:
+        flop = model_flop_per_sequence(model, s) * gbs
+        measured = flop / (float(row["mfu_pct"]) / 100 * 312e12 * n)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vpp=vpp,
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="selective" if selective else "full",
+        zero=0,
+        sequence_parallel=selective,
+    )
+    return Case(
+        row_id=row["id"],
+        source=source,
+        model=model,
+        gpu=load_gpu_preset("a100-80gb"),
+        training=training,
+        layout=layout,
+        switches=A100_2021,
+        measured_step_s=measured,
+    )
+
+
+def build_mlm2024(row: pd.Series, source: str) -> Case | str:
+    """Megatron-LM README H100 weak- and strong-scaling rows."""
+    strong = "strong" in row["id"]
+    layers, hidden, heads = (
+        (96, 12288, 96)
+        if strong
+        else (_int(row["layers"]), _int(row["hidden"]), _int(row["heads"]))
+    )
+    tp, pp = (8, 6) if strong else (_int(row["tp"]), _int(row["pp"]))
+    vocab, s, n = _int(row["vocab"]), _int(row["seq_len"]), _int(row["num_gpus"])
+    gbs, dp = _int(row["gbs_sequences"]), n // (tp * pp)
+    model = gpt_model(
+        row["model"],
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_len=s,
+        learned_positions=False,
+    )
+    flop = model_flop_per_sequence(model, s) * gbs
+    if strong:
+        measured = flop / (float(row["mfu_pct"]) / 100 * 989e12 * n)
+    else:
+        measured = flop / (float(row["tflops_per_gpu"]) * 1e12 * n)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vpp=1,
+        mbs=1,
+        grad_accum=gbs // dp,
+        recompute="none",
+        zero=1,
+        sequence_parallel=tp > 1,
+    )
+    return Case(
+        row_id=row["id"],
+        source=source,
+        model=model,
+        gpu=load_gpu_preset("h100-sxm"),
+        training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
+        layout=layout,
+        switches=H100_2024,
+        measured_step_s=measured,
+    )
+
+
+def nemo_model(row: pd.Series) -> ModelSpec:
+    dims = MODEL_DIMS.get(row["model"], {})
+    gpt = bool(dims.get("gpt", False))
+    return gpt_model(
+        row["model"],
+        layers=dims.get("layers") or _int(row["layers"]),
+        hidden=dims.get("hidden") or _int(row["hidden"]),
+        heads=dims.get("heads") or _int(row["heads"]),
+        kv_heads=dims.get("kv_heads") or _int(row["kv_heads"]),
+        ffn=dims.get("ffn") or _int(row["ffn"]),
+        vocab=dims.get("vocab") or _int(row["vocab"]),
+        seq_len=_int(row["seq_len"]),
+        learned_positions=gpt,
+        mlp=dims.get("mlp", "swiglu"),
+        gpt=gpt,
+    )
+
+
+def build_nemo(row: pd.Series, source: str) -> Case | str:
+    """NeMo 24.07 performance summary (FP8, tokens/s/GPU)."""
+    match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
+    if not match:
+        return "no tokens/s/GPU"
+    model = nemo_model(row)
+    s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
+    tp, pp, cp, mbs = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1), _int(row["mbs"])
+    dp = n // (tp * pp * cp)
+    measured = gbs * s / (float(match.group(1)) * n)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        vpp=_int(row["vpp"], 1),
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="none",
+        zero=1,
+        sequence_parallel=tp > 1,
+    )
+    training = TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8")
+    return Case(
+        row_id=row["id"],
+        source=source,
+        model=model,
+        gpu=load_gpu_preset("h100-sxm"),
+        training=training,
+        layout=layout,
+        switches=H100_2024,
+        measured_step_s=measured,
+    )
+
+
+BUILDERS = {
+    "nar21_t1": build_2021,
+    "nar21_t2": build_2021,
+    "nar21_gpt3": build_2021,
+    "mlm_readme2021": build_2021,
+    "kor22": build_kor22,
+    "mlm_readme2024": build_mlm2024,
+    "nemo2407": build_nemo,
+}
+
+
+def build_case(row: pd.Series) -> Case | str:
+    """A ``Case``, or why the row cannot be modelled."""
+    if row["verified"] == "inconsistent":
+        return "published numbers contradict each other"
+    source = source_of(row["id"])
+    if source not in BUILDERS:
+        return "unknown source"
+    return BUILDERS[source](row, source)
+
+
+def predict(case: Case) -> dict[str, float]:
+    cluster = ClusterSpec(gpu=case.gpu, gpus_per_node=case.gpu.gpus_per_node)
+    ctx = TermContext(
+        model=case.model,
+        cluster=cluster,
+        training=case.training,
+        options=SearchOptions(),
+        comm=DatasheetCollectives(cluster),
+    )
+    result = estimate(case.layout, ctx, default_cost_model(**case.switches))
+    return {
+        "predicted_s": result.step_time_s,
+        "mfu": result.mfu,
+        "memory_gib": result.memory_bytes["total"] / GIB,
+        **{f"{k}_s": v for k, v in result.time_s.items()},
+    }
+
+
+def validate(csv_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per modelled run with measured / predicted / error, the skipped rows)."""
+    runs = pd.read_csv(csv_path)
+    rows, skipped = [], []
+    for _, row in runs.iterrows():
+        case = build_case(row)
+        if isinstance(case, str):
+            skipped.append({"id": row["id"], "reason": case})
+            continue
+        pred = predict(case)
+        lay = case.layout
+        rows.append(
+            {
+                "id": case.row_id,
+                "source": case.source,
+                "gpus": case.training.num_gpus,
+                "layout": f"tp{lay.tp} pp{lay.pp} v{lay.vpp} cp{lay.cp} dp{lay.dp} mbs{lay.mbs} "
+                f"ga{lay.grad_accum} {lay.recompute}",
+                "measured_s": case.measured_step_s,
+                **pred,
+                "error_pct": 100.0 * (pred["predicted_s"] / case.measured_step_s - 1.0),
+            }
+        )
+    return pd.DataFrame(rows), pd.DataFrame(skipped)
+
+
+def summary(table: pd.DataFrame) -> dict[str, float]:
+    errors = table["error_pct"].abs()
+    return {
+        "rows": float(len(table)),
+        "median_abs_error_pct": float(np.median(errors)),
+        "max_abs_error_pct": float(errors.max()),
+    }
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A GitHub table (pandas' ``to_markdown`` needs the optional ``tabulate``)."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + " --- |" * len(frame.columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(False)]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--format", choices=("table", "markdown"), default="table")
+    args = parser.parse_args()
+    table, skipped = validate(args.csv)
+    columns = [
+        "id",
+        "gpus",
+        "layout",
+        "measured_s",
+        "predicted_s",
+        "error_pct",
+        "mfu",
+        "memory_gib",
+    ]
+    shown = table[columns].round(
+        {"measured_s": 3, "predicted_s": 3, "error_pct": 1, "mfu": 3, "memory_gib": 1}
+    )
+    print(markdown(shown) if args.format == "markdown" else shown.to_string(index=False))
+    stats = summary(table)
+    print(
+        f"\nrows modelled: {int(stats['rows'])}  median |error|: "
+        f"{stats['median_abs_error_pct']:.1f}%  max |error|: {stats['max_abs_error_pct']:.1f}%"
+    )
+    by_source = table.groupby("source")["error_pct"].agg(
+        lambda e: f"median {np.median(np.abs(e)):.1f}% max {np.max(np.abs(e)):.1f}%"
+    )
+    print(by_source.to_string())
+    print(f"\nskipped ({len(skipped)}):")
+    for _, row in skipped.iterrows():
+        print(f"  {row['id']}: {row['reason']}")
+    print("\n" + ASSUMPTIONS)
+
+
+if __name__ == "__main__":
+    main()

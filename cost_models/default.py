@@ -1,0 +1,95 @@
+"""The default cost model: the terms of DESIGN §4, composed as ``autopar.terms`` describes.
+
+    step_time_s  = dp_comm + expert_dp_comm + optimizer_step
+                   + slots * (dense_compute + expert_compute + logits_compute
+                              + tp_comm + cp_comm + pp_comm + ep_comm + fsdp_gather)
+    memory_bytes = dense/expert weights, gradients, optimizer + logits + recompute workspace
+                   + workspace + in_flight * (layer activations + expert activations)
+
+``default_cost_model()`` takes a few switches for what the software stack does, which no layout
+axis captures: whether attention is fused (flash attention; scores never stored), whether
+Megatron's TP and DP communication overlap flags are on, and ``megatron_compatible`` to reproduce
+Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory terms.
+"""
+
+from __future__ import annotations
+
+from autopar.terms import CostModel
+from cost_models.communication import CpCommTime, TpCommTime
+from cost_models.compute import DenseComputeTime, ExpertComputeTime, LogitsComputeTime
+from cost_models.data_parallel import (
+    DpCommTime,
+    EpCommTime,
+    ExpertDpCommTime,
+    FsdpGatherTime,
+    OptimizerStepTime,
+)
+from cost_models.flops import TransformerFlops
+from cost_models.memory import (
+    DenseParamMemory,
+    ExpertActivationMemory,
+    ExpertParamMemory,
+    LayerActivationMemory,
+    LogitsMemory,
+    RecomputeWorkspaceMemory,
+    WorkspaceMemory,
+)
+from cost_models.pipeline import InFlightMicrobatches, PipelineSlots, PpCommTime
+
+
+def default_cost_model(
+    *,
+    flash_attention: bool = True,
+    tp_comm_overlap: bool = False,
+    dp_comm_overlap: bool = True,
+    megatron_compatible: bool = False,
+) -> CostModel:
+    """The default terms. ``dp_comm_overlap`` defaults on (Megatron-Core's DDP with the
+    distributed optimizer is normally run with ``--overlap-grad-reduce``); TP overlap needs
+    Transformer Engine userbuffers and defaults off."""
+    compat = megatron_compatible
+    static_memory = (
+        DenseParamMemory(part="weights", megatron_compatible=compat),
+        DenseParamMemory(part="gradients", megatron_compatible=compat),
+        DenseParamMemory(part="optimizer", megatron_compatible=compat),
+        ExpertParamMemory(part="weights"),
+        ExpertParamMemory(part="gradients"),
+        ExpertParamMemory(part="optimizer"),
+    )
+    if not compat:
+        static_memory = (
+            *static_memory,
+            LogitsMemory(),
+            RecomputeWorkspaceMemory(flash_attention=flash_attention),
+            WorkspaceMemory(),
+        )
+    microbatch_memory = (
+        LayerActivationMemory(flash_attention=flash_attention, megatron_compatible=compat),
+        ExpertActivationMemory(),
+    )
+    return CostModel(
+        name="megatron-compatible" if compat else "default",
+        step_terms=(
+            DpCommTime(overlap=dp_comm_overlap),
+            ExpertDpCommTime(overlap=dp_comm_overlap),
+            OptimizerStepTime(),
+        ),
+        microbatch_terms=(
+            DenseComputeTime(flash_attention=flash_attention),
+            ExpertComputeTime(),
+            LogitsComputeTime(),
+            TpCommTime(overlap=tp_comm_overlap),
+            CpCommTime(flash_attention=flash_attention),
+            PpCommTime(),
+            EpCommTime(),
+            FsdpGatherTime(),
+        ),
+        slots=PipelineSlots(),
+        static_memory_terms=static_memory,
+        microbatch_memory_terms=microbatch_memory,
+        in_flight=InFlightMicrobatches(),
+        flops=TransformerFlops(),
+    )
+
+
+DEFAULT = default_cost_model()
