@@ -28,5 +28,11 @@ def make_context(problem: Problem, *, comm: CollectiveModel | None = None) -> Te
         except InputError as err:
             raise err.with_source(path) from None
         gemm = comm if getattr(comm, "gemm", None) else None
-    return TermContext(model=problem.model, cluster=problem.cluster, training=problem.training,
-                       options=problem.options, comm=comm or datasheet, gemm=gemm)
+    return TermContext(
+        model=problem.model,
+        cluster=problem.cluster,
+        training=problem.training,
+        options=problem.options,
+        comm=comm or datasheet,
+        gemm=gemm,
+    )

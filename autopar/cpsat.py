@@ -23,8 +23,8 @@ from autopar.space import Space
 from autopar.terms import CostModel, TermContext
 
 US_PER_S = 1_000_000
-FUSE_MAX_ROWS = 20_000
-"""Largest table built by merging summands (see ``_fuse``)."""
+MERGE_MAX_ROWS = 30_000
+"""Tables merged from several terms grow to at most this many rows (see ``_merge``)."""
 BYTES_PER_KIB = 1024
 
 
@@ -39,6 +39,7 @@ class VarMap:
     """Memory of the most loaded rank in KiB."""
     capacity_kib: int
     families: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
 
 
 def _int_table(values: np.ndarray, scale: float, *, ceil: bool) -> np.ndarray:
@@ -54,28 +55,6 @@ def _family_literal(model: cp_model.CpModel, vm: VarMap, family: str | None):
     return vm.families[family]
 
 
-def _table(model: cp_model.CpModel, space: Space, vm: VarMap, *, name: str,
-           axes: tuple[str, ...], values_of, scale: float, ceil: bool) -> cp_model.IntVar | int:
-    """A value variable equal to ``values_of(grid) * scale`` (as integers) on every allowed row of
-    ``axes``, linked with ``add_allowed_assignments`` over the free (key) axes."""
-    grid = space.pruned_grid(axes)
-    key = space.key_axes(axes)
-    if not key:
-        value = np.atleast_1d(np.asarray(values_of({}), dtype=np.float64))
-        return int(_int_table(value, scale, ceil=ceil)[0])
-    values = np.broadcast_to(np.asarray(values_of(grid), dtype=np.float64), grid[key[0]].shape)
-    ok = np.isfinite(values)
-    ints = _int_table(np.where(ok, values, 0.0), scale, ceil=ceil)[ok]
-    if len(ints) == 0:
-        model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
-        return 0
-    value = model.new_int_var_from_domain(cp_model.Domain.from_values(np.unique(ints).tolist()),
-                                          f"{name}[{','.join(key)}]")
-    rows = np.column_stack([grid[a][ok] for a in key] + [ints])
-    model.add_allowed_assignments([vm.axes[a] for a in key] + [value], rows.tolist())
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class _Part:
     """A summand of the objective or of the memory: ``values_of(grid)`` over ``axes``."""
@@ -85,101 +64,202 @@ class _Part:
     values_of: Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
+def _table(
+    model: cp_model.CpModel,
+    space: Space,
+    vm: VarMap,
+    *,
+    part: _Part,
+    scale: float,
+    ceil: bool,
+    hint: bool = False,
+):
+    """A linear expression equal to ``part.values_of(grid) * scale`` (integers) on the chosen row.
+
+    Encoding (the local-marginal extended formulation of a table constraint): one boolean per
+    allowed row, exactly one chosen, and for every key axis and value, the rows with that value
+    sum to the axis's value indicator. Its linear relaxation links the tables through the shared
+    indicators, which gives CP-SAT a far tighter bound than ``add_allowed_assignments``.
+    With ``hint``, the row of smallest value is the solver's hint (the greedy start that
+    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum.
+    """
+    grid = space.pruned_grid(part.axes)
+    key = space.key_axes(part.axes)
+    size = len(next(iter(grid.values()))) if grid else 1
+    values = np.broadcast_to(np.asarray(part.values_of(grid), dtype=np.float64), (size,))
+    if not key and size == 1:
+        if not np.isfinite(values[0]):
+            model.add_bool_or([])  # the only combination is impossible
+            return 0
+        return int(_int_table(values, scale, ceil=ceil)[0])
+    ok = np.isfinite(values)
+    ints = _int_table(np.where(ok, values, 0.0), scale, ceil=ceil)[ok]
+    if len(ints) == 0:
+        model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
+        return 0
+    rows = [model.new_bool_var(f"{part.name}#{i}") for i in range(len(ints))]
+    model.add_exactly_one(rows)
+    if hint:
+        best = int(np.argmin(ints))
+        model.add_hint(rows[best], 1)
+        for axis in key:
+            model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
+    for axis in key:
+        column = grid[axis][ok]
+        for value, indicator in vm.indicators[axis].items():
+            members = [rows[i] for i in np.flatnonzero(column == value)]
+            model.add(sum(members) == indicator)
+    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
+
+
 def _term_part(term, ctx: TermContext, times=None) -> _Part:
     """One term, or ``times * term`` over the union of both terms' axes."""
     if times is None:
         return _Part(term.name, tuple(term.depends_on), lambda g: term.evaluate(g, ctx))
-    return _Part(f"{times.name}*{term.name}", (*term.depends_on, *times.depends_on),
-                 lambda g: times.evaluate(g, ctx) * term.evaluate(g, ctx))
+    return _Part(
+        f"{times.name}*{term.name}",
+        (*term.depends_on, *times.depends_on),
+        lambda g: times.evaluate(g, ctx) * term.evaluate(g, ctx),
+    )
 
 
-def _fuse(space: Space, parts: list[_Part], *, max_rows: int) -> list[_Part]:
-    """Merge summands into fewer tables while the merged table stays within ``max_rows``.
+def _rows(space: Space, axes: tuple[str, ...], cache: dict | None = None) -> int:
+    """Rows of the pruned grid over ``axes`` (memoised in ``cache`` by axis set)."""
+    key = frozenset(axes)
+    if cache is not None and key in cache:
+        return cache[key]
+    grid = space.pruned_grid(axes)
+    rows = len(next(iter(grid.values()))) if grid else 1
+    if cache is not None:
+        cache[key] = rows
+    return rows
 
-    A sum of many small tables gives CP-SAT a weak linear relaxation; one table over the union
-    of their axes is exact. Merging stops where tables would grow past ``max_rows``.
-    """
-    parts = sorted(parts, key=lambda p: -len(space.key_axes(p.axes)))
+
+def _merge(space: Space, parts: list[_Part], *, max_rows: int) -> list[_Part]:
+    """Sum parts into fewer tables: a part joins a table when the table over the union of their
+    axes has at most ``max(max_rows, rows of the larger)`` rows (always when one's free axes
+    contain the other's). Fewer, exact tables give CP-SAT a tight linear relaxation; a sum of
+    many small tables leaves it to branch (benchmarks/solve_scaling.py)."""
+    cache: dict = {}
     merged: list[_Part] = []
-    for part in parts:
+    for part in sorted(parts, key=lambda p: -_rows(space, p.axes, cache)):
         for i, group in enumerate(merged):
             axes = (*group.axes, *part.axes)
-            if _rows(space, axes) <= max_rows:
-                merged[i] = _Part(f"{group.name}+{part.name}", axes,
-                                  lambda g, a=group, b=part: a.values_of(g) + b.values_of(g))
+            if _rows(space, axes, cache) <= max(max_rows, _rows(space, group.axes, cache)):
+                merged[i] = _Part(
+                    f"{group.name}+{part.name}",
+                    axes,
+                    lambda g, a=group, b=part: a.values_of(g) + b.values_of(g),
+                )
                 break
         else:
             merged.append(part)
     return merged
 
 
-def _rows(space: Space, axes: tuple[str, ...]) -> int:
-    key = space.key_axes(axes)
-    return len(next(iter(space.pruned_grid(axes).values()))) if key else 1
-
-
 def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: bool) -> None:
     for axis in GRID_AXES:
-        vm.axes[axis] = model.new_int_var_from_domain(
-            cp_model.Domain.from_values(list(space.domains[axis])), axis)
+        domain = list(space.domains[axis])
+        vm.axes[axis] = model.new_int_var_from_domain(cp_model.Domain.from_values(domain), axis)
+        vm.indicators[axis] = {v: model.new_bool_var(f"{axis}=={v}") for v in domain}
+        model.add_exactly_one(vm.indicators[axis].values())
+        model.add(vm.axes[axis] == sum(v * b for v, b in vm.indicators[axis].items()))
     # Each product rule (GPU count, global batch): the allowed factorisations of its total.
     for product in space.products:
         grid = _full_grid(space, product.axes)
         rows = np.column_stack([grid[a] for a in product.axes])
         rows = rows[np.prod(rows, axis=1) == product.total]
-        constraint = model.add_allowed_assignments([vm.axes[a] for a in product.axes],
-                                                   rows.tolist())
+        constraint = model.add_allowed_assignments(
+            [vm.axes[a] for a in product.axes], rows.tolist()
+        )
         if explain:
             constraint.only_enforce_if(_family_literal(model, vm, product.family))
     # Every other rule: an allowed-assignments table over its axes.
     for rule in space.rules:
         grid = _full_grid(space, rule.axes)
         rows = np.column_stack([grid[a] for a in rule.axes])[rule.check(grid)]
-        constraint = model.add_allowed_assignments([vm.axes[a] for a in rule.axes],
-                                                   rows.tolist())
+        constraint = model.add_allowed_assignments([vm.axes[a] for a in rule.axes], rows.tolist())
         if explain:
             constraint.only_enforce_if(_family_literal(model, vm, rule.family))
 
 
 def _full_grid(space: Space, axes: Sequence[str]) -> dict[str, np.ndarray]:
-    mesh = np.meshgrid(*(np.array(space.domains[a], dtype=np.int64) for a in axes),
-                       indexing="ij")
+    mesh = np.meshgrid(*(np.array(space.domains[a], dtype=np.int64) for a in axes), indexing="ij")
     return {a: m.ravel() for a, m in zip(axes, mesh, strict=True)}
 
 
-def _add_cost(model: cp_model.CpModel, space: Space, cost_model: CostModel, ctx: TermContext,
-              vm: VarMap) -> None:
+def _add_cost(
+    model: cp_model.CpModel,
+    space: Space,
+    cost_model: CostModel,
+    ctx: TermContext,
+    vm: VarMap,
+    *,
+    fuse_memory: bool,
+) -> bool:
     """Objective and memory as sums of tables; each per-micro-batch term is tabulated already
     multiplied by its multiplier (``slots`` or ``in_flight``), over the union of their axes,
-    so CP-SAT sees no product of variables."""
+    so CP-SAT sees no product of variables.
+
+    With ``fuse_memory``, when time and memory each merge into one table and their union stays
+    small, the capacity becomes a row filter of that single table ("resource terms become
+    allowed-row tables", DESIGN §3); returns whether it did.
+    """
     time_parts = [_term_part(t, ctx) for t in cost_model.step_terms]
     time_parts += [_term_part(t, ctx, cost_model.slots) for t in cost_model.microbatch_terms]
     memory_parts = [_term_part(t, ctx) for t in cost_model.static_memory_terms]
-    memory_parts += [_term_part(t, ctx, cost_model.in_flight)
-                     for t in cost_model.microbatch_memory_terms]
+    memory_parts += [
+        _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
+    ]
+    times = _merge(space, time_parts, max_rows=MERGE_MAX_ROWS)
+    memories = _merge(space, memory_parts, max_rows=MERGE_MAX_ROWS)
+    if fuse_memory and len(times) == 1 and len(memories) == 1:
+        axes = (*times[0].axes, *memories[0].axes)
+        if _rows(space, axes) <= max(MERGE_MAX_ROWS, _rows(space, times[0].axes)):
+            capacity_bytes = vm.capacity_kib * BYTES_PER_KIB
+            time_of, memory_of = times[0].values_of, memories[0].values_of
+            fused = _Part(
+                "step_time_within_memory",
+                axes,
+                lambda g: np.where(memory_of(g) <= capacity_bytes, time_of(g), np.inf),
+            )
+            vm.objective = _table(
+                model, space, vm, part=fused, scale=US_PER_S, ceil=False, hint=True
+            )
+            return True
     vm.objective = sum(
-        _table(model, space, vm, name=p.name, axes=p.axes, values_of=p.values_of,
-               scale=US_PER_S, ceil=False)
-        for p in _fuse(space, time_parts, max_rows=FUSE_MAX_ROWS))
+        _table(model, space, vm, part=p, scale=US_PER_S, ceil=False, hint=i == 0)
+        for i, p in enumerate(times)
+    )
     vm.memory_kib = sum(
-        _table(model, space, vm, name=p.name, axes=p.axes, values_of=p.values_of,
-               scale=1 / BYTES_PER_KIB, ceil=True)
-        for p in _fuse(space, memory_parts, max_rows=FUSE_MAX_ROWS))
+        _table(model, space, vm, part=p, scale=1 / BYTES_PER_KIB, ceil=True) for p in memories
+    )
+    return False
 
 
-def build_model(space: Space, cost_model: CostModel, ctx: TermContext, *, explain: bool = False,
-                memory_limit: bool = True) -> tuple[cp_model.CpModel, VarMap]:
+def build_model(
+    space: Space,
+    cost_model: CostModel,
+    ctx: TermContext,
+    *,
+    explain: bool = False,
+    memory_limit: bool = True,
+) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
     ``explain`` guards every rule family (and the memory capacity) with an assumption literal, for
     ``sufficient_assumptions_for_infeasibility``; the model then has no objective.
     """
     model = cp_model.CpModel()
-    vm = VarMap(axes={}, objective=0, memory_kib=0,
-                capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB)
+    vm = VarMap(
+        axes={},
+        objective=0,
+        memory_kib=0,
+        capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
+    )
     _add_layout(model, space, vm, explain=explain)
-    _add_cost(model, space, cost_model, ctx, vm)
-    if memory_limit:
+    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit and not explain)
+    if memory_limit and not fused:
         # The most loaded rank fits in the GPU's usable memory.
         fits = model.add(vm.memory_kib <= vm.capacity_kib)
         if explain:

@@ -15,8 +15,7 @@ from autopar.terms import (
 )
 
 
-def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
-                  ) -> list[Estimate]:
+def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel) -> list[Estimate]:
     """Estimates of several layouts, evaluated together (vectorised over the layouts)."""
     if not layouts:
         return []
@@ -32,17 +31,19 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     out = []
     for i, layout in enumerate(layouts):
         gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step_s[i]
-        out.append(Estimate(
-            layout=layout,
-            fits=bool(memory["total"][i] <= capacity),
-            step_time_s=float(step_s[i]),
-            tokens_per_s=float(tokens / step_s[i]),
-            mfu=float(np.broadcast_to(model_flop, step_s.shape)[i] / gpu_flop_per_s),
-            hfu=float(np.broadcast_to(hardware_flop, step_s.shape)[i] / gpu_flop_per_s),
-            memory_bytes={k: float(v[i]) for k, v in memory.items()},
-            capacity_bytes=capacity,
-            time_s={k: float(v[i]) for k, v in times.items()},
-        ))
+        out.append(
+            Estimate(
+                layout=layout,
+                fits=bool(memory["total"][i] <= capacity),
+                step_time_s=float(step_s[i]),
+                tokens_per_s=float(tokens / step_s[i]),
+                mfu=float(np.broadcast_to(model_flop, step_s.shape)[i] / gpu_flop_per_s),
+                hfu=float(np.broadcast_to(hardware_flop, step_s.shape)[i] / gpu_flop_per_s),
+                memory_bytes={k: float(v[i]) for k, v in memory.items()},
+                capacity_bytes=capacity,
+                time_s={k: float(v[i]) for k, v in times.items()},
+            )
+        )
     return out
 
 

@@ -32,15 +32,18 @@ def _solver(time_limit_s: float) -> cp_model.CpSolver:
     return solver
 
 
-def conflicting_families(problem: Problem, ctx: TermContext, cost_model: CostModel
-                         ) -> list[dict[str, Any]]:
+def conflicting_families(
+    problem: Problem, ctx: TermContext, cost_model: CostModel
+) -> list[dict[str, Any]]:
     """The rule families in an infeasible core, each with its rules as the user reads them."""
     space = build_space(problem, prune=False)
     model, vm = build_model(space, cost_model, ctx, explain=True)
     solver = _solver(10.0)
     if solver.solve(model) != cp_model.INFEASIBLE:
         return []
-    core = {model.proto.variables[i].name for i in solver.sufficient_assumptions_for_infeasibility()}
+    core = {
+        model.proto.variables[i].name for i in solver.sufficient_assumptions_for_infeasibility()
+    }
     texts: dict[str, list[str]] = {}
     for rule in (*products(problem), *layout_rules(problem)):
         texts.setdefault(rule.family, []).append(rule.text)
@@ -52,8 +55,9 @@ def conflicting_families(problem: Problem, ctx: TermContext, cost_model: CostMod
     return out
 
 
-def nearest_memory_miss(problem: Problem, ctx: TermContext, cost_model: CostModel
-                        ) -> dict[str, Any] | None:
+def nearest_memory_miss(
+    problem: Problem, ctx: TermContext, cost_model: CostModel
+) -> dict[str, Any] | None:
     """The smallest per-GPU footprint over all layouts the other rules allow."""
     model, vm = build_model(build_space(problem), cost_model, ctx, memory_limit=False)
     model.minimize(vm.memory_kib)
@@ -62,8 +66,11 @@ def nearest_memory_miss(problem: Problem, ctx: TermContext, cost_model: CostMode
         return None
     layout = Layout.from_grid_row({a: int(solver.value(v)) for a, v in vm.axes.items()})
     need = solver.objective_value * BYTES_PER_KIB
-    return {"min_memory_bytes": need, "capacity_bytes": float(ctx.cluster.usable_memory_bytes),
-            "layout": layout.to_dict()}
+    return {
+        "min_memory_bytes": need,
+        "capacity_bytes": float(ctx.cluster.usable_memory_bytes),
+        "layout": layout.to_dict(),
+    }
 
 
 def _candidates(problem: Problem) -> list[tuple[str, Problem]]:
@@ -72,25 +79,55 @@ def _candidates(problem: Problem) -> list[tuple[str, Problem]]:
     out: list[tuple[str, Problem]] = []
     if set(o.recompute) != set(RECOMPUTE_MODES) or set(o.zero_stages) != set(ZERO_STAGES):
         opts = dataclasses.replace(o, recompute=RECOMPUTE_MODES, zero_stages=ZERO_STAGES)
-        out.append(("allow every recompute mode and ZeRO stage (--recompute any --zero any)",
-                    dataclasses.replace(problem, options=opts)))
+        out.append(
+            (
+                "allow every recompute mode and ZeRO stage (--recompute any --zero any)",
+                dataclasses.replace(problem, options=opts),
+            )
+        )
     if o.pins or o.maxima:
-        out.append(("drop the pins and limits",
-                    dataclasses.replace(problem, options=dataclasses.replace(o, pins=(),
-                                                                              maxima=()))))
+        out.append(
+            (
+                "drop the pins and limits",
+                dataclasses.replace(problem, options=dataclasses.replace(o, pins=(), maxima=())),
+            )
+        )
     node = problem.cluster.gpus_per_node
-    for n in sorted({t.num_gpus * 2, t.num_gpus * 4, max(node, t.num_gpus // node * node),
-                     (t.num_gpus // node + 1) * node} - {t.num_gpus}):
-        out.append((f"use {n} GPUs (--gpus {n})",
-                    dataclasses.replace(problem, training=dataclasses.replace(t, num_gpus=n))))
-    for b in sorted({t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}):
-        out.append((f"use a global batch of {b} sequences (--global-batch {b})",
-                    dataclasses.replace(problem, training=dataclasses.replace(
-                        t, global_batch_sequences=b))))
+    for n in sorted(
+        {
+            t.num_gpus * 2,
+            t.num_gpus * 4,
+            max(node, t.num_gpus // node * node),
+            (t.num_gpus // node + 1) * node,
+        }
+        - {t.num_gpus}
+    ):
+        out.append(
+            (
+                f"use {n} GPUs (--gpus {n})",
+                dataclasses.replace(problem, training=dataclasses.replace(t, num_gpus=n)),
+            )
+        )
+    for b in sorted(
+        {t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}
+    ):
+        out.append(
+            (
+                f"use a global batch of {b} sequences (--global-batch {b})",
+                dataclasses.replace(
+                    problem, training=dataclasses.replace(t, global_batch_sequences=b)
+                ),
+            )
+        )
     if t.seq_len % 2 == 0:
-        out.append((f"train with sequences of {t.seq_len // 2} tokens (--seq-len {t.seq_len // 2})",
-                    dataclasses.replace(problem, training=dataclasses.replace(
-                        t, seq_len=t.seq_len // 2))))
+        out.append(
+            (
+                f"train with sequences of {t.seq_len // 2} tokens (--seq-len {t.seq_len // 2})",
+                dataclasses.replace(
+                    problem, training=dataclasses.replace(t, seq_len=t.seq_len // 2)
+                ),
+            )
+        )
     return out
 
 
@@ -107,25 +144,35 @@ def _bigger_gpus(problem: Problem) -> list[tuple[str, Problem]]:
     for name in preset_names("gpus"):
         gpu = load_gpu(name)
         if gpu.memory_bytes > problem.cluster.gpu.memory_bytes:
-            cluster = dataclasses.replace(problem.cluster, gpu=gpu,
-                                          gpus_per_node=gpu.gpus_per_node)
-            out.append((f"use {name} GPUs ({gpu.memory_bytes / GIB:.0f} GiB, --gpu {name})",
-                        dataclasses.replace(problem, cluster=cluster)))
+            cluster = dataclasses.replace(problem.cluster, gpu=gpu, gpus_per_node=gpu.gpus_per_node)
+            out.append(
+                (
+                    f"use {name} GPUs ({gpu.memory_bytes / GIB:.0f} GiB, --gpu {name})",
+                    dataclasses.replace(problem, cluster=cluster),
+                )
+            )
     return sorted(out, key=lambda c: c[1].cluster.gpu.memory_bytes)
 
 
 def _feasible(problem: Problem, ctx: TermContext, cost_model: CostModel) -> bool:
     try:
-        model, _ = build_model(build_space(problem), cost_model, dataclasses.replace(
-            ctx, model=problem.model, cluster=problem.cluster, training=problem.training,
-            options=problem.options))
+        model, _ = build_model(
+            build_space(problem),
+            cost_model,
+            dataclasses.replace(
+                ctx,
+                model=problem.model,
+                cluster=problem.cluster,
+                training=problem.training,
+                options=problem.options,
+            ),
+        )
     except (InputError, ValueError):
         return False
     return _solver(CHECK_TIME_S).solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel
-                       ) -> dict[str, Any]:
+def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel) -> dict[str, Any]:
     families = conflicting_families(problem, ctx, cost_model)
     names = [f["family"] for f in families]
     miss = nearest_memory_miss(problem, ctx, cost_model) if "memory" in names else None
@@ -133,16 +180,25 @@ def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel
     if "memory" in names:
         candidates += _bigger_gpus(problem)
     suggestions = [change for change, changed in candidates if _feasible(changed, ctx, cost_model)]
-    summary = "no layout satisfies: " + "; ".join(
-        f"{f['family']} ({', '.join(f['rules'])})" for f in families) if families else (
-        "no layout satisfies the rules")
+    summary = (
+        "no layout satisfies: "
+        + "; ".join(f"{f['family']} ({', '.join(f['rules'])})" for f in families)
+        if families
+        else ("no layout satisfies the rules")
+    )
     if miss is not None:
         layout = Layout(**miss["layout"])
-        summary += (f". The smallest per-GPU footprint is {miss['min_memory_bytes'] / GIB:.1f} GiB"
-                    f" (TP={layout.tp} PP={layout.pp} CP={layout.cp} DP={layout.dp} "
-                    f"mbs={layout.mbs} recompute={layout.recompute} ZeRO-{layout.zero}), above "
-                    f"{miss['capacity_bytes'] / GIB:.1f} GiB")
+        summary += (
+            f". The smallest per-GPU footprint is {miss['min_memory_bytes'] / GIB:.1f} GiB"
+            f" (TP={layout.tp} PP={layout.pp} CP={layout.cp} DP={layout.dp} "
+            f"mbs={layout.mbs} recompute={layout.recompute} ZeRO-{layout.zero}), above "
+            f"{miss['capacity_bytes'] / GIB:.1f} GiB"
+        )
     if suggestions:
         summary += ". Would fit: " + "; or ".join(suggestions[:3])
-    return {"summary": summary, "families": families, "nearest_miss": miss,
-            "suggestions": suggestions}
+    return {
+        "summary": summary,
+        "families": families,
+        "nearest_miss": miss,
+        "suggestions": suggestions,
+    }

@@ -28,7 +28,18 @@ from autopar.specs import RECOMPUTE_MODES
 
 # Axes of a cost-term grid; modes are integer codes there (recompute: index in RECOMPUTE_MODES).
 GRID_AXES: tuple[str, ...] = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero", "sp",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "mbs",
+    "grad_accum",
+    "recompute",
+    "zero",
+    "sp",
 )
 
 
@@ -52,19 +63,35 @@ class Layout:
     def grid_row(self) -> dict[str, int]:
         """This layout as one row of a cost-term grid (integer codes for the modes)."""
         return {
-            "tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
-            "etp": self.etp, "vpp": self.vpp, "mbs": self.mbs, "grad_accum": self.grad_accum,
-            "recompute": RECOMPUTE_MODES.index(self.recompute), "zero": self.zero,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "vpp": self.vpp,
+            "mbs": self.mbs,
+            "grad_accum": self.grad_accum,
+            "recompute": RECOMPUTE_MODES.index(self.recompute),
+            "zero": self.zero,
             "sp": int(self.sequence_parallel),
         }
 
     @classmethod
     def from_grid_row(cls, row: dict[str, int]) -> Layout:
         return cls(
-            tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(row["cp"]),
-            ep=int(row["ep"]), etp=int(row["etp"]), vpp=int(row["vpp"]), mbs=int(row["mbs"]),
-            grad_accum=int(row["grad_accum"]), recompute=RECOMPUTE_MODES[int(row["recompute"])],
-            zero=int(row["zero"]), sequence_parallel=bool(row["sp"]),
+            tp=int(row["tp"]),
+            pp=int(row["pp"]),
+            dp=int(row["dp"]),
+            cp=int(row["cp"]),
+            ep=int(row["ep"]),
+            etp=int(row["etp"]),
+            vpp=int(row["vpp"]),
+            mbs=int(row["mbs"]),
+            grad_accum=int(row["grad_accum"]),
+            recompute=RECOMPUTE_MODES[int(row["recompute"])],
+            zero=int(row["zero"]),
+            sequence_parallel=bool(row["sp"]),
         )
 
     @property
@@ -106,10 +133,17 @@ class Estimate:
             "capacity_bytes": self.capacity_bytes,
             "time_s": dict(self.time_s),
             "layout": {
-                "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"],
-                "ep": layout["ep"], "etp": layout["etp"], "vpp": layout["vpp"],
-                "mbs": layout["mbs"], "grad_accum": layout["grad_accum"],
-                "recompute": layout["recompute"], "zero": layout["zero"],
+                "tp": layout["tp"],
+                "pp": layout["pp"],
+                "dp": layout["dp"],
+                "cp": layout["cp"],
+                "ep": layout["ep"],
+                "etp": layout["etp"],
+                "vpp": layout["vpp"],
+                "mbs": layout["mbs"],
+                "grad_accum": layout["grad_accum"],
+                "recompute": layout["recompute"],
+                "zero": layout["zero"],
                 "sequence_parallel": layout["sequence_parallel"],
             },
         }

@@ -13,9 +13,25 @@ from autopar.specs import GIB
 from autopar.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
 
 FRAME_COLUMNS: tuple[str, ...] = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero",
-    "sequence_parallel", "fits", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
-    "hfu", "memory_gib",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "mbs",
+    "grad_accum",
+    "recompute",
+    "zero",
+    "sequence_parallel",
+    "fits",
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "hfu",
+    "memory_gib",
 )
 
 
@@ -24,9 +40,13 @@ def flat_row(estimate: Estimate) -> dict[str, Any]:
     layout = estimate.layout
     row: dict[str, Any] = dict(estimate.to_dict()["layout"])
     row.update(
-        fits=estimate.fits, step_time_s=estimate.step_time_s, tokens_per_s=estimate.tokens_per_s,
-        tokens_per_s_per_gpu=estimate.tokens_per_s / layout.num_gpus, mfu=estimate.mfu,
-        hfu=estimate.hfu, memory_gib=estimate.memory_bytes["total"] / GIB,
+        fits=estimate.fits,
+        step_time_s=estimate.step_time_s,
+        tokens_per_s=estimate.tokens_per_s,
+        tokens_per_s_per_gpu=estimate.tokens_per_s / layout.num_gpus,
+        mfu=estimate.mfu,
+        hfu=estimate.hfu,
+        memory_gib=estimate.memory_bytes["total"] / GIB,
     )
     for category in MEMORY_CATEGORIES:
         row[f"memory_{category}_gib"] = estimate.memory_bytes.get(category, 0.0) / GIB
@@ -50,8 +70,13 @@ def layout_text(estimate: Estimate) -> str:
     parts += [f"CP={lay.cp}", f"DP={lay.dp}"]
     if lay.ep > 1 or lay.etp > 1:
         parts += [f"EP={lay.ep}", f"ETP={lay.etp}"]
-    parts += [f"mbs={lay.mbs}", f"grad_accum={lay.grad_accum}", f"recompute={lay.recompute}",
-              f"ZeRO-{lay.zero}", f"SP={'on' if lay.sequence_parallel else 'off'}"]
+    parts += [
+        f"mbs={lay.mbs}",
+        f"grad_accum={lay.grad_accum}",
+        f"recompute={lay.recompute}",
+        f"ZeRO-{lay.zero}",
+        f"SP={'on' if lay.sequence_parallel else 'off'}",
+    ]
     return " ".join(parts)
 
 
@@ -86,9 +111,11 @@ def estimate_text(estimate: Estimate) -> str:
 
 
 def runners_up_text(estimates: Sequence[Estimate]) -> str:
-    header = (f"{'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'CP':>3} {'DP':>5} {'EP':>3} {'mbs':>3} "
-              f"{'GA':>5} {'recompute':>9} {'ZeRO':>4} {'step s':>8} {'tok/s/GPU':>9} {'MFU':>6}"
-              f" {'GiB':>6}")
+    header = (
+        f"{'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'CP':>3} {'DP':>5} {'EP':>3} {'mbs':>3} "
+        f"{'GA':>5} {'recompute':>9} {'ZeRO':>4} {'step s':>8} {'tok/s/GPU':>9} {'MFU':>6}"
+        f" {'GiB':>6}"
+    )
     lines = [header]
     for i, e in enumerate(estimates, 1):
         lay = e.layout
@@ -96,14 +123,16 @@ def runners_up_text(estimates: Sequence[Estimate]) -> str:
             f"{i:>2} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.dp:>5} {lay.ep:>3} "
             f"{lay.mbs:>3} {lay.grad_accum:>5} {lay.recompute:>9} {lay.zero:>4} "
             f"{e.step_time_s:>8.3f} {e.tokens_per_s / lay.num_gpus:>9,.0f} {e.mfu:>6.1%} "
-            f"{e.memory_bytes['total'] / GIB:>6.1f}")
+            f"{e.memory_bytes['total'] / GIB:>6.1f}"
+        )
     return "\n".join(lines)
 
 
 def solve_text(result) -> str:
     """A solve result for people: status, the chosen layout in full, then the runners-up."""
     status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
-        result.status, result.status)
+        result.status, result.status
+    )
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"

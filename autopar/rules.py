@@ -45,13 +45,20 @@ class Product:
 def products(problem: Problem) -> tuple[Product, ...]:
     training = problem.training
     return (
-        Product(family="GPU count", text=f"tp*pp*cp*dp == num_gpus ({training.num_gpus})",
-                axes=("tp", "pp", "cp", "dp"), total=training.num_gpus,
-                source="Megatron initialize_model_parallel (parallel_state.py)"),
-        Product(family="global batch",
-                text=f"mbs*dp*grad_accum == global_batch ({training.global_batch_sequences})",
-                axes=("mbs", "dp", "grad_accum"), total=training.global_batch_sequences,
-                source="Megatron num_microbatches_calculator.py"),
+        Product(
+            family="GPU count",
+            text=f"tp*pp*cp*dp == num_gpus ({training.num_gpus})",
+            axes=("tp", "pp", "cp", "dp"),
+            total=training.num_gpus,
+            source="Megatron initialize_model_parallel (parallel_state.py)",
+        ),
+        Product(
+            family="global batch",
+            text=f"mbs*dp*grad_accum == global_batch ({training.global_batch_sequences})",
+            axes=("mbs", "dp", "grad_accum"),
+            total=training.global_batch_sequences,
+            source="Megatron num_microbatches_calculator.py",
+        ),
     )
 
 
@@ -63,49 +70,89 @@ def _model_rules(problem: Problem) -> list[Rule]:
     m, framework = problem.model, problem.options.framework
     heads, kv, layers = m.num_attention_heads, m.num_kv_heads, m.num_layers
     rules = [
-        Rule(family="attention heads vs TP", text=f"num_attention_heads ({heads}) % tp == 0",
-             axes=("tp",), check=lambda g: _divides(g["tp"], heads),
-             source="Megatron transformer_config.py"),
-        Rule(family="FFN vs TP", text=f"ffn_hidden_size ({m.ffn_hidden_size}) % tp == 0",
-             axes=("tp",), check=lambda g: _divides(g["tp"], m.ffn_hidden_size),
-             source="Megatron tensor_parallel/layers.py divide()"),
-        Rule(family="layers vs PP", text=f"num_layers ({layers}) % pp == 0",
-             axes=("pp",), check=lambda g: _divides(g["pp"], layers),
-             source="Megatron arguments.py"),
-        Rule(family="layers vs PP", text=f"num_layers ({layers}) % (pp*vpp) == 0",
-             axes=("pp", "vpp"), check=lambda g: _divides(g["pp"] * g["vpp"], layers),
-             source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)"),
+        Rule(
+            family="attention heads vs TP",
+            text=f"num_attention_heads ({heads}) % tp == 0",
+            axes=("tp",),
+            check=lambda g: _divides(g["tp"], heads),
+            source="Megatron transformer_config.py",
+        ),
+        Rule(
+            family="FFN vs TP",
+            text=f"ffn_hidden_size ({m.ffn_hidden_size}) % tp == 0",
+            axes=("tp",),
+            check=lambda g: _divides(g["tp"], m.ffn_hidden_size),
+            source="Megatron tensor_parallel/layers.py divide()",
+        ),
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) % pp == 0",
+            axes=("pp",),
+            check=lambda g: _divides(g["pp"], layers),
+            source="Megatron arguments.py",
+        ),
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) % (pp*vpp) == 0",
+            axes=("pp", "vpp"),
+            check=lambda g: _divides(g["pp"] * g["vpp"], layers),
+            source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
+        ),
     ]
     if framework == "torchtitan":
-        rules.append(Rule(
-            family="KV heads vs TP", text=f"num_key_value_heads ({kv}) % tp == 0",
-            axes=("tp",), check=lambda g: _divides(g["tp"], kv),
-            source="torchtitan models/llama3 parallelize (tp must divide n_kv_heads)"))
+        rules.append(
+            Rule(
+                family="KV heads vs TP",
+                text=f"num_key_value_heads ({kv}) % tp == 0",
+                axes=("tp",),
+                check=lambda g: _divides(g["tp"], kv),
+                source="torchtitan models/llama3 parallelize (tp must divide n_kv_heads)",
+            )
+        )
     else:
-        rules.append(Rule(
-            family="KV heads vs TP",
-            text=f"num_key_value_heads ({kv}) % tp == 0 or tp % num_key_value_heads == 0",
-            axes=("tp",), check=lambda g: _divides(g["tp"], kv) | _divides(kv, g["tp"]),
-            source="Megatron PR #2565 (KV heads replicated when tp > query groups)"))
+        rules.append(
+            Rule(
+                family="KV heads vs TP",
+                text=f"num_key_value_heads ({kv}) % tp == 0 or tp % num_key_value_heads == 0",
+                axes=("tp",),
+                check=lambda g: _divides(g["tp"], kv) | _divides(kv, g["tp"]),
+                source="Megatron PR #2565 (KV heads replicated when tp > query groups)",
+            )
+        )
     if m.is_moe:
         rules += [
-            Rule(family="experts vs EP", text=f"num_experts ({m.num_experts}) % ep == 0",
-                 axes=("ep",), check=lambda g: _divides(g["ep"], m.num_experts),
-                 source="Megatron arguments.py"),
-            Rule(family="expert FFN vs ETP",
-                 text=f"moe_ffn_hidden_size ({m.expert_ffn_hidden_size}) % etp == 0",
-                 axes=("etp",), check=lambda g: _divides(g["etp"], m.expert_ffn_hidden_size),
-                 source="Megatron moe/experts.py divide()"),
-            Rule(family="expert grid",
-                 text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
-                 axes=("etp", "ep", "pp"),
-                 check=lambda g: _divides(g["etp"] * g["ep"] * g["pp"], problem.training.num_gpus),
-                 source="Megatron parallel_state.py (expert grid ETP x EP x expert-DP x PP)"),
+            Rule(
+                family="experts vs EP",
+                text=f"num_experts ({m.num_experts}) % ep == 0",
+                axes=("ep",),
+                check=lambda g: _divides(g["ep"], m.num_experts),
+                source="Megatron arguments.py",
+            ),
+            Rule(
+                family="expert FFN vs ETP",
+                text=f"moe_ffn_hidden_size ({m.expert_ffn_hidden_size}) % etp == 0",
+                axes=("etp",),
+                check=lambda g: _divides(g["etp"], m.expert_ffn_hidden_size),
+                source="Megatron moe/experts.py divide()",
+            ),
+            Rule(
+                family="expert grid",
+                text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
+                axes=("etp", "ep", "pp"),
+                check=lambda g: _divides(g["etp"] * g["ep"] * g["pp"], problem.training.num_gpus),
+                source="Megatron parallel_state.py (expert grid ETP x EP x expert-DP x PP)",
+            ),
         ]
     else:
-        rules.append(Rule(family="dense model", text="ep == 1 and etp == 1 without experts",
-                          axes=("ep", "etp"), check=lambda g: (g["ep"] == 1) & (g["etp"] == 1),
-                          source="no expert layers to shard"))
+        rules.append(
+            Rule(
+                family="dense model",
+                text="ep == 1 and etp == 1 without experts",
+                axes=("ep", "etp"),
+                check=lambda g: (g["ep"] == 1) & (g["etp"] == 1),
+                source="no expert layers to shard",
+            )
+        )
     return rules
 
 
@@ -117,38 +164,62 @@ def _sequence_rules(problem: Problem) -> list[Rule]:
         return g["sp"] == wanted.astype(np.int64)
 
     return [
-        Rule(family="sequence vs CP", text=f"seq_len ({seq}) % (2*cp) == 0 (cp > 1)",
-             axes=("cp",), check=lambda g: (g["cp"] == 1) | _divides(2 * g["cp"], seq),
-             source="Megatron arguments.py; torchtitan seq_len_divisor (load-balanced CP)"),
-        Rule(family="sequence vs TP", text=f"(seq_len/cp) % tp == 0 with sequence parallelism",
-             axes=("cp", "tp", "sp"),
-             check=lambda g: (g["sp"] == 0) | (_divides(g["cp"], seq)
-                                               & _divides(g["tp"], seq // g["cp"])),
-             source="torchtitan parallel_dims.seq_len_divisor (PR #640)"),
-        Rule(family="sequence parallel", text="sp on iff tp > 1 (or as --sequence-parallel says)",
-             axes=("tp", "sp"), check=sp_choice,
-             source="Megatron recommends --sequence-parallel with tp > 1"),
+        Rule(
+            family="sequence vs CP",
+            text=f"seq_len ({seq}) % (2*cp) == 0 (cp > 1)",
+            axes=("cp",),
+            check=lambda g: (g["cp"] == 1) | _divides(2 * g["cp"], seq),
+            source="Megatron arguments.py; torchtitan seq_len_divisor (load-balanced CP)",
+        ),
+        Rule(
+            family="sequence vs TP",
+            text="(seq_len/cp) % tp == 0 with sequence parallelism",
+            axes=("cp", "tp", "sp"),
+            check=lambda g: (
+                (g["sp"] == 0) | (_divides(g["cp"], seq) & _divides(g["tp"], seq // g["cp"]))
+            ),
+            source="torchtitan parallel_dims.seq_len_divisor (PR #640)",
+        ),
+        Rule(
+            family="sequence parallel",
+            text="sp on iff tp > 1 (or as --sequence-parallel says)",
+            axes=("tp", "sp"),
+            check=sp_choice,
+            source="Megatron recommends --sequence-parallel with tp > 1",
+        ),
     ]
 
 
 def _schedule_rules(problem: Problem) -> list[Rule]:
     rules = [
-        Rule(family="interleaved schedule", text="vpp > 1 needs pp > 1",
-             axes=("pp", "vpp"), check=lambda g: (g["vpp"] == 1) | (g["pp"] > 1),
-             source="Megatron arguments.py"),
+        Rule(
+            family="interleaved schedule",
+            text="vpp > 1 needs pp > 1",
+            axes=("pp", "vpp"),
+            check=lambda g: (g["vpp"] == 1) | (g["pp"] > 1),
+            source="Megatron arguments.py",
+        ),
     ]
     if problem.options.framework == "megatron":
-        rules.append(Rule(
-            family="interleaved schedule",
-            text="vpp > 1 needs grad_accum % pp == 0",
-            axes=("pp", "vpp", "grad_accum"),
-            check=lambda g: (g["vpp"] == 1) | _divides(g["pp"], g["grad_accum"]),
-            source="Megatron schedules.py forward_backward_pipelining_with_interleaving"))
+        rules.append(
+            Rule(
+                family="interleaved schedule",
+                text="vpp > 1 needs grad_accum % pp == 0",
+                axes=("pp", "vpp", "grad_accum"),
+                check=lambda g: (g["vpp"] == 1) | _divides(g["pp"], g["grad_accum"]),
+                source="Megatron schedules.py forward_backward_pipelining_with_interleaving",
+            )
+        )
     if problem.options.framework == "deepspeed":
-        rules.append(Rule(family="framework features", text="DeepSpeed: no context parallelism "
-                          "or interleaved pipeline", axes=("cp", "vpp"),
-                          check=lambda g: (g["cp"] == 1) & (g["vpp"] == 1),
-                          source="DeepSpeed pipe engine (1F1B only); Ulysses is not ring CP"))
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: no context parallelism or interleaved pipeline",
+                axes=("cp", "vpp"),
+                check=lambda g: (g["cp"] == 1) & (g["vpp"] == 1),
+                source="DeepSpeed pipe engine (1F1B only); Ulysses is not ring CP",
+            )
+        )
     return rules
 
 
@@ -157,12 +228,20 @@ def _placement_rules(problem: Problem) -> list[Rule]:
     if not problem.options.tp_within_node:
         return []
     return [
-        Rule(family="NVLink domain", text=f"tp <= gpus_per_node ({node})",
-             axes=("tp",), check=lambda g: g["tp"] <= node,
-             source="Megatron performance guide: TP inside the NVLink domain"),
-        Rule(family="NVLink domain", text=f"etp*ep <= gpus_per_node ({node}) for expert layers",
-             axes=("etp", "ep"), check=lambda g: g["etp"] * g["ep"] <= node,
-             source="Megatron MoE guide: EP inside the NVLink domain"),
+        Rule(
+            family="NVLink domain",
+            text=f"tp <= gpus_per_node ({node})",
+            axes=("tp",),
+            check=lambda g: g["tp"] <= node,
+            source="Megatron performance guide: TP inside the NVLink domain",
+        ),
+        Rule(
+            family="NVLink domain",
+            text=f"etp*ep <= gpus_per_node ({node}) for expert layers",
+            axes=("etp", "ep"),
+            check=lambda g: g["etp"] * g["ep"] <= node,
+            source="Megatron MoE guide: EP inside the NVLink domain",
+        ),
     ]
 
 
@@ -170,26 +249,64 @@ def _option_rules(problem: Problem) -> list[Rule]:
     opts = problem.options
     rules = []
     for dim, value in opts.pins:
-        rules.append(Rule(family="pins and limits", text=f"{dim} == {value} (pinned)",
-                          axes=(dim,), check=lambda g, d=dim, v=value: g[d] == v,
-                          source="user option"))
+        rules.append(
+            Rule(
+                family="pins and limits",
+                text=f"{dim} == {value} (pinned)",
+                axes=(dim,),
+                check=lambda g, d=dim, v=value: g[d] == v,
+                source="user option",
+            )
+        )
     for dim, value in opts.maxima:
-        rules.append(Rule(family="pins and limits", text=f"{dim} <= {value} (limit)",
-                          axes=(dim,), check=lambda g, d=dim, v=value: g[d] <= v,
-                          source="user option"))
+        rules.append(
+            Rule(
+                family="pins and limits",
+                text=f"{dim} <= {value} (limit)",
+                axes=(dim,),
+                check=lambda g, d=dim, v=value: g[d] <= v,
+                source="user option",
+            )
+        )
     if not opts.allow_cp:
-        rules.append(Rule(family="pins and limits", text="cp == 1 (context parallelism off)",
-                          axes=("cp",), check=lambda g: g["cp"] == 1, source="user option"))
+        rules.append(
+            Rule(
+                family="pins and limits",
+                text="cp == 1 (context parallelism off)",
+                axes=("cp",),
+                check=lambda g: g["cp"] == 1,
+                source="user option",
+            )
+        )
     if not opts.allow_ep:
-        rules.append(Rule(family="pins and limits", text="ep == 1 (expert parallelism off)",
-                          axes=("ep",), check=lambda g: g["ep"] == 1, source="user option"))
+        rules.append(
+            Rule(
+                family="pins and limits",
+                text="ep == 1 (expert parallelism off)",
+                axes=("ep",),
+                check=lambda g: g["ep"] == 1,
+                source="user option",
+            )
+        )
     if not opts.allow_interleaving:
-        rules.append(Rule(family="pins and limits", text="vpp == 1 (interleaving off)",
-                          axes=("vpp",), check=lambda g: g["vpp"] == 1, source="user option"))
+        rules.append(
+            Rule(
+                family="pins and limits",
+                text="vpp == 1 (interleaving off)",
+                axes=("vpp",),
+                check=lambda g: g["vpp"] == 1,
+                source="user option",
+            )
+        )
     return rules
 
 
 def layout_rules(problem: Problem) -> tuple[Rule, ...]:
     """Every rule of DESIGN §2 that applies to ``problem`` (products excepted)."""
-    return (*_model_rules(problem), *_sequence_rules(problem), *_schedule_rules(problem),
-            *_placement_rules(problem), *_option_rules(problem))
+    return (
+        *_model_rules(problem),
+        *_sequence_rules(problem),
+        *_schedule_rules(problem),
+        *_placement_rules(problem),
+        *_option_rules(problem),
+    )

@@ -30,8 +30,20 @@ SEED = 20240607
 
 def tie_key(row: dict[str, int]) -> tuple[int, ...]:
     """The documented secondary order among layouts of equal predicted step time."""
-    return (row["tp"], row["pp"], row["cp"], row["ep"], row["etp"], row["vpp"], -row["mbs"],
-            row["recompute"], row["zero"], row["sp"], row["dp"], row["grad_accum"])
+    return (
+        row["tp"],
+        row["pp"],
+        row["cp"],
+        row["ep"],
+        row["etp"],
+        row["vpp"],
+        -row["mbs"],
+        row["recompute"],
+        row["zero"],
+        row["sp"],
+        row["dp"],
+        row["grad_accum"],
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +98,9 @@ def _solver(*, time_limit_s: float, num_workers: int) -> cp_model.CpSolver:
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = SEED
     solver.parameters.max_time_in_seconds = time_limit_s
+    # Probing costs seconds of presolve on the row booleans of the tables and bought nothing
+    # here: the tables' linear relaxation already bounds the objective (solve_scaling.py).
+    solver.parameters.cp_model_probing_level = 0
     return solver
 
 
@@ -100,8 +115,9 @@ class _Collector(cp_model.CpSolverSolutionCallback):
             self.stop_search()
 
 
-def _ties(model: cp_model.CpModel, vm: VarMap, value: int, time_limit_s: float
-          ) -> list[dict[str, int]]:
+def _ties(
+    model: cp_model.CpModel, vm: VarMap, value: int, time_limit_s: float
+) -> list[dict[str, int]]:
     """All layouts whose integer objective equals ``value`` (at most MAX_TIES), in tie order."""
     model.clear_objective()
     tie = model.new_bool_var(f"objective=={value}")
@@ -128,8 +144,15 @@ def _layouts_from_rows(rows: list[dict[str, int]]) -> list[Layout]:
     return [Layout.from_grid_row({a: row[a] for a in GRID_AXES}) for row in rows]
 
 
-def run_solver(problem: Problem, ctx: TermContext, cost_model: CostModel, *, top_k: int = 1,
-               time_limit_s: float = 10.0, num_workers: int | None = None) -> SolveResult:
+def run_solver(
+    problem: Problem,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    top_k: int = 1,
+    time_limit_s: float = 10.0,
+    num_workers: int | None = None,
+) -> SolveResult:
     """Minimise the cost model's step time over the layouts ``problem`` allows."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
@@ -157,9 +180,13 @@ def run_solver(problem: Problem, ctx: TermContext, cost_model: CostModel, *, top
         # Next round: strictly worse objective values only (distinct layouts by construction).
         model.add(vm.objective >= value + 1)
     estimates = estimate_many(_layouts_from_rows(rows[:top_k]), ctx, cost_model)
-    return SolveResult(status=status_name, solve_time_s=time.perf_counter() - start,
-                       layouts=tuple(estimates), best_bound_step_time_s=bound_s,
-                       num_workers=workers)
+    return SolveResult(
+        status=status_name,
+        solve_time_s=time.perf_counter() - start,
+        layouts=tuple(estimates),
+        best_bound_step_time_s=bound_s,
+        num_workers=workers,
+    )
 
 
 def _no_solution(problem, ctx, cost_model, status, start, workers) -> SolveResult:
@@ -167,10 +194,23 @@ def _no_solution(problem, ctx, cost_model, status, start, workers) -> SolveResul
 
     if status == cp_model.INFEASIBLE:
         explanation = explain_infeasible(problem, ctx, cost_model)
-        return SolveResult(status="infeasible", solve_time_s=time.perf_counter() - start,
-                           layouts=(), explanation=explanation, num_workers=workers)
-    explanation = {"summary": "the time limit ran out before any layout was found; "
-                              "raise --time-limit", "families": [], "nearest_miss": None,
-                   "suggestions": []}
-    return SolveResult(status="unknown", solve_time_s=time.perf_counter() - start, layouts=(),
-                       explanation=explanation, num_workers=workers)
+        return SolveResult(
+            status="infeasible",
+            solve_time_s=time.perf_counter() - start,
+            layouts=(),
+            explanation=explanation,
+            num_workers=workers,
+        )
+    explanation = {
+        "summary": "the time limit ran out before any layout was found; raise --time-limit",
+        "families": [],
+        "nearest_miss": None,
+        "suggestions": [],
+    }
+    return SolveResult(
+        status="unknown",
+        solve_time_s=time.perf_counter() - start,
+        layouts=(),
+        explanation=explanation,
+        num_workers=workers,
+    )

@@ -35,36 +35,39 @@ class Space:
     rules: tuple[Rule, ...]
     products: tuple[Product, ...]
 
-    def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
-        """The free axes that determine ``axes``: ``grad_accum`` is replaced by ``mbs, dp`` and
-        ``dp`` by ``tp, pp, cp``, since the products fix them."""
+    def free_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
+        """The axes that determine ``axes``: ``grad_accum`` is replaced by ``mbs, dp`` and ``dp``
+        by ``tp, pp, cp``, since the two products fix them."""
         need = set(axes)
         for derived in ("grad_accum", "dp"):
             if derived in need:
                 need = (need - {derived}) | set(DERIVED[derived])
         return tuple(a for a in AXIS_ORDER if a in need)
 
+    def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
+        """``free_axes`` less the constants (axes with a single allowed value): a table's columns."""
+        return tuple(a for a in self.free_axes(axes) if len(self.domains[a]) > 1)
+
     def pruned_grid(self, axes: Iterable[str]) -> dict[str, np.ndarray]:
-        """Rows over ``key_axes(axes)`` (plus the derived ``dp`` / ``grad_accum`` columns) that
-        every rule over those axes allows and that satisfy the products (DESIGN §3)."""
+        """Rows over the free axes of ``axes`` (with the derived ``dp`` / ``grad_accum`` columns)
+        that every rule over those axes allows and that satisfy the products (DESIGN §3)."""
         axes = tuple(dict.fromkeys(axes))
-        key = self.key_axes(axes)
-        if not key:
-            return {}
-        mesh = np.meshgrid(*(np.array(self.domains[a], dtype=np.int64) for a in key),
-                           indexing="ij")
-        grid = {a: m.ravel() for a, m in zip(key, mesh, strict=True)}
-        keep = np.ones(len(grid[key[0]]), dtype=bool)
+        free = self.free_axes(axes)
+        mesh = np.meshgrid(
+            *(np.array(self.domains[a], dtype=np.int64) for a in free), indexing="ij"
+        )
+        grid = {a: m.ravel() for a, m in zip(free, mesh, strict=True)}
+        keep = np.ones(len(grid[free[0]]) if free else 1, dtype=bool)
         gpus, batch = self.products[0].total, self.products[1].total
-        if "tp" in grid and "pp" in grid and "cp" in grid and "dp" in axes + _needs(axes):
+        if {"tp", "pp", "cp"} <= set(grid) and ("dp" in axes or "grad_accum" in axes):
             model_parallel = grid["tp"] * grid["pp"] * grid["cp"]
             keep &= gpus % model_parallel == 0
-            grid["dp"] = gpus // model_parallel
+            grid["dp"] = gpus // np.where(keep, model_parallel, 1)
             keep &= np.isin(grid["dp"], self.domains["dp"])
         if "grad_accum" in axes:
             per_step = grid["mbs"] * grid["dp"]
             keep &= batch % per_step == 0
-            grid["grad_accum"] = batch // np.maximum(per_step, 1)
+            grid["grad_accum"] = batch // np.where(keep, per_step, 1)
             keep &= np.isin(grid["grad_accum"], self.domains["grad_accum"])
         for rule in self.rules:
             if set(rule.axes) <= set(grid):
@@ -72,18 +75,24 @@ class Space:
         for product in self.products:
             inside = [a for a in product.axes if a in grid]
             if inside:
-                partial = np.prod([grid[a] for a in inside], axis=0)
-                keep &= product.total % partial == 0
+                keep &= product.total % np.prod([grid[a] for a in inside], axis=0) == 0
         return {a: v[keep] for a, v in grid.items()}
 
 
 AXIS_ORDER: tuple[str, ...] = (
-    "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero", "sp",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "vpp",
+    "mbs",
+    "grad_accum",
+    "recompute",
+    "zero",
+    "sp",
 )
-
-
-def _needs(axes: tuple[str, ...]) -> tuple[str, ...]:
-    return ("dp",) if "grad_accum" in axes else ()
 
 
 def _axis_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
@@ -98,7 +107,8 @@ def _axis_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
         "dp": gpu_divisors,
         "ep": tuple(d for d in expert_divisors if training.num_gpus % d == 0),
         "etp": tuple(d for d in gpu_divisors if d <= problem.cluster.gpus_per_node)
-        if model.is_moe else (1,),
+        if model.is_moe
+        else (1,),
         "vpp": tuple(range(1, options.max_vpp + 1)),
         "mbs": tuple(d for d in batch_divisors if d <= options.max_mbs),
         "grad_accum": batch_divisors,

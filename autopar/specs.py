@@ -90,23 +90,32 @@ class ModelSpec:
         _non_negative(self.shared_expert_ffn_hidden_size, "shared_expert_ffn_hidden_size")
         _non_negative(self.max_position_embeddings, "max_position_embeddings")
         if self.mlp_kind not in MLP_KINDS:
-            raise InputError(f"must be one of {', '.join(MLP_KINDS)}, got {self.mlp_kind!r}",
-                             field="mlp_kind")
+            raise InputError(
+                f"must be one of {', '.join(MLP_KINDS)}, got {self.mlp_kind!r}", field="mlp_kind"
+            )
         if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
             raise InputError(
                 f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
-                f"({self.hidden_size})", field="num_attention_heads")
+                f"({self.hidden_size})",
+                field="num_attention_heads",
+            )
         if self.num_attention_heads % self.num_kv_heads:
             raise InputError(
                 f"num_key_value_heads ({self.num_kv_heads}) must divide num_attention_heads "
-                f"({self.num_attention_heads})", field="num_key_value_heads")
+                f"({self.num_attention_heads})",
+                field="num_key_value_heads",
+            )
         if self.num_experts and not 1 <= self.experts_per_token <= self.num_experts:
             raise InputError(
                 f"num_experts_per_tok must be in 1..{self.num_experts} for an MoE model, "
-                f"got {self.experts_per_token}", field="num_experts_per_tok")
+                f"got {self.experts_per_token}",
+                field="num_experts_per_tok",
+            )
         if not self.num_experts and self.experts_per_token:
-            raise InputError("num_experts_per_tok is set but the model has no experts",
-                             field="num_experts_per_tok")
+            raise InputError(
+                "num_experts_per_tok is set but the model has no experts",
+                field="num_experts_per_tok",
+            )
 
     @property
     def kv_channels(self) -> int:
@@ -159,8 +168,12 @@ class GpuSpec:
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory_gib")
         _positive(self.gpus_per_node, "gpus_per_node")
-        for name in ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s",
-                     "nic_bytes_per_s"):
+        for name in (
+            "peak_bf16_flop_per_s",
+            "hbm_bytes_per_s",
+            "nvlink_bytes_per_s",
+            "nic_bytes_per_s",
+        ):
             _positive_number(getattr(self, name), name)
         if self.peak_fp8_flop_per_s is not None:
             _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
@@ -169,8 +182,9 @@ class GpuSpec:
         """Dense tensor-core peak for the training precision."""
         if precision == "fp8":
             if self.peak_fp8_flop_per_s is None:
-                raise InputError(f"{self.name} has no FP8 tensor cores; use --precision bf16",
-                                 field="precision")
+                raise InputError(
+                    f"{self.name} has no FP8 tensor cores; use --precision bf16", field="precision"
+                )
             return self.peak_fp8_flop_per_s
         return self.peak_bf16_flop_per_s
 
@@ -218,8 +232,9 @@ class TrainingSpec:
         _positive(self.global_batch_sequences, "global_batch")
         _positive(self.seq_len, "seq_len")
         if self.precision not in PRECISIONS:
-            raise InputError(f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
-                             field="precision")
+            raise InputError(
+                f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}", field="precision"
+            )
         if self.optimizer != "adam":
             raise InputError(f"only 'adam' is modelled, got {self.optimizer!r}", field="optimizer")
 
@@ -257,12 +272,14 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
-            raise InputError(f"must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}",
-                             field="framework")
+            raise InputError(
+                f"must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}", field="framework"
+            )
         for mode in self.recompute:
             if mode not in RECOMPUTE_MODES:
                 raise InputError(
-                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {mode!r}", field="recompute")
+                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {mode!r}", field="recompute"
+                )
         if not self.recompute:
             raise InputError("at least one recompute mode must be allowed", field="recompute")
         for stage in self.zero_stages:

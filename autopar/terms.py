@@ -31,7 +31,14 @@ from autopar.specs import ClusterSpec, ModelSpec, SearchOptions, TrainingSpec
 Grid = Mapping[str, np.ndarray]
 
 TIME_CATEGORIES: tuple[str, ...] = (
-    "compute", "bubble", "tp_comm", "pp_comm", "dp_comm", "cp_comm", "ep_comm", "optimizer",
+    "compute",
+    "bubble",
+    "tp_comm",
+    "pp_comm",
+    "dp_comm",
+    "cp_comm",
+    "ep_comm",
+    "optimizer",
 )
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -102,8 +109,12 @@ class CostModel:
 
     def all_terms(self) -> tuple[CostTerm | ResourceTerm, ...]:
         return (
-            *self.step_terms, *self.microbatch_terms, self.slots,
-            *self.static_memory_terms, *self.microbatch_memory_terms, self.in_flight,
+            *self.step_terms,
+            *self.microbatch_terms,
+            self.slots,
+            *self.static_memory_terms,
+            *self.microbatch_memory_terms,
+            self.in_flight,
         )
 
 
@@ -120,8 +131,14 @@ def _sum(terms: tuple, grid: Grid, ctx: TermContext, size: int) -> np.ndarray:
     return total
 
 
-def _by_category(terms: tuple, grid: Grid, ctx: TermContext, size: int, scale: np.ndarray,
-                 out: dict[str, np.ndarray]) -> None:
+def _by_category(
+    terms: tuple,
+    grid: Grid,
+    ctx: TermContext,
+    size: int,
+    scale: np.ndarray,
+    out: dict[str, np.ndarray],
+) -> None:
     for term in terms:
         value = np.broadcast_to(term.evaluate(grid, ctx), (size,)) * scale
         out[term.category] = out.get(term.category, np.zeros(size)) + value
@@ -131,14 +148,16 @@ def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarr
     size = len(next(iter(grid.values())))
     slots = cost_model.slots.evaluate(grid, ctx)
     return _sum(cost_model.step_terms, grid, ctx, size) + slots * _sum(
-        cost_model.microbatch_terms, grid, ctx, size)
+        cost_model.microbatch_terms, grid, ctx, size
+    )
 
 
 def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
     size = len(next(iter(grid.values())))
     in_flight = cost_model.in_flight.evaluate(grid, ctx)
     return _sum(cost_model.static_memory_terms, grid, ctx, size) + in_flight * _sum(
-        cost_model.microbatch_memory_terms, grid, ctx, size)
+        cost_model.microbatch_memory_terms, grid, ctx, size
+    )
 
 
 def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dict[str, np.ndarray]:
@@ -150,12 +169,14 @@ def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dic
     _by_category(cost_model.step_terms, grid, ctx, size, np.ones(size), out)
     _by_category(cost_model.microbatch_terms, grid, ctx, size, grad_accum, out)
     out["bubble"] = out["bubble"] + (slots - grad_accum) * _sum(
-        cost_model.microbatch_terms, grid, ctx, size)
+        cost_model.microbatch_terms, grid, ctx, size
+    )
     return out
 
 
-def memory_breakdown_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext
-                           ) -> dict[str, np.ndarray]:
+def memory_breakdown_bytes(
+    cost_model: CostModel, grid: Grid, ctx: TermContext
+) -> dict[str, np.ndarray]:
     size = len(next(iter(grid.values())))
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in MEMORY_CATEGORIES}
     in_flight = np.broadcast_to(cost_model.in_flight.evaluate(grid, ctx), (size,))

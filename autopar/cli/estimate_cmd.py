@@ -19,27 +19,63 @@ def register(app: typer.Typer) -> None:
     @app.command("evaluate")
     @guarded
     def evaluate(
-        model: o.Model, gpus: o.Gpus, gpu: o.Gpu = None, gpus_per_node: o.GpusPerNode = None,
-        cluster: o.Cluster = None, comm_profile: o.CommProfile = None,
-        global_batch: o.GlobalBatch = None, global_batch_tokens: o.GlobalBatchTokens = None,
-        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN, precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron", cost_model: o.CostModelOpt = None,
-        tp: Size = 1, pp: Size = 1, cp: Size = 1, ep: Size = 1, etp: Size = 1, vpp: Size = 1,
+        model: o.Model,
+        gpus: o.Gpus,
+        gpu: o.Gpu = None,
+        gpus_per_node: o.GpusPerNode = None,
+        cluster: o.Cluster = None,
+        comm_profile: o.CommProfile = None,
+        global_batch: o.GlobalBatch = None,
+        global_batch_tokens: o.GlobalBatchTokens = None,
+        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
+        precision: o.Precision = "bf16",
+        framework: o.Framework = "megatron",
+        cost_model: o.CostModelOpt = None,
+        tp: Size = 1,
+        pp: Size = 1,
+        cp: Size = 1,
+        ep: Size = 1,
+        etp: Size = 1,
+        vpp: Size = 1,
         mbs: Size = 1,
         recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
-        zero: Annotated[int, typer.Option(
-            help="0 none, 1 distributed optimizer, 2 +gradients, 3 +parameters.")] = 1,
-        sequence_parallel: Annotated[bool | None, typer.Option(
-            "--sequence-parallel/--no-sequence-parallel",
-            help="Default: on when tp > 1.")] = None,
-        format: o.Format = "table", output: o.Output = None,
+        zero: Annotated[
+            int, typer.Option(help="0 none, 1 distributed optimizer, 2 +gradients, 3 +parameters.")
+        ] = 1,
+        sequence_parallel: Annotated[
+            bool | None,
+            typer.Option(
+                "--sequence-parallel/--no-sequence-parallel", help="Default: on when tp > 1."
+            ),
+        ] = None,
+        format: o.Format = "table",
+        output: o.Output = None,
     ) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
         result = api.evaluate(
-            **o.common(model=model, gpus=gpus, gpu=gpu, gpus_per_node=gpus_per_node,
-                       cluster=cluster, comm_profile=comm_profile, global_batch=global_batch,
-                       global_batch_tokens=global_batch_tokens, seq_len=seq_len,
-                       precision=precision, framework=framework),
-            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, recompute=recompute,
-            zero=zero, sequence_parallel=sequence_parallel, cost_model=cost_model)
+            **o.common(
+                model=model,
+                gpus=gpus,
+                gpu=gpu,
+                gpus_per_node=gpus_per_node,
+                cluster=cluster,
+                comm_profile=comm_profile,
+                global_batch=global_batch,
+                global_batch_tokens=global_batch_tokens,
+                seq_len=seq_len,
+                precision=precision,
+                framework=framework,
+            ),
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            vpp=vpp,
+            mbs=mbs,
+            recompute=recompute,
+            zero=zero,
+            sequence_parallel=sequence_parallel,
+            cost_model=cost_model,
+        )
         emit(render_estimate(result, format, framework=framework), output)

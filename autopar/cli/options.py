@@ -6,37 +6,79 @@ from typing import Annotated, Any
 
 import typer
 
-Model = Annotated[str, typer.Option("--model", "-m", help="Preset name (autopar models) or a "
-                                    "YAML/JSON file with Hugging Face config.json keys.")]
+Model = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Preset name (autopar models) or a YAML/JSON file with Hugging Face config.json keys.",
+    ),
+]
 Gpus = Annotated[int, typer.Option("--gpus", "-n", help="Number of GPUs in the job.")]
-Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU preset (autopar gpus) or YAML file; "
-                                         "default h100 unless --cluster names one.")]
-GpusPerNode = Annotated[int | None, typer.Option("--gpus-per-node",
-                                                 help="NVLink domain size (default: the GPU's).")]
-Cluster = Annotated[str | None, typer.Option("--cluster", help="Cluster YAML: gpu, overrides, "
-                                             "comm_profile.")]
-CommProfile = Annotated[str | None, typer.Option(
-    "--comm-profile", help="Communication profile YAML from `autopar calibrate`.")]
+Gpu = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu",
+        help="GPU preset (autopar gpus) or YAML file; default h100 unless --cluster names one.",
+    ),
+]
+GpusPerNode = Annotated[
+    int | None, typer.Option("--gpus-per-node", help="NVLink domain size (default: the GPU's).")
+]
+Cluster = Annotated[
+    str | None, typer.Option("--cluster", help="Cluster YAML: gpu, overrides, comm_profile.")
+]
+CommProfile = Annotated[
+    str | None,
+    typer.Option("--comm-profile", help="Communication profile YAML from `autopar calibrate`."),
+]
 GlobalBatch = Annotated[int | None, typer.Option("--global-batch", help="Sequences per step.")]
-GlobalBatchTokens = Annotated[int | None, typer.Option(
-    "--global-batch-tokens", help="Tokens per step (default 4Mi when no batch is given).")]
+GlobalBatchTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch-tokens", help="Tokens per step (default 4Mi when no batch is given)."
+    ),
+]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="Sequence length in tokens.")]
 Precision = Annotated[str, typer.Option("--precision", help="bf16 or fp8.")]
-Framework = Annotated[str, typer.Option("--framework",
-                                        help="megatron, torchtitan or deepspeed rules.")]
-CostModelOpt = Annotated[str | None, typer.Option(
-    "--cost-model", help="module:attr of a CostModel (default: cost_models.default).")]
+Framework = Annotated[
+    str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
+]
+CostModelOpt = Annotated[
+    str | None,
+    typer.Option("--cost-model", help="module:attr of a CostModel (default: cost_models.default)."),
+]
 Format = Annotated[str, typer.Option("--format", "-f", help="table or json.")]
-Output = Annotated[str | None, typer.Option("--output", "-o",
-                                            help="Write to this file (atomically).")]
+Output = Annotated[
+    str | None, typer.Option("--output", "-o", help="Write to this file (atomically).")
+]
 
 
-def common(*, model: str, gpus: int, gpu: str | None, gpus_per_node: int | None,
-           cluster: str | None, comm_profile: str | None, global_batch: int | None,
-           global_batch_tokens: int | None, seq_len: int, precision: str, framework: str
-           ) -> dict[str, Any]:
+def common(
+    *,
+    model: str,
+    gpus: int,
+    gpu: str | None,
+    gpus_per_node: int | None,
+    cluster: str | None,
+    comm_profile: str | None,
+    global_batch: int | None,
+    global_batch_tokens: int | None,
+    seq_len: int,
+    precision: str,
+    framework: str,
+) -> dict[str, Any]:
     """The shared options as keyword arguments of the Python API."""
-    return {"model": model, "gpus": gpus, "gpu": gpu, "gpus_per_node": gpus_per_node,
-            "cluster": cluster, "comm_profile": comm_profile, "global_batch": global_batch,
-            "global_batch_tokens": global_batch_tokens, "seq_len": seq_len,
-            "precision": precision, "framework": framework}
+    return {
+        "model": model,
+        "gpus": gpus,
+        "gpu": gpu,
+        "gpus_per_node": gpus_per_node,
+        "cluster": cluster,
+        "comm_profile": comm_profile,
+        "global_batch": global_batch,
+        "global_batch_tokens": global_batch_tokens,
+        "seq_len": seq_len,
+        "precision": precision,
+        "framework": framework,
+    }

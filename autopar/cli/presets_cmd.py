@@ -14,26 +14,31 @@ from autopar.specs import GIB
 def _model_line(name: str) -> str:
     m = load_model(name)
     kind = f"MoE {m.num_experts}x top-{m.experts_per_token}" if m.is_moe else "dense"
-    return (f"{name:<24} layers={m.num_layers:<4} hidden={m.hidden_size:<6} "
-            f"heads={m.num_attention_heads}/{m.num_kv_heads:<4} ffn={m.ffn_hidden_size:<6} "
-            f"vocab={m.vocab_size:<7} {m.mlp_kind:<12} {kind}")
+    return (
+        f"{name:<24} layers={m.num_layers:<4} hidden={m.hidden_size:<6} "
+        f"heads={m.num_attention_heads}/{m.num_kv_heads:<4} ffn={m.ffn_hidden_size:<6} "
+        f"vocab={m.vocab_size:<7} {m.mlp_kind:<12} {kind}"
+    )
 
 
 def _gpu_line(name: str) -> str:
     g = load_gpu(name)
     fp8 = f"{g.peak_fp8_flop_per_s / 1e12:6.0f}" if g.peak_fp8_flop_per_s else "     -"
-    return (f"{name:<12} {g.memory_bytes / GIB:6.1f} GiB  bf16 {g.peak_bf16_flop_per_s / 1e12:6.0f}"
-            f"  fp8 {fp8} TFLOP/s  HBM {g.hbm_bytes_per_s / 1e12:4.2f} TB/s  "
-            f"NVLink {g.nvlink_bytes_per_s / 1e9:4.0f} GB/s  NIC {g.nic_bytes_per_s / 1e9:3.0f} GB/s"
-            f"  {g.gpus_per_node} per node")
+    return (
+        f"{name:<12} {g.memory_bytes / GIB:6.1f} GiB  bf16 {g.peak_bf16_flop_per_s / 1e12:6.0f}"
+        f"  fp8 {fp8} TFLOP/s  HBM {g.hbm_bytes_per_s / 1e12:4.2f} TB/s  "
+        f"NVLink {g.nvlink_bytes_per_s / 1e9:4.0f} GB/s  NIC {g.nic_bytes_per_s / 1e9:3.0f} GB/s"
+        f"  {g.gpus_per_node} per node"
+    )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("models")
     @guarded
     def models(
-        show: Annotated[str | None, typer.Option("--show", help="Print this preset as YAML.")]
-        = None,
+        show: Annotated[
+            str | None, typer.Option("--show", help="Print this preset as YAML.")
+        ] = None,
     ) -> None:
         """List model presets, or print one (--show NAME) as YAML to save and edit."""
         if show:
@@ -45,8 +50,9 @@ def register(app: typer.Typer) -> None:
     @app.command("gpus")
     @guarded
     def gpus(
-        show: Annotated[str | None, typer.Option("--show", help="Print this preset as YAML.")]
-        = None,
+        show: Annotated[
+            str | None, typer.Option("--show", help="Print this preset as YAML.")
+        ] = None,
     ) -> None:
         """List GPU presets (datasheet figures), or print one (--show NAME) as YAML."""
         if show:

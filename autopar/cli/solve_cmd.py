@@ -20,47 +20,110 @@ def register(app: typer.Typer) -> None:
     @app.command("solve")
     @guarded
     def solve(
-        model: o.Model, gpus: o.Gpus, gpu: o.Gpu = None, gpus_per_node: o.GpusPerNode = None,
-        cluster: o.Cluster = None, comm_profile: o.CommProfile = None,
-        global_batch: o.GlobalBatch = None, global_batch_tokens: o.GlobalBatchTokens = None,
-        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN, precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron", cost_model: o.CostModelOpt = None,
-        tp: Pin = None, pp: Pin = None, cp: Pin = None, ep: Pin = None, etp: Pin = None,
-        vpp: Pin = None, dp: Pin = None, mbs: Pin = None, grad_accum: Pin = None,
-        max_tp: Limit = None, max_pp: Limit = None, max_cp: Limit = None, max_ep: Limit = None,
+        model: o.Model,
+        gpus: o.Gpus,
+        gpu: o.Gpu = None,
+        gpus_per_node: o.GpusPerNode = None,
+        cluster: o.Cluster = None,
+        comm_profile: o.CommProfile = None,
+        global_batch: o.GlobalBatch = None,
+        global_batch_tokens: o.GlobalBatchTokens = None,
+        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
+        precision: o.Precision = "bf16",
+        framework: o.Framework = "megatron",
+        cost_model: o.CostModelOpt = None,
+        tp: Pin = None,
+        pp: Pin = None,
+        cp: Pin = None,
+        ep: Pin = None,
+        etp: Pin = None,
+        vpp: Pin = None,
+        dp: Pin = None,
+        mbs: Pin = None,
+        grad_accum: Pin = None,
+        max_tp: Limit = None,
+        max_pp: Limit = None,
+        max_cp: Limit = None,
+        max_ep: Limit = None,
         max_dp: Limit = None,
         max_vpp: Annotated[int, typer.Option(help="Largest virtual pipeline size tried.")] = 8,
         max_mbs: Annotated[int, typer.Option(help="Largest micro-batch tried.")] = 16,
-        recompute: Annotated[str, typer.Option(
-            help="Allowed recompute modes: none,selective,full or any.")] = "any",
-        zero: Annotated[str | None, typer.Option(
-            help="Allowed ZeRO stages, e.g. 0,1 or any (default per framework).")] = None,
-        sequence_parallel: Annotated[bool | None, typer.Option(
-            "--sequence-parallel/--no-sequence-parallel",
-            help="Force SP on/off (default: on with TP).")] = None,
+        recompute: Annotated[
+            str, typer.Option(help="Allowed recompute modes: none,selective,full or any.")
+        ] = "any",
+        zero: Annotated[
+            str | None,
+            typer.Option(help="Allowed ZeRO stages, e.g. 0,1 or any (default per framework)."),
+        ] = None,
+        sequence_parallel: Annotated[
+            bool | None,
+            typer.Option(
+                "--sequence-parallel/--no-sequence-parallel",
+                help="Force SP on/off (default: on with TP).",
+            ),
+        ] = None,
         interleaving: Annotated[bool, typer.Option(help="Allow interleaved 1F1B.")] = True,
         context_parallel: Annotated[bool, typer.Option(help="Allow CP.")] = True,
         expert_parallel: Annotated[bool, typer.Option(help="Allow EP.")] = True,
-        tp_within_node: Annotated[bool, typer.Option(
-            help="Keep TP inside the NVLink domain.")] = True,
+        tp_within_node: Annotated[
+            bool, typer.Option(help="Keep TP inside the NVLink domain.")
+        ] = True,
         top: Annotated[int, typer.Option(help="How many best layouts to report.")] = 5,
         time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
-        format: o.Format = "table", output: o.Output = None,
+        format: o.Format = "table",
+        output: o.Output = None,
     ) -> None:
         """Find the fastest layout that fits, proven optimal by CP-SAT."""
-        limits = {k: v for k, v in (("tp", max_tp), ("pp", max_pp), ("cp", max_cp),
-                                    ("ep", max_ep), ("dp", max_dp)) if v is not None}
+        limits = {
+            k: v
+            for k, v in (
+                ("tp", max_tp),
+                ("pp", max_pp),
+                ("cp", max_cp),
+                ("ep", max_ep),
+                ("dp", max_dp),
+            )
+            if v is not None
+        }
         result = api.solve(
-            **o.common(model=model, gpus=gpus, gpu=gpu, gpus_per_node=gpus_per_node,
-                       cluster=cluster, comm_profile=comm_profile, global_batch=global_batch,
-                       global_batch_tokens=global_batch_tokens, seq_len=seq_len,
-                       precision=precision, framework=framework),
-            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs, grad_accum=grad_accum,
-            limits=limits, max_vpp=max_vpp, max_mbs=max_mbs, recompute=recompute, zero=zero,
-            sequence_parallel=sequence_parallel, allow_interleaving=interleaving,
-            allow_cp=context_parallel, allow_ep=expert_parallel, tp_within_node=tp_within_node,
-            top=top, time_limit=time_limit, num_workers=num_workers, cost_model=cost_model)
+            **o.common(
+                model=model,
+                gpus=gpus,
+                gpu=gpu,
+                gpus_per_node=gpus_per_node,
+                cluster=cluster,
+                comm_profile=comm_profile,
+                global_batch=global_batch,
+                global_batch_tokens=global_batch_tokens,
+                seq_len=seq_len,
+                precision=precision,
+                framework=framework,
+            ),
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            vpp=vpp,
+            dp=dp,
+            mbs=mbs,
+            grad_accum=grad_accum,
+            limits=limits,
+            max_vpp=max_vpp,
+            max_mbs=max_mbs,
+            recompute=recompute,
+            zero=zero,
+            sequence_parallel=sequence_parallel,
+            allow_interleaving=interleaving,
+            allow_cp=context_parallel,
+            allow_ep=expert_parallel,
+            tp_within_node=tp_within_node,
+            top=top,
+            time_limit=time_limit,
+            num_workers=num_workers,
+            cost_model=cost_model,
+        )
         emit(render_solve(result, format, framework=framework), output)
         if result.status in ("infeasible", "unknown"):
             if format == "table" and result.explanation:
