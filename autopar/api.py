@@ -16,6 +16,7 @@ from autopar.loading import load_cluster, load_model
 from autopar.plan import Estimate, Layout
 from autopar.rules import layout_rules, products
 from autopar.solver import SolveResult, run_solver
+from autopar.space import build_space
 from autopar.specs import (
     RECOMPUTE_MODES,
     ZERO_STAGES,
@@ -129,7 +130,30 @@ def make_problem(
         raise err.with_source(
             f"--{err.field.replace('_', '-')}" if err.field else "options"
         ) from None
-    return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
+    problem = Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
+    check_splittable(problem)
+    return problem
+
+
+def check_splittable(problem: Problem) -> None:
+    """Bad input, not a search result: no way to split the GPUs (or the batch) under the rules."""
+    space = build_space(problem)
+    gpus = problem.training.num_gpus
+    model_parallel = space.pruned_grid(("tp", "pp", "cp"))
+    dp = gpus // np.prod([model_parallel[a] for a in ("tp", "pp", "cp")], axis=0)
+    if not np.isin(dp, space.domains["dp"]).any():
+        raise InputError(
+            f"{gpus} GPUs cannot be split as tp*pp*cp*dp under the model's rules (heads "
+            f"{problem.model.num_attention_heads}, layers {problem.model.num_layers}, sequence "
+            f"{problem.training.seq_len}, TP within {problem.cluster.gpus_per_node} GPUs/node)",
+            source="--gpus",
+        )
+    if not len(space.pruned_grid(("tp", "pp", "cp", "mbs", "grad_accum"))["tp"]):
+        raise InputError(
+            f"a global batch of {problem.training.global_batch_sequences} sequences cannot be "
+            f"split as mbs*dp*grad_accum for any data-parallel size that {gpus} GPUs allow",
+            source="--global-batch",
+        )
 
 
 def _default_zero(framework: str) -> tuple[int, ...]:

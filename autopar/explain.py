@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.cpsat import BYTES_PER_KIB, build_model
@@ -73,7 +74,24 @@ def nearest_memory_miss(
     }
 
 
-def _candidates(problem: Problem) -> list[tuple[str, Problem]]:
+def _with_training(problem: Problem, **changes: int) -> Problem:
+    return dataclasses.replace(problem, training=dataclasses.replace(problem.training, **changes))
+
+
+def _gpu_counts(problem: Problem, miss: dict[str, Any] | None) -> list[int]:
+    """GPU counts worth trying: the nearest multiples of a node, and, when memory binds, the
+    power-of-two multiples of the current count that would spread the nearest miss thin enough
+    (model states shrink about linearly with the GPUs that share them)."""
+    n, node = problem.training.num_gpus, problem.cluster.gpus_per_node
+    counts = {max(node, n // node * node), (n // node + 1) * node, 2 * n}
+    if miss is not None:
+        ratio = miss["min_memory_bytes"] / miss["capacity_bytes"]
+        first = int(np.ceil(np.log2(max(ratio, 1.0))))
+        counts |= {n * 2**k for k in range(max(first, 1), first + 3)}
+    return sorted(counts - {n})
+
+
+def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str, Problem]]:
     """Changes a user could make, smallest first."""
     t, o = problem.training, problem.options
     out: list[tuple[str, Problem]] = []
@@ -92,40 +110,31 @@ def _candidates(problem: Problem) -> list[tuple[str, Problem]]:
                 dataclasses.replace(problem, options=dataclasses.replace(o, pins=(), maxima=())),
             )
         )
-    node = problem.cluster.gpus_per_node
-    for n in sorted(
-        {
-            t.num_gpus * 2,
-            t.num_gpus * 4,
-            max(node, t.num_gpus // node * node),
-            (t.num_gpus // node + 1) * node,
-        }
-        - {t.num_gpus}
-    ):
-        out.append(
-            (
-                f"use {n} GPUs (--gpus {n})",
-                dataclasses.replace(problem, training=dataclasses.replace(t, num_gpus=n)),
+    relaxed = out[0][1] if out and out[0][0].startswith("allow every") else None
+    for n in _gpu_counts(problem, miss):
+        out.append((f"use {n} GPUs (--gpus {n})", _with_training(problem, num_gpus=n)))
+        if relaxed is not None:
+            flags = f"--gpus {n} --recompute any --zero any"
+            out.append(
+                (
+                    f"use {n} GPUs and allow every recompute mode and ZeRO stage ({flags})",
+                    _with_training(relaxed, num_gpus=n),
+                )
             )
+    batches = {t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}
+    out += [
+        (
+            f"use a global batch of {b} sequences (--global-batch {b})",
+            _with_training(problem, global_batch_sequences=b),
         )
-    for b in sorted(
-        {t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}
-    ):
-        out.append(
-            (
-                f"use a global batch of {b} sequences (--global-batch {b})",
-                dataclasses.replace(
-                    problem, training=dataclasses.replace(t, global_batch_sequences=b)
-                ),
-            )
-        )
+        for b in sorted(batches)
+    ]
     if t.seq_len % 2 == 0:
+        half = t.seq_len // 2
         out.append(
             (
-                f"train with sequences of {t.seq_len // 2} tokens (--seq-len {t.seq_len // 2})",
-                dataclasses.replace(
-                    problem, training=dataclasses.replace(t, seq_len=t.seq_len // 2)
-                ),
+                f"train with sequences of {half} tokens (--seq-len {half})",
+                _with_training(problem, seq_len=half),
             )
         )
     return out
@@ -176,7 +185,7 @@ def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel
     families = conflicting_families(problem, ctx, cost_model)
     names = [f["family"] for f in families]
     miss = nearest_memory_miss(problem, ctx, cost_model) if "memory" in names else None
-    candidates = _candidates(problem)
+    candidates = _candidates(problem, miss)
     if "memory" in names:
         candidates += _bigger_gpus(problem)
     suggestions = [change for change, changed in candidates if _feasible(changed, ctx, cost_model)]

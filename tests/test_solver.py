@@ -1,0 +1,131 @@
+"""CP-SAT against a brute-force oracle over the same terms, plus properties (issue 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autopar.api import load_cost_model
+from autopar.context import make_context
+from autopar.plan import Layout
+from autopar.rules import layout_rules, products
+from autopar.solver import run_solver
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from tests.oracle import oracle_min_s
+from tests.toy_cost_model import toy_cost_model
+
+TOLERANCE_S = 2e-5  # integer microseconds per table in CP-SAT vs float in the oracle
+MIB = 1024**2
+
+
+def random_problem(seed: int) -> Problem:
+    rng = np.random.default_rng(seed)
+    heads = int(rng.choice([4, 8, 16]))
+    model = ModelSpec(
+        name=f"random-{seed}", num_layers=int(rng.choice([2, 4, 6, 8, 12])),
+        hidden_size=heads * int(rng.choice([32, 64, 128])), num_attention_heads=heads,
+        num_kv_heads=int(rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0])),
+        ffn_hidden_size=int(rng.choice([512, 1024, 2048])), vocab_size=int(rng.choice([1000, 32000])),
+    )
+    gpus = int(rng.choice([1, 2, 4, 6, 8, 12, 16, 24, 32]))
+    gpu = GpuSpec(
+        name="test-gpu", memory_bytes=int(rng.choice([1, 2, 4, 8, 16, 80]) * GIB),
+        peak_bf16_flop_per_s=1e15, peak_fp8_flop_per_s=None, hbm_bytes_per_s=3e12,
+        nvlink_bytes_per_s=4e11, nic_bytes_per_s=5e10, gpus_per_node=int(rng.choice([4, 8])),
+    )
+    training = TrainingSpec(
+        num_gpus=gpus, global_batch_sequences=int(gpus * rng.choice([1, 2, 4]) * rng.choice([1, 3])),
+        seq_len=int(rng.choice([512, 1024, 2048])),
+    )
+    options = SearchOptions(max_mbs=4, max_vpp=3, zero_stages=(0, 1, 3))
+    return Problem(model=model, cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpu.gpus_per_node),
+                   training=training, options=options)
+
+
+def assert_valid(problem: Problem, layout: Layout) -> None:
+    t = problem.training
+    assert layout.tp * layout.pp * layout.cp * layout.dp == t.num_gpus
+    assert layout.mbs * layout.dp * layout.grad_accum == t.global_batch_sequences
+    row = {k: np.array([v]) for k, v in layout.grid_row().items()}
+    for rule in layout_rules(problem):
+        assert rule.check(row)[0], rule.text
+    assert len(products(problem)) == 2
+
+
+def check_against_oracle(problem: Problem, cost_model) -> None:
+    ctx = make_context(problem)
+    result = run_solver(problem, ctx, cost_model, top_k=3, num_workers=2)
+    loose = oracle_min_s(problem, ctx, cost_model)
+    strict = oracle_min_s(problem, ctx, cost_model, margin_bytes=MIB)
+    if result.status == "infeasible":
+        assert strict == float("inf"), f"oracle found {strict} s for {problem}"
+        return
+    assert result.status == "optimal"
+    best = result.best
+    assert loose - TOLERANCE_S <= best.step_time_s <= strict + TOLERANCE_S, problem
+    assert best.fits
+    for estimate in result.layouts:
+        assert_valid(problem, estimate.layout)
+    times = [e.step_time_s for e in result.layouts]
+    assert all(a <= b + TOLERANCE_S for a, b in zip(times, times[1:], strict=False))
+    assert len({e.layout for e in result.layouts}) == len(result.layouts)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_cpsat_matches_brute_force_toy_model(seed: int) -> None:
+    check_against_oracle(random_problem(seed), toy_cost_model())
+
+
+@pytest.mark.parametrize("seed", range(1000, 1030))
+def test_cpsat_matches_brute_force_default_model(seed: int) -> None:
+    check_against_oracle(random_problem(seed), load_cost_model(None))
+
+
+def _llama(gpus: int = 64, memory_gib: float | None = None, **options) -> Problem:
+    from autopar.api import make_problem
+
+    problem = make_problem(model="llama-70b", gpus=gpus, seq_len=4096, global_batch=256,
+                           **options)
+    if memory_gib is not None:
+        gpu = dataclasses.replace(problem.cluster.gpu, memory_bytes=int(memory_gib * GIB))
+        problem = dataclasses.replace(problem, cluster=dataclasses.replace(problem.cluster, gpu=gpu))
+    return problem
+
+
+def _solve(problem: Problem, **kwargs):
+    return run_solver(problem, make_context(problem), load_cost_model(None), **kwargs)
+
+
+def test_more_memory_never_makes_the_optimum_worse() -> None:
+    times = [_solve(_llama(memory_gib=m)).best.step_time_s for m in (40, 60, 80, 140)]
+    assert all(b <= a + TOLERANCE_S for a, b in zip(times, times[1:], strict=False))
+
+
+def test_pinning_the_optimum_gives_the_same_optimum() -> None:
+    best = _solve(_llama()).best
+    for dim in ("tp", "pp", "cp", "mbs"):
+        pinned = _solve(_llama(**{dim: getattr(best.layout, dim)})).best
+        assert pinned.step_time_s == pytest.approx(best.step_time_s, abs=TOLERANCE_S)
+
+
+def test_same_answer_whatever_the_worker_count() -> None:
+    problem = _llama()
+    answers = [tuple(e.layout for e in _solve(problem, top_k=4, num_workers=w).layouts)
+               for w in (1, 2, 8)]
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_infeasible_problem_explains_what_binds() -> None:
+    from autopar.api import make_problem
+
+    problem = make_problem(model="llama-3.1-405b", gpus=8, gpu="a100-40gb", seq_len=4096,
+                           global_batch=8)
+    result = _solve(problem)
+    assert result.status == "infeasible" and not result.layouts
+    explanation = result.explanation
+    assert "memory" in [f["family"] for f in explanation["families"]]
+    miss = explanation["nearest_miss"]
+    assert miss["min_memory_bytes"] > miss["capacity_bytes"]
+    assert any("GPUs" in s for s in explanation["suggestions"])
