@@ -24,6 +24,7 @@ from autopar.specs import (
     SearchOptions,
     TrainingSpec,
 )
+from autopar.sweep import SweepResult, sweep
 from autopar.terms import CostModel, CostTerm, ResourceTerm, TermContext
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ = [
     "ResourceTerm",
     "SearchOptions",
     "SolveResult",
+    "SweepResult",
     "TermContext",
     "TrainingSpec",
     "__version__",
@@ -51,4 +53,5 @@ __all__ = [
     "load_model",
     "make_problem",
     "solve",
+    "sweep",
 ]

@@ -55,6 +55,24 @@ def _family_literal(model: cp_model.CpModel, vm: VarMap, family: str | None):
     return vm.families[family]
 
 
+class _Grids:
+    """``Space.pruned_grid`` memoised by axis set, for one model build."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self._cache: dict[frozenset[str], dict[str, np.ndarray]] = {}
+
+    def grid(self, axes: tuple[str, ...]) -> dict[str, np.ndarray]:
+        key = frozenset(axes)
+        if key not in self._cache:
+            self._cache[key] = self.space.pruned_grid(axes)
+        return self._cache[key]
+
+    def rows(self, axes: tuple[str, ...]) -> int:
+        grid = self.grid(axes)
+        return len(next(iter(grid.values()))) if grid else 1
+
+
 @dataclass(frozen=True, slots=True)
 class _Part:
     """A summand of the objective or of the memory: ``values_of(grid)`` over ``axes``."""
@@ -66,13 +84,14 @@ class _Part:
 
 def _table(
     model: cp_model.CpModel,
-    space: Space,
+    grids: _Grids,
     vm: VarMap,
     *,
     part: _Part,
     scale: float,
     ceil: bool,
     hint: bool = False,
+    channel: bool = True,
 ):
     """A linear expression equal to ``part.values_of(grid) * scale`` (integers) on the chosen row.
 
@@ -83,8 +102,8 @@ def _table(
     With ``hint``, the row of smallest value is the solver's hint (the greedy start that
     STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum.
     """
-    grid = space.pruned_grid(part.axes)
-    key = space.key_axes(part.axes)
+    grid = grids.grid(part.axes)
+    key = grids.space.key_axes(part.axes)
     size = len(next(iter(grid.values()))) if grid else 1
     values = np.broadcast_to(np.asarray(part.values_of(grid), dtype=np.float64), (size,))
     if not key and size == 1:
@@ -97,6 +116,17 @@ def _table(
     if len(ints) == 0:
         model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
         return 0
+    if not channel:
+        value = model.new_int_var_from_domain(
+            cp_model.Domain.from_values(np.unique(ints).tolist()), part.name
+        )
+        table = np.column_stack([grid[a][ok] for a in key] + [ints])
+        model.add_allowed_assignments([vm.axes[a] for a in key] + [value], table.tolist())
+        if hint:
+            best = int(np.argmin(ints))
+            for axis in key:
+                model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
+        return value
     rows = [model.new_bool_var(f"{part.name}#{i}") for i in range(len(ints))]
     model.add_exactly_one(rows)
     if hint:
@@ -123,29 +153,16 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
     )
 
 
-def _rows(space: Space, axes: tuple[str, ...], cache: dict | None = None) -> int:
-    """Rows of the pruned grid over ``axes`` (memoised in ``cache`` by axis set)."""
-    key = frozenset(axes)
-    if cache is not None and key in cache:
-        return cache[key]
-    grid = space.pruned_grid(axes)
-    rows = len(next(iter(grid.values()))) if grid else 1
-    if cache is not None:
-        cache[key] = rows
-    return rows
-
-
-def _merge(space: Space, parts: list[_Part], *, max_rows: int) -> list[_Part]:
+def _merge(grids: _Grids, parts: list[_Part], *, max_rows: int) -> list[_Part]:
     """Sum parts into fewer tables: a part joins a table when the table over the union of their
     axes has at most ``max(max_rows, rows of the larger)`` rows (always when one's free axes
     contain the other's). Fewer, exact tables give CP-SAT a tight linear relaxation; a sum of
     many small tables leaves it to branch (benchmarks/solve_scaling.py)."""
-    cache: dict = {}
     merged: list[_Part] = []
-    for part in sorted(parts, key=lambda p: -_rows(space, p.axes, cache)):
+    for part in sorted(parts, key=lambda p: -grids.rows(p.axes)):
         for i, group in enumerate(merged):
             axes = (*group.axes, *part.axes)
-            if _rows(space, axes, cache) <= max(max_rows, _rows(space, group.axes, cache)):
+            if grids.rows(axes) <= max(max_rows, grids.rows(group.axes)):
                 merged[i] = _Part(
                     f"{group.name}+{part.name}",
                     axes,
@@ -211,11 +228,12 @@ def _add_cost(
     memory_parts += [
         _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
     ]
-    times = _merge(space, time_parts, max_rows=MERGE_MAX_ROWS)
-    memories = _merge(space, memory_parts, max_rows=MERGE_MAX_ROWS)
+    grids = _Grids(space)
+    times = _merge(grids, time_parts, max_rows=MERGE_MAX_ROWS)
+    memories = _merge(grids, memory_parts, max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:
         axes = (*times[0].axes, *memories[0].axes)
-        if _rows(space, axes) <= max(MERGE_MAX_ROWS, _rows(space, times[0].axes)):
+        if grids.rows(axes) <= max(MERGE_MAX_ROWS, grids.rows(times[0].axes)):
             capacity_bytes = vm.capacity_kib * BYTES_PER_KIB
             time_of, memory_of = times[0].values_of, memories[0].values_of
             fused = _Part(
@@ -224,15 +242,15 @@ def _add_cost(
                 lambda g: np.where(memory_of(g) <= capacity_bytes, time_of(g), np.inf),
             )
             vm.objective = _table(
-                model, space, vm, part=fused, scale=US_PER_S, ceil=False, hint=True
+                model, grids, vm, part=fused, scale=US_PER_S, ceil=False, hint=True
             )
             return True
     vm.objective = sum(
-        _table(model, space, vm, part=p, scale=US_PER_S, ceil=False, hint=i == 0)
+        _table(model, grids, vm, part=p, scale=US_PER_S, ceil=False, hint=i == 0)
         for i, p in enumerate(times)
     )
     vm.memory_kib = sum(
-        _table(model, space, vm, part=p, scale=1 / BYTES_PER_KIB, ceil=True) for p in memories
+        _table(model, grids, vm, part=p, scale=1 / BYTES_PER_KIB, ceil=True) for p in memories
     )
     return False
 

@@ -27,10 +27,10 @@ CHECK_TIME_S = 2.0
 
 
 def _solver(time_limit_s: float) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
-    return solver
+    """One worker (assumptions need it), the search settings of ``autopar.solver``."""
+    from autopar.solver import _solver as search_solver
+
+    return search_solver(time_limit_s=time_limit_s, num_workers=1)
 
 
 def conflicting_families(

@@ -142,10 +142,7 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read file ({err})", source=str(path)) from None
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.load(text, Loader=SAFE_LOADER)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
     except json.JSONDecodeError as err:
         raise InputError(
             f"invalid JSON at line {err.lineno}: {err.msg}", source=str(path)

@@ -10,10 +10,11 @@ Glossary of the canonical axes (used as names everywhere, like torchtitan's mesh
 - ``ep``: expert-parallel size, carved out of ``dp * cp`` for the expert layers (Megatron
   ``parallel_state.py``); ``etp``: tensor-parallel size inside the expert layers.
 - ``mbs``: micro-batch size in sequences.
-- ``grad_accum``: micro-batches per optimizer step on each DP rank (``global_batch = mbs*dp*grad_accum``).
+- ``grad_accum``: micro-batches per optimizer step on each DP rank
+  (``global_batch = mbs*dp*grad_accum``).
 - ``recompute``: activation recomputation: ``none``, ``selective`` (attention core), ``full``.
-- ``zero``: optimizer sharding over the DP·CP group: 0 none, 1 optimizer states (Megatron distributed
-  optimizer), 2 also gradients, 3 also parameters (FSDP).
+- ``zero``: optimizer sharding over the DP·CP group: 0 none, 1 optimizer states (Megatron
+  distributed optimizer), 2 also gradients, 3 also parameters (FSDP).
 - ``sp``: sequence parallelism in the TP region (1 on, 0 off).
 
 Rank order is Megatron's default ``tp-cp-ep-dp-pp`` (TP fastest, PP slowest).

@@ -45,38 +45,64 @@ class Space:
         return tuple(a for a in AXIS_ORDER if a in need)
 
     def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
-        """``free_axes`` less the constants (axes with a single allowed value): a table's columns."""
+        """``free_axes`` less the constants (axes with one allowed value): a table's columns."""
         return tuple(a for a in self.free_axes(axes) if len(self.domains[a]) > 1)
 
     def pruned_grid(self, axes: Iterable[str]) -> dict[str, np.ndarray]:
         """Rows over the free axes of ``axes`` (with the derived ``dp`` / ``grad_accum`` columns)
-        that every rule over those axes allows and that satisfy the products (DESIGN §3)."""
+        that every rule over those axes allows and that satisfy the products (DESIGN §3).
+
+        Built as a join, one axis at a time, filtering as soon as a rule's axes are all present,
+        so the unpruned Cartesian product is never materialised.
+        """
         axes = tuple(dict.fromkeys(axes))
-        free = self.free_axes(axes)
-        mesh = np.meshgrid(
-            *(np.array(self.domains[a], dtype=np.int64) for a in free), indexing="ij"
-        )
-        grid = {a: m.ravel() for a, m in zip(free, mesh, strict=True)}
-        keep = np.ones(len(grid[free[0]]) if free else 1, dtype=bool)
+        derive = {"dp"} & set(axes) | ({"dp", "grad_accum"} if "grad_accum" in axes else set())
+        grid: dict[str, np.ndarray] = {}
+        applied: set[int] = set()
+        size = 1
+        for axis in self.free_axes(axes):
+            values = np.array(self.domains[axis], dtype=np.int64)
+            grid = {a: np.repeat(v, len(values)) for a, v in grid.items()}
+            grid[axis] = np.tile(values, size)
+            grid = self._derive(grid, derive)
+            grid = self._filter(grid, applied)
+            size = len(grid[axis])
+        return grid
+
+    def _derive(self, grid: dict[str, np.ndarray], derive: set[str]) -> dict[str, np.ndarray]:
+        """Add ``dp`` (from tp, pp, cp) and ``grad_accum`` (from mbs, dp) once they follow."""
         gpus, batch = self.products[0].total, self.products[1].total
-        if {"tp", "pp", "cp"} <= set(grid) and ("dp" in axes or "grad_accum" in axes):
+        if "dp" in derive and "dp" not in grid and {"tp", "pp", "cp"} <= set(grid):
             model_parallel = grid["tp"] * grid["pp"] * grid["cp"]
-            keep &= gpus % model_parallel == 0
-            grid["dp"] = gpus // np.where(keep, model_parallel, 1)
-            keep &= np.isin(grid["dp"], self.domains["dp"])
-        if "grad_accum" in axes:
+            ok = gpus % model_parallel == 0
+            dp = gpus // np.where(ok, model_parallel, 1)
+            grid = _rows_where(grid, ok & np.isin(dp, self.domains["dp"]))
+            grid["dp"] = gpus // (grid["tp"] * grid["pp"] * grid["cp"])
+        if "grad_accum" in derive and "grad_accum" not in grid and {"mbs", "dp"} <= set(grid):
             per_step = grid["mbs"] * grid["dp"]
-            keep &= batch % per_step == 0
-            grid["grad_accum"] = batch // np.where(keep, per_step, 1)
-            keep &= np.isin(grid["grad_accum"], self.domains["grad_accum"])
-        for rule in self.rules:
-            if set(rule.axes) <= set(grid):
+            ok = batch % per_step == 0
+            accum = batch // np.where(ok, per_step, 1)
+            grid = _rows_where(grid, ok & np.isin(accum, self.domains["grad_accum"]))
+            grid["grad_accum"] = batch // (grid["mbs"] * grid["dp"])
+        return grid
+
+    def _filter(self, grid: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
+        """Apply the rules that just became complete, and the products' partial divisibility."""
+        present = set(grid)
+        keep = np.ones(len(next(iter(grid.values()))), dtype=bool)
+        for i, rule in enumerate(self.rules):
+            if i not in applied and set(rule.axes) <= present:
                 keep &= rule.check(grid)
+                applied.add(i)
         for product in self.products:
-            inside = [a for a in product.axes if a in grid]
-            if inside:
+            inside = [a for a in product.axes if a in present]
+            if len(inside) > 1:
                 keep &= product.total % np.prod([grid[a] for a in inside], axis=0) == 0
-        return {a: v[keep] for a, v in grid.items()}
+        return _rows_where(grid, keep)
+
+
+def _rows_where(grid: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {a: v[keep] for a, v in grid.items()}
 
 
 AXIS_ORDER: tuple[str, ...] = (

@@ -52,12 +52,12 @@ class ModelSpec:
     hidden_size: int
     num_attention_heads: int
     num_kv_heads: int
-    """Key/value heads = Megatron query groups (HF ``num_key_value_heads``); equal to heads for MHA."""
+    """Key/value heads = Megatron query groups (HF ``num_key_value_heads``); = heads for MHA."""
     ffn_hidden_size: int
     """Dense MLP inner size (HF ``intermediate_size``)."""
     vocab_size: int
     mlp_kind: MlpKind = "swiglu"
-    """``swiglu``: gated, 3 matrices; ``gelu``: 2 matrices; ``squared_relu``: 2 matrices (Nemotron)."""
+    """``swiglu``: gated, 3 matrices; ``gelu``: 2; ``squared_relu``: 2 (Nemotron)."""
     head_dim: int = 0
     """Per-head size; 0 means ``hidden_size // num_attention_heads`` (Qwen3 sets it explicitly)."""
     tied_embeddings: bool = False
@@ -199,7 +199,7 @@ class ClusterSpec:
     intra_node_latency_s: float = 5e-6
     """Per-step latency of an NVLink collective (NCCL ring step order of magnitude)."""
     inter_node_latency_s: float = 12e-6
-    """Per-step latency of a collective crossing the network (InfiniBand/RoCE order of magnitude)."""
+    """Per-step latency of a collective crossing the network (InfiniBand/RoCE magnitude)."""
     comm_profile_path: str | None = None
     """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
     memory_reserve_bytes: int = 0

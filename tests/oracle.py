@@ -17,8 +17,9 @@ def enumerate_layouts(problem: Problem, ctx: TermContext, cost_model: CostModel)
     return grid, step_time_s(cost_model, grid, ctx), memory_bytes(cost_model, grid, ctx)
 
 
-def oracle_min_s(problem: Problem, ctx: TermContext, cost_model: CostModel, *,
-                 margin_bytes: float = 0.0) -> float:
+def oracle_min_s(
+    problem: Problem, ctx: TermContext, cost_model: CostModel, *, margin_bytes: float = 0.0
+) -> float:
     """Smallest step time over the layouts within capacity - margin (inf when none)."""
     _, times, memory = enumerate_layouts(problem, ctx, cost_model)
     fits = memory <= ctx.cluster.usable_memory_bytes - margin_bytes

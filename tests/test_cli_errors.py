@@ -18,42 +18,91 @@ def _bad_model(tmp_path, text: str, name: str = "model.yaml") -> str:
 CASES = [
     ("missing file", lambda p: ["--model", str(p / "nope.yaml")], ["nope.yaml", "not found"]),
     ("yaml syntax", lambda p: ["--model", _bad_model(p, "a: [1, 2\nb: 3\n")], ["invalid YAML"]),
-    ("unknown key", lambda p: ["--model", _bad_model(p, GOOD + "num_atention_heads: 8\n")],
-     ["num_atention_heads", "did you mean 'num_attention_heads'"]),
-    ("wrong type", lambda p: ["--model", _bad_model(p, GOOD.replace("256", "big"))],
-     ["hidden_size", "integer"]),
-    ("zero size", lambda p: ["--model", _bad_model(p, GOOD.replace("num_hidden_layers: 4",
-                                                                   "num_hidden_layers: 0"))],
-     ["num_layers", "positive"]),
-    ("negative size", lambda p: ["--model", _bad_model(p, GOOD.replace("1000", "-5"))],
-     ["vocab_size", "positive"]),
-    ("non-integer size", lambda p: ["--model", _bad_model(p, GOOD.replace("256", "256.5"))],
-     ["hidden_size", "integer"]),
-    ("heads vs hidden", lambda p: ["--model", _bad_model(p, GOOD.replace("256", "250"))],
-     ["num_attention_heads", "must divide hidden_size"]),
-    ("kv heads vs heads", lambda p: ["--model", _bad_model(p, GOOD + "num_key_value_heads: 3\n")],
-     ["num_key_value_heads", "must divide num_attention_heads"]),
-    ("bad json", lambda p: ["--model", _bad_model(p, "{\"a\": ", "m.json")], ["invalid JSON"]),
+    (
+        "unknown key",
+        lambda p: ["--model", _bad_model(p, GOOD + "num_atention_heads: 8\n")],
+        ["num_atention_heads", "did you mean 'num_attention_heads'"],
+    ),
+    (
+        "wrong type",
+        lambda p: ["--model", _bad_model(p, GOOD.replace("256", "big"))],
+        ["hidden_size", "integer"],
+    ),
+    (
+        "zero size",
+        lambda p: [
+            "--model",
+            _bad_model(p, GOOD.replace("num_hidden_layers: 4", "num_hidden_layers: 0")),
+        ],
+        ["num_layers", "positive"],
+    ),
+    (
+        "negative size",
+        lambda p: ["--model", _bad_model(p, GOOD.replace("1000", "-5"))],
+        ["vocab_size", "positive"],
+    ),
+    (
+        "non-integer size",
+        lambda p: ["--model", _bad_model(p, GOOD.replace("256", "256.5"))],
+        ["hidden_size", "integer"],
+    ),
+    (
+        "heads vs hidden",
+        lambda p: ["--model", _bad_model(p, GOOD.replace("256", "250"))],
+        ["num_attention_heads", "must divide hidden_size"],
+    ),
+    (
+        "kv heads vs heads",
+        lambda p: ["--model", _bad_model(p, GOOD + "num_key_value_heads: 3\n")],
+        ["num_key_value_heads", "must divide num_attention_heads"],
+    ),
+    ("bad json", lambda p: ["--model", _bad_model(p, '{"a": ', "m.json")], ["invalid JSON"]),
     ("unknown preset", lambda p: ["--model", "llama-70"], ["--model", "did you mean"]),
     ("unknown gpu", lambda p: ["--model", "llama-8b", "--gpu", "h1000"], ["--gpu"]),
-    ("gpus cannot split", lambda p: ["--model", "llama-70b", "--gpus", "7", "--dp", "1"],
-     ["--gpus", "cannot be split"]),
-    ("gpus vs batch", lambda p: ["--model", "llama-70b", "--gpus", "7"],
-     ["--global-batch", "7 GPUs"]),
-    ("batch cannot split", lambda p: ["--model", "llama-8b", "--gpus", "64", "--global-batch",
-                                      "3", "--max-tp", "1", "--max-pp", "1", "--no-context-parallel"],
-     ["--global-batch"]),
+    (
+        "gpus cannot split",
+        lambda p: ["--model", "llama-70b", "--gpus", "7", "--dp", "1"],
+        ["--gpus", "cannot be split"],
+    ),
+    (
+        "gpus vs batch",
+        lambda p: ["--model", "llama-70b", "--gpus", "7"],
+        ["--global-batch", "7 GPUs"],
+    ),
+    (
+        "batch cannot split",
+        lambda p: [
+            "--model",
+            "llama-8b",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "3",
+            "--max-tp",
+            "1",
+            "--max-pp",
+            "1",
+            "--no-context-parallel",
+        ],
+        ["--global-batch"],
+    ),
     ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["num_gpus", "positive"]),
     ("bad precision", lambda p: ["--model", "llama-8b", "--precision", "fp4"], ["precision"]),
-    ("fp8 on a100", lambda p: ["--model", "llama-8b", "--gpu", "a100", "--precision", "fp8"],
-     ["FP8"]),
+    (
+        "fp8 on a100",
+        lambda p: ["--model", "llama-8b", "--gpu", "a100", "--precision", "fp8"],
+        ["FP8"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "args", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_exits_2_with_one_line(runner, tmp_path, name, args, expected) -> None:
-    argv = ["solve", "--gpus", "8", *args(tmp_path)] if "--gpus" not in args(tmp_path) else [
-        "solve", *args(tmp_path)]
+    argv = (
+        ["solve", "--gpus", "8", *args(tmp_path)]
+        if "--gpus" not in args(tmp_path)
+        else ["solve", *args(tmp_path)]
+    )
     result = runner.invoke(app, argv)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

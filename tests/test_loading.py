@@ -36,8 +36,15 @@ def test_llama_70b_alias_is_llama_3_70b() -> None:
 
 
 def test_every_preset_loads() -> None:
-    required = {"llama-2-7b", "llama-3.1-405b", "gpt3-175b", "megatron-gpt-1t", "mixtral-8x22b",
-                "qwen3-235b-a22b", "nemotron-4-340b"}
+    required = {
+        "llama-2-7b",
+        "llama-3.1-405b",
+        "gpt3-175b",
+        "megatron-gpt-1t",
+        "mixtral-8x22b",
+        "qwen3-235b-a22b",
+        "nemotron-4-340b",
+    }
     names = set(preset_names("models"))
     assert required <= names
     for name in names:
@@ -66,7 +73,9 @@ def test_cluster_file_overrides_gpu_values(tmp_path) -> None:
 
 def test_unknown_key_suggests_the_known_one(tmp_path) -> None:
     path = tmp_path / "m.yaml"
-    path.write_text("num_hidden_layers: 2\nhiden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n")
+    path.write_text(
+        "num_hidden_layers: 2\nhiden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n"
+    )
     with pytest.raises(InputError, match="did you mean 'hidden_size'"):
         load_model(str(path))
 

@@ -24,24 +24,37 @@ def random_problem(seed: int) -> Problem:
     rng = np.random.default_rng(seed)
     heads = int(rng.choice([4, 8, 16]))
     model = ModelSpec(
-        name=f"random-{seed}", num_layers=int(rng.choice([2, 4, 6, 8, 12])),
-        hidden_size=heads * int(rng.choice([32, 64, 128])), num_attention_heads=heads,
+        name=f"random-{seed}",
+        num_layers=int(rng.choice([2, 4, 6, 8, 12])),
+        hidden_size=heads * int(rng.choice([32, 64, 128])),
+        num_attention_heads=heads,
         num_kv_heads=int(rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0])),
-        ffn_hidden_size=int(rng.choice([512, 1024, 2048])), vocab_size=int(rng.choice([1000, 32000])),
+        ffn_hidden_size=int(rng.choice([512, 1024, 2048])),
+        vocab_size=int(rng.choice([1000, 32000])),
     )
     gpus = int(rng.choice([1, 2, 4, 6, 8, 12, 16, 24, 32]))
     gpu = GpuSpec(
-        name="test-gpu", memory_bytes=int(rng.choice([1, 2, 4, 8, 16, 80]) * GIB),
-        peak_bf16_flop_per_s=1e15, peak_fp8_flop_per_s=None, hbm_bytes_per_s=3e12,
-        nvlink_bytes_per_s=4e11, nic_bytes_per_s=5e10, gpus_per_node=int(rng.choice([4, 8])),
+        name="test-gpu",
+        memory_bytes=int(rng.choice([1, 2, 4, 8, 16, 80]) * GIB),
+        peak_bf16_flop_per_s=1e15,
+        peak_fp8_flop_per_s=None,
+        hbm_bytes_per_s=3e12,
+        nvlink_bytes_per_s=4e11,
+        nic_bytes_per_s=5e10,
+        gpus_per_node=int(rng.choice([4, 8])),
     )
     training = TrainingSpec(
-        num_gpus=gpus, global_batch_sequences=int(gpus * rng.choice([1, 2, 4]) * rng.choice([1, 3])),
+        num_gpus=gpus,
+        global_batch_sequences=int(gpus * rng.choice([1, 2, 4]) * rng.choice([1, 3])),
         seq_len=int(rng.choice([512, 1024, 2048])),
     )
     options = SearchOptions(max_mbs=4, max_vpp=3, zero_stages=(0, 1, 3))
-    return Problem(model=model, cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpu.gpus_per_node),
-                   training=training, options=options)
+    return Problem(
+        model=model,
+        cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpu.gpus_per_node),
+        training=training,
+        options=options,
+    )
 
 
 def assert_valid(problem: Problem, layout: Layout) -> None:
@@ -86,11 +99,12 @@ def test_cpsat_matches_brute_force_default_model(seed: int) -> None:
 def _llama(gpus: int = 64, memory_gib: float | None = None, **options) -> Problem:
     from autopar.api import make_problem
 
-    problem = make_problem(model="llama-70b", gpus=gpus, seq_len=4096, global_batch=256,
-                           **options)
+    problem = make_problem(model="llama-70b", gpus=gpus, seq_len=4096, global_batch=256, **options)
     if memory_gib is not None:
         gpu = dataclasses.replace(problem.cluster.gpu, memory_bytes=int(memory_gib * GIB))
-        problem = dataclasses.replace(problem, cluster=dataclasses.replace(problem.cluster, gpu=gpu))
+        problem = dataclasses.replace(
+            problem, cluster=dataclasses.replace(problem.cluster, gpu=gpu)
+        )
     return problem
 
 
@@ -112,16 +126,18 @@ def test_pinning_the_optimum_gives_the_same_optimum() -> None:
 
 def test_same_answer_whatever_the_worker_count() -> None:
     problem = _llama()
-    answers = [tuple(e.layout for e in _solve(problem, top_k=4, num_workers=w).layouts)
-               for w in (1, 2, 8)]
+    answers = [
+        tuple(e.layout for e in _solve(problem, top_k=4, num_workers=w).layouts) for w in (1, 2, 8)
+    ]
     assert answers[0] == answers[1] == answers[2]
 
 
 def test_infeasible_problem_explains_what_binds() -> None:
     from autopar.api import make_problem
 
-    problem = make_problem(model="llama-3.1-405b", gpus=8, gpu="a100-40gb", seq_len=4096,
-                           global_batch=8)
+    problem = make_problem(
+        model="llama-3.1-405b", gpus=8, gpu="a100-40gb", seq_len=4096, global_batch=8
+    )
     result = _solve(problem)
     assert result.status == "infeasible" and not result.layouts
     explanation = result.explanation

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from autopar.cli import estimate_cmd, presets_cmd, solve_cmd
+from autopar.cli import calibrate, estimate_cmd, presets_cmd, solve_cmd, sweep_cmd
 from autopar.cli.errors import run_guarded
 
 app = typer.Typer(
@@ -40,18 +40,10 @@ def _root(
 solve_cmd.register(app)
 estimate_cmd.register(app)
 presets_cmd.register(app)
+sweep_cmd.register(app)
 
 
-def _register_calibrate() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("autopar.cli.calibrate") is not None:  # TEMP until it lands
-        from autopar.cli import calibrate
-
-        calibrate.register(app)
-
-
-_register_calibrate()
+calibrate.register(app)
 
 
 def main() -> None:

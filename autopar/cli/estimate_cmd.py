@@ -11,6 +11,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
 from autopar.cli.render import render_estimate
+from autopar.emit import EMITTERS
 
 Size = Annotated[int, typer.Option(help="Layout dimension.")]
 
@@ -52,20 +53,21 @@ def register(app: typer.Typer) -> None:
         output: o.Output = None,
     ) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
+        common = o.common(
+            model=model,
+            gpus=gpus,
+            gpu=gpu,
+            gpus_per_node=gpus_per_node,
+            cluster=cluster,
+            comm_profile=comm_profile,
+            global_batch=global_batch,
+            global_batch_tokens=global_batch_tokens,
+            seq_len=seq_len,
+            precision=precision,
+            framework=framework,
+        )
         result = api.evaluate(
-            **o.common(
-                model=model,
-                gpus=gpus,
-                gpu=gpu,
-                gpus_per_node=gpus_per_node,
-                cluster=cluster,
-                comm_profile=comm_profile,
-                global_batch=global_batch,
-                global_batch_tokens=global_batch_tokens,
-                seq_len=seq_len,
-                precision=precision,
-                framework=framework,
-            ),
+            **common,
             tp=tp,
             pp=pp,
             cp=cp,
@@ -78,4 +80,5 @@ def register(app: typer.Typer) -> None:
             sequence_parallel=sequence_parallel,
             cost_model=cost_model,
         )
-        emit(render_estimate(result, format, framework=framework), output)
+        problem = api.make_problem(**common) if format in EMITTERS else None
+        emit(render_estimate(result, format, framework=framework, problem=problem), output)

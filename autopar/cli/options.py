@@ -48,7 +48,9 @@ CostModelOpt = Annotated[
     str | None,
     typer.Option("--cost-model", help="module:attr of a CostModel (default: cost_models.default)."),
 ]
-Format = Annotated[str, typer.Option("--format", "-f", help="table or json.")]
+Format = Annotated[
+    str, typer.Option("--format", "-f", help="table, json, csv, megatron, torchtitan or deepspeed.")
+]
 Output = Annotated[
     str | None, typer.Option("--output", "-o", help="Write to this file (atomically).")
 ]

@@ -1,31 +1,91 @@
-"""Choose the rendering of a result by ``--format``."""
+"""Choose the rendering of a result by ``--format``.
+
+``table`` is for people, ``json`` is the machine contract (``autopar/schemas/*.schema.json``),
+``csv`` is one row per layout, and ``megatron`` / ``torchtitan`` / ``deepspeed`` emit the best
+layout as that framework's launch configuration (``autopar.emit``).
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from autopar import emit as emitters
 from autopar.cli.output import to_json
 from autopar.errors import InputError
 from autopar.plan import Estimate
-from autopar.report import estimate_text, solve_text
+from autopar.report import estimate_text, flat_row, solve_text
+from autopar.specs import Problem
 
-FORMATS: tuple[str, ...] = ("table", "json")
-
-
-def _check(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", source="--format")
+FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 
 
-def render_estimate(estimate: Estimate, fmt: str, *, framework: str = "megatron") -> str:
+def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
+    if fmt not in formats:
+        raise InputError(f"must be one of {', '.join(formats)}, got {fmt!r}", source="--format")
+
+
+def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> str:
+    if problem is None:
+        raise InputError(
+            "needs the problem (model layers, sequence length, batch, precision): "
+            "pass problem=autopar.make_problem(...)",
+            source=f"--format {fmt}",
+        )
+    if fmt == "megatron":
+        return emitters.megatron_args(estimate, problem)
+    if fmt == "torchtitan":
+        return emitters.torchtitan_toml(estimate, problem).rstrip("\n")
+    return json.dumps(emitters.deepspeed_json(estimate, problem), indent=2)
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """Records as CSV with a header row (columns in the order of the first record)."""
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue().rstrip("\n")
+
+
+def render_estimate(
+    estimate: Estimate,
+    fmt: str,
+    *,
+    framework: str = "megatron",
+    problem: Problem | None = None,
+) -> str:
     _check(fmt)
     if fmt == "json":
         return to_json(estimate.to_dict())
+    if fmt == "csv":
+        return csv_text([flat_row(estimate)])
+    if fmt in emitters.EMITTERS:
+        return _framework_text(estimate, fmt, problem)
     return estimate_text(estimate)
 
 
-def render_solve(result, fmt: str, *, framework: str = "megatron") -> str:
+def render_solve(
+    result,
+    fmt: str,
+    *,
+    framework: str = "megatron",
+    problem: Problem | None = None,
+) -> str:
     _check(fmt)
     if fmt == "json":
         return to_json(result.to_dict())
+    if fmt == "csv":
+        return csv_text([flat_row(e) for e in result.layouts])
     if not result.layouts:
+        if fmt in emitters.EMITTERS:
+            return f"# autopar: no layout (status {result.status})"
         return f"status       {result.status}"
+    if fmt in emitters.EMITTERS:
+        return _framework_text(result.best, fmt, problem)
     return solve_text(result)

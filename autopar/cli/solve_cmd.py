@@ -11,6 +11,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
 from autopar.cli.render import render_solve
+from autopar.emit import EMITTERS
 
 Pin = Annotated[int | None, typer.Option(help="Pin this dimension.")]
 Limit = Annotated[int | None, typer.Option(help="Upper limit for this dimension.")]
@@ -86,20 +87,21 @@ def register(app: typer.Typer) -> None:
             )
             if v is not None
         }
+        common = o.common(
+            model=model,
+            gpus=gpus,
+            gpu=gpu,
+            gpus_per_node=gpus_per_node,
+            cluster=cluster,
+            comm_profile=comm_profile,
+            global_batch=global_batch,
+            global_batch_tokens=global_batch_tokens,
+            seq_len=seq_len,
+            precision=precision,
+            framework=framework,
+        )
         result = api.solve(
-            **o.common(
-                model=model,
-                gpus=gpus,
-                gpu=gpu,
-                gpus_per_node=gpus_per_node,
-                cluster=cluster,
-                comm_profile=comm_profile,
-                global_batch=global_batch,
-                global_batch_tokens=global_batch_tokens,
-                seq_len=seq_len,
-                precision=precision,
-                framework=framework,
-            ),
+            **common,
             tp=tp,
             pp=pp,
             cp=cp,
@@ -124,7 +126,8 @@ def register(app: typer.Typer) -> None:
             num_workers=num_workers,
             cost_model=cost_model,
         )
-        emit(render_solve(result, format, framework=framework), output)
+        problem = api.make_problem(**common) if format in EMITTERS else None
+        emit(render_solve(result, format, framework=framework, problem=problem), output)
         if result.status in ("infeasible", "unknown"):
             if format == "table" and result.explanation:
                 typer.echo(f"autopar: infeasible: {result.explanation['summary']}", err=True)

@@ -1,0 +1,197 @@
+"""``autopar sweep``: the best layout over lists of GPU counts, GPU types and sequence lengths."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import typer
+
+from autopar import api
+from autopar.cli import options as o
+from autopar.cli.errors import guarded
+from autopar.cli.output import emit, to_json
+from autopar.cli.render import csv_text
+from autopar.errors import InputError
+from autopar.sweep import SweepResult, SweepRow, sweep
+
+FORMATS: tuple[str, ...] = ("table", "csv", "json")
+
+
+def parse_list(text: str, flag: str, kind: type = int) -> list:
+    """``"256,512"`` -> ``[256, 512]``; a bad item is an ``InputError`` naming ``flag``."""
+    items = [item.strip() for item in str(text).split(",")]
+    if not items or any(not item for item in items):
+        raise InputError(f"must be a comma-separated list, got {text!r}", source=flag)
+    if kind is str:
+        return items
+    out = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise InputError(f"{item!r} is not an integer (in {text!r})", source=flag) from None
+        if value < 1:
+            raise InputError(f"must be positive, got {value}", source=flag)
+        out.append(value)
+    return out
+
+
+def _number(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"must be a number, got {text!r}", source=flag) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise InputError(f"must be a positive number, got {text!r}", source=flag)
+    return value
+
+
+def _cell(value: object, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return format(value, fmt)
+    return str(value)
+
+
+_TABLE = (
+    # column, header, float format
+    ("gpus", "GPUs", ""),
+    ("gpu", "GPU", ""),
+    ("seq_len", "seq", ""),
+    ("status", "status", ""),
+    ("tp", "TP", ".0f"),
+    ("pp", "PP", ".0f"),
+    ("vpp", "VPP", ".0f"),
+    ("cp", "CP", ".0f"),
+    ("dp", "DP", ".0f"),
+    ("ep", "EP", ".0f"),
+    ("mbs", "mbs", ".0f"),
+    ("grad_accum", "GA", ".0f"),
+    ("recompute", "recompute", ""),
+    ("zero", "ZeRO", ".0f"),
+    ("step_time_s", "step s", ".3f"),
+    ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
+    ("mfu", "MFU", ".1%"),
+    ("memory_gib", "GiB", ".1f"),
+    ("days_to_train", "days", ".1f"),
+    ("cost", "cost", ",.0f"),
+)
+
+
+def sweep_table(result: SweepResult) -> str:
+    """The sweep for people: one aligned line per grid point."""
+    cells = [[header for _, header, _ in _TABLE]]
+    for row in result.rows:
+        cells.append([_cell(getattr(row, name), fmt) for name, _, fmt in _TABLE])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(_TABLE))]
+    return "\n".join(
+        " ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
+        for line in cells
+    )
+
+
+def render_sweep(result: SweepResult, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", source="--format")
+    if fmt == "json":
+        return to_json(result.to_dict())
+    if fmt == "csv":
+        return csv_text([row.to_dict() for row in result.rows])
+    return sweep_table(result)
+
+
+def _progress(done: int, total: int, row: SweepRow) -> None:
+    figure = (
+        f"{row.step_time_s:.3f} s/step, {row.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+        if row.status in ("optimal", "feasible")
+        else "no layout"
+    )
+    typer.echo(
+        f"[{done}/{total}] gpus={row.gpus} gpu={row.gpu} seq_len={row.seq_len}: "
+        f"{row.status}, {figure}",
+        err=True,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    @guarded
+    def sweep_command(
+        model: o.Model,
+        gpus: Annotated[
+            str, typer.Option("--gpus", "-n", help="GPU counts, comma-separated: 256,512,1024.")
+        ],
+        gpu: Annotated[
+            str | None,
+            typer.Option("--gpu", help="GPU presets, comma-separated: h100,h200 (default h100)."),
+        ] = None,
+        gpus_per_node: o.GpusPerNode = None,
+        cluster: o.Cluster = None,
+        comm_profile: o.CommProfile = None,
+        global_batch: o.GlobalBatch = None,
+        global_batch_tokens: o.GlobalBatchTokens = None,
+        seq_len: Annotated[
+            str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
+        ] = str(api.DEFAULT_SEQ_LEN),
+        precision: o.Precision = "bf16",
+        framework: o.Framework = "megatron",
+        cost_model: o.CostModelOpt = None,
+        train_tokens: Annotated[
+            str | None,
+            typer.Option("--train-tokens", help="Tokens to train on (15e12): adds days_to_train."),
+        ] = None,
+        gpu_hour_cost: Annotated[
+            str | None,
+            typer.Option("--gpu-hour-cost", help="Price of one GPU-hour: adds cost."),
+        ] = None,
+        time_limit: Annotated[
+            float, typer.Option(help="Solver time limit per point in seconds.")
+        ] = 10.0,
+        num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
+        format: Annotated[
+            str, typer.Option("--format", "-f", help="table, csv or json.")
+        ] = "table",
+        output: o.Output = None,
+    ) -> None:
+        """The best layout at each GPU count, GPU type and sequence length; time and cost."""
+        if format not in FORMATS:
+            raise InputError(
+                f"must be one of {', '.join(FORMATS)}, got {format!r}", source="--format"
+            )
+        gpus_list = parse_list(gpus, "--gpus")
+        seq_list = parse_list(seq_len, "--seq-len")
+        gpu_list = None if gpu is None else parse_list(gpu, "--gpu", str)
+        tokens = _number(train_tokens, "--train-tokens")
+        price = _number(gpu_hour_cost, "--gpu-hour-cost")
+        common = o.common(
+            model=model,
+            gpus=0,
+            gpu=None,
+            gpus_per_node=gpus_per_node,
+            cluster=cluster,
+            comm_profile=comm_profile,
+            global_batch=global_batch,
+            global_batch_tokens=global_batch_tokens,
+            seq_len=0,
+            precision=precision,
+            framework=framework,
+        )
+        for key in ("gpus", "gpu", "seq_len"):
+            del common[key]
+        result = sweep(
+            gpus=gpus_list,
+            gpu=gpu_list,
+            seq_len=seq_list,
+            train_tokens=tokens,
+            gpu_hour_cost=price,
+            progress=_progress,
+            time_limit=time_limit,
+            num_workers=num_workers,
+            cost_model=cost_model,
+            **common,
+        )
+        emit(render_sweep(result, format), output)

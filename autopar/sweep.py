@@ -1,0 +1,184 @@
+"""``autopar.sweep``: solve over a grid of GPU counts, GPU types and sequence lengths (DESIGN §7).
+
+Each grid point is one ``autopar.solve(..., top=1)``. A point where no layout fits is a row with
+status ``infeasible`` (or ``unknown`` on a time-out) and NaN figures, never an exception.
+With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` also ``cost``
+(``gpus * hours * gpu_hour_cost``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from autopar import api
+from autopar.errors import InputError
+from autopar.plan import Estimate
+from autopar.specs import GIB, GpuSpec
+
+SECONDS_PER_DAY = 86_400.0
+SECONDS_PER_HOUR = 3_600.0
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepRow:
+    """One grid point: its inputs, the solver status and the best layout's figures (NaN when no
+    layout was found)."""
+
+    gpus: int
+    gpu: str
+    seq_len: int
+    status: str
+    tp: float = NAN
+    pp: float = NAN
+    vpp: float = NAN
+    cp: float = NAN
+    dp: float = NAN
+    ep: float = NAN
+    mbs: float = NAN
+    grad_accum: float = NAN
+    recompute: str | None = None
+    zero: float = NAN
+    step_time_s: float = NAN
+    tokens_per_s: float = NAN
+    tokens_per_s_per_gpu: float = NAN
+    mfu: float = NAN
+    memory_gib: float = NAN
+    days_to_train: float = NAN
+    cost: float = NAN
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: NaN becomes ``None``."""
+        return {
+            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            for k, v in asdict(self).items()
+        }
+
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SweepRow))
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What ``autopar.sweep`` returns: one row per grid point, in grid order
+    (gpu, then seq_len, then gpus)."""
+
+    rows: tuple[SweepRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": list(COLUMNS), "rows": [row.to_dict() for row in self.rows]}
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([asdict(row) for row in self.rows], columns=list(COLUMNS))
+
+
+def _as_list(value: Any, name: str, kind: type) -> list[Any]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not items:
+        raise InputError("needs at least one value", source=f"--{name.replace('_', '-')}")
+    for item in items:
+        bad = kind is int and (isinstance(item, bool) or not isinstance(item, int) or item < 1)
+        if bad or (kind is not int and not isinstance(item, (str, GpuSpec))):
+            raise InputError(
+                f"must be {'positive integers' if kind is int else 'GPU names'}, got {item!r}",
+                source=f"--{name.replace('_', '-')}",
+            )
+    return items
+
+
+def _gpu_name(gpu: str | GpuSpec | None, cluster: str | None) -> str:
+    if isinstance(gpu, GpuSpec):
+        return gpu.name
+    if isinstance(gpu, str):
+        return gpu
+    from autopar.loading import load_cluster
+
+    return load_cluster(gpu=None, cluster_file=cluster).gpu.name
+
+
+def _row(
+    gpus: int,
+    gpu: str,
+    seq_len: int,
+    status: str,
+    best: Estimate | None,
+    train_tokens: float | None,
+    gpu_hour_cost: float | None,
+) -> SweepRow:
+    if best is None:
+        return SweepRow(gpus=gpus, gpu=gpu, seq_len=seq_len, status=status)
+    lay = best.layout
+    days = cost = NAN
+    if train_tokens is not None and best.tokens_per_s > 0:
+        seconds = train_tokens / best.tokens_per_s
+        days = seconds / SECONDS_PER_DAY
+        if gpu_hour_cost is not None:
+            cost = gpus * seconds / SECONDS_PER_HOUR * gpu_hour_cost
+    return SweepRow(
+        gpus=gpus,
+        gpu=gpu,
+        seq_len=seq_len,
+        status=status,
+        tp=lay.tp,
+        pp=lay.pp,
+        vpp=lay.vpp,
+        cp=lay.cp,
+        dp=lay.dp,
+        ep=lay.ep,
+        mbs=lay.mbs,
+        grad_accum=lay.grad_accum,
+        recompute=lay.recompute,
+        zero=lay.zero,
+        step_time_s=best.step_time_s,
+        tokens_per_s=best.tokens_per_s,
+        tokens_per_s_per_gpu=best.tokens_per_s / gpus,
+        mfu=best.mfu,
+        memory_gib=best.memory_bytes["total"] / GIB,
+        days_to_train=days,
+        cost=cost,
+    )
+
+
+def sweep(
+    *,
+    gpus: int | Sequence[int],
+    gpu: str | GpuSpec | Sequence[str | GpuSpec] | None = None,
+    seq_len: int | Sequence[int] = api.DEFAULT_SEQ_LEN,
+    train_tokens: float | None = None,
+    gpu_hour_cost: float | None = None,
+    progress: Callable[[int, int, SweepRow], None] | None = None,
+    **options: Any,
+) -> SweepResult:
+    """Solve every combination of ``gpus`` x ``gpu`` x ``seq_len`` (each an item or a list);
+    ``options`` go to ``autopar.solve`` (``model=...``, ``global_batch_tokens=...``, ...).
+
+    ``progress(done, total, row)`` is called after each point.
+    """
+    if "top" in options:
+        raise TypeError("sweep solves with top=1; do not pass 'top'")
+    gpus_list = _as_list(gpus, "gpus", int)
+    seq_list = _as_list(seq_len, "seq_len", int)
+    gpu_list = [None] if gpu is None else _as_list(gpu, "gpu", str)
+    for value, name in ((train_tokens, "train_tokens"), (gpu_hour_cost, "gpu_hour_cost")):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise InputError(
+                f"must be a positive number, got {value!r}", source=f"--{name.replace('_', '-')}"
+            )
+    points = list(itertools.product(gpu_list, seq_list, gpus_list))
+    rows: list[SweepRow] = []
+    for done, (g, s, n) in enumerate(points, 1):
+        result = api.solve(gpus=n, gpu=g, seq_len=s, top=1, **options)
+        best = result.layouts[0] if result.layouts else None
+        name = _gpu_name(g, options.get("cluster"))
+        row = _row(n, name, s, result.status, best, train_tokens, gpu_hour_cost)
+        rows.append(row)
+        if progress is not None:
+            progress(done, len(points), row)
+    return SweepResult(tuple(rows))

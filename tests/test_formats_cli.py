@@ -1,0 +1,169 @@
+"""``--format`` of solve and evaluate through the CLI; JSON output against autopar/schemas."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shlex
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+from typer.testing import CliRunner
+
+import autopar
+from autopar.cli import app
+from autopar.cli.render import FORMATS, render_estimate, render_solve
+from autopar.errors import InputError
+from autopar.solver import SolveResult
+
+SCHEMAS = Path(autopar.__file__).parent / "schemas"
+
+# Pins make the solve take well under a second.
+SOLVE = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2 --top 2"
+EVALUATE = "evaluate --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --tp 4 --pp 4"
+
+
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    resources = [(s["$id"], Resource.from_contents(s)) for s in map(_schema, ("solve", "evaluate"))]
+    schema = _schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, registry=Registry().with_resources(resources))
+
+
+def run(command: str, *extra: str):
+    return CliRunner().invoke(app, [*shlex.split(command), *extra])
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return {fmt: run(SOLVE, "--format", fmt) for fmt in FORMATS}
+
+
+def test_solve_json_matches_schema(solved):
+    result = solved["json"]
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    _validator("solve").validate(data)
+    assert data["status"] == "optimal" and len(data["layouts"]) == 2
+
+
+def test_evaluate_json_matches_schema():
+    result = run(EVALUATE, "--format", "json")
+    assert result.exit_code == 0, result.output
+    _validator("evaluate").validate(json.loads(result.stdout))
+
+
+def test_infeasible_solve_json_matches_schema():
+    data = SolveResult(
+        status="infeasible", solve_time_s=0.1, layouts=(), explanation={"summary": "too big"}
+    ).to_dict()
+    _validator("solve").validate(data)
+    with pytest.raises(jsonschema.ValidationError):
+        _validator("solve").validate({**data, "status": "optimal"})  # optimal needs a layout
+
+
+def test_schema_rejects_a_broken_layout():
+    data = autopar.evaluate(
+        model="llama-70b", gpus=64, seq_len=4096, global_batch=64, tp=4, pp=4
+    ).to_dict()
+    _validator("evaluate").validate(data)
+    data["layout"]["recompute"] = "sometimes"
+    with pytest.raises(jsonschema.ValidationError):
+        _validator("evaluate").validate(data)
+
+
+def test_solve_csv_one_row_per_layout(solved):
+    result = solved["csv"]
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 2
+    assert rows[0]["pp"] == "4" and rows[0]["vpp"] == "2"
+    assert float(rows[0]["step_time_s"]) <= float(rows[1]["step_time_s"])
+
+
+def test_evaluate_csv():
+    result = run(EVALUATE, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    (row,) = csv.DictReader(io.StringIO(result.stdout))
+    assert row["tp"] == "4" and float(row["memory_gib"]) > 0
+
+
+def test_solve_megatron(solved):
+    result = solved["megatron"]
+    assert result.exit_code == 0, result.output
+    line = result.stdout.strip()
+    assert "\n" not in line
+    tokens = shlex.split(line)
+    assert tokens[tokens.index("--pipeline-model-parallel-size") + 1] == "4"
+    assert tokens[tokens.index("--num-layers-per-virtual-pipeline-stage") + 1] == "10"
+    assert tokens[tokens.index("--global-batch-size") + 1] == "64"
+
+
+def test_solve_torchtitan(solved):
+    result = solved["torchtitan"]
+    assert result.exit_code == 0, result.output
+    config = tomllib.loads(result.stdout)
+    assert config["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert config["training"]["seq_len"] == 4096
+
+
+def test_solve_deepspeed(solved):
+    result = solved["deepspeed"]
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)
+    assert config["train_batch_size"] == 64
+    assert config["pipeline"] == {"stages": 4}
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
+def test_evaluate_framework_formats(fmt):
+    result = run(EVALUATE, "--format", fmt)
+    assert result.exit_code == 0, result.output
+    assert "4" in result.stdout
+
+
+def test_solve_table_default(solved):
+    assert solved["table"].exit_code == 0
+    assert "proven optimal" in solved["table"].stdout
+
+
+def test_output_file(tmp_path):
+    target = tmp_path / "plan.json"
+    result = run(EVALUATE, "--format", "json", "--output", str(target))
+    assert result.exit_code == 0, result.output
+    _validator("evaluate").validate(json.loads(target.read_text()))
+
+
+def test_unknown_format_is_bad_input():
+    result = run(EVALUATE, "--format", "yaml")
+    assert result.exit_code == 2
+    assert "--format" in result.output
+
+
+def test_deepspeed_with_context_parallel_is_bad_input():
+    result = run(EVALUATE, "--cp", "2", "--format", "deepspeed")
+    assert result.exit_code == 2
+    assert "context parallelism" in result.output
+
+
+def test_render_api_with_problem():
+    """The Python path: render with an explicit Problem, no CLI involved."""
+    options = dict(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
+    est = autopar.evaluate(**options, tp=4, pp=4, vpp=2)
+    problem = autopar.make_problem(**options)
+    assert "--num-layers-per-virtual-pipeline-stage 10" in render_estimate(
+        est, "megatron", problem=problem
+    )
+    result = SolveResult(status="optimal", solve_time_s=0.1, layouts=(est,))
+    assert json.loads(render_solve(result, "deepspeed", problem=problem))["pipeline"]["stages"] == 4
+    with pytest.raises(InputError, match="problem"):
+        render_estimate(est, "torchtitan")  # outside a command, the Problem must be given

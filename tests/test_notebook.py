@@ -1,0 +1,61 @@
+"""Execute notebooks/capacity_planning.ipynb top to bottom (GitHub issue 7).
+
+Runs with cwd = notebooks/ and the installed ``python3`` kernel of this environment (ipykernel
+must be installed; nothing is installed here). Takes about a minute on two cores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOK = NOTEBOOKS / "capacity_planning.ipynb"
+
+
+@pytest.fixture(scope="module")
+def executed():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute()  # raises CellExecutionError on the first failing cell
+    return nb
+
+
+def _outputs(nb):
+    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+
+
+def test_runs_without_errors(executed):
+    errors = [o for o in _outputs(executed) if o.get("output_type") == "error"]
+    assert not errors, errors[0].get("evalue") if errors else ""
+
+
+def test_has_plots_and_tables(executed):
+    outputs = _outputs(executed)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    tables = [o for o in outputs if "text/html" in o.get("data", {})]
+    assert len(images) >= 4
+    assert len(tables) >= 3
+
+
+def test_every_point_solved(executed):
+    text = "".join(
+        o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in _outputs(executed)
+    )
+    assert "notebook run time" in text
+    for status in ("unknown", "infeasible", "model_invalid"):
+        assert status not in text
+
+
+def test_profile_is_committed():
+    profile = NOTEBOOKS / "data" / "h100_comm_profile.yaml"
+    assert profile.is_file()
+    assert "all_reduce" in profile.read_text()
