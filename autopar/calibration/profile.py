@@ -131,6 +131,8 @@ class CollectiveFit:
     """False: the sweep never reached the peak and the bandwidth beyond it is a lower bound."""
     rank_counts: tuple[int, ...]
     node_counts: tuple[int, ...]
+    ranks_per_node: float = 0.0
+    """Most ranks per node among the fitted curves (0 when unknown); see ``network_share``."""
     notes: tuple[str, ...] = ()
 
     median_abs_pct_error: float = math.nan
@@ -326,6 +328,7 @@ def fit_collective(collective: str, span: str, curves: Sequence[Curve]) -> Colle
         saturated=bool(saturated),
         rank_counts=tuple(sorted({c.num_ranks for c in chosen})),
         node_counts=tuple(sorted({c.num_nodes for c in chosen})),
+        ranks_per_node=max(c.num_ranks / c.num_nodes for c in chosen),
         notes=tuple(notes),
     )
     large = points[points["size_bytes"] >= MIB_BYTES]
@@ -410,8 +413,9 @@ class CommProfile:
         for name in (collective, SIBLINGS.get(collective)):
             fit = self.fit(name, span) if name else None
             if fit is not None:
+                share = network_share(fit, num_ranks, num_nodes)
                 return _anchored_s(
-                    fit, self.curve(name, num_ranks, num_nodes), size_bytes, num_ranks
+                    fit, self.curve(name, num_ranks, num_nodes), size_bytes / share, num_ranks
                 )
         if self.fallback is not None:
             return np.asarray(
@@ -440,6 +444,24 @@ class CommProfile:
         nearest = np.argsort(distance)[:4]
         weight = 1.0 / distance[nearest] ** 2
         return float(np.exp(np.sum(weight * np.log(rates[nearest])) / np.sum(weight)))
+
+
+def network_share(fit: CollectiveFit, num_ranks: int, num_nodes: int) -> float:
+    """The fraction of the measured groups' network bandwidth a group crossing nodes gets.
+
+    On rail-optimised clusters every GPU has its own NIC. A ring or tree collective (all_reduce,
+    all_gather, reduce_scatter) that crosses nodes with ``g`` ranks on each node runs ``g``
+    channels side by side, one per NIC, so its bus bandwidth scales with ``g``: a data-parallel
+    group of one rank per node, predicted from logs of 8 ranks per node, gets 1/8 of their
+    bandwidth (never more than they measured). Point-to-point traffic (send_recv, all_to_all)
+    is already per rank: each rank drives its own NIC whatever the group, so its share is 1, as
+    it is within a node. The group is timed as a message ``1/share`` times larger on the
+    measured groups (its latency steps are unchanged).
+    """
+    per_rank = fit.collective in ("send_recv", "all_to_all")
+    if per_rank or span_of(num_nodes) == "intra" or fit.ranks_per_node <= 0:
+        return 1.0
+    return min(1.0, (num_ranks / num_nodes) / fit.ranks_per_node)
 
 
 def _anchored_s(
