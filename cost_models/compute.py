@@ -68,18 +68,29 @@ BYTES_BF16 = 2.0
 
 
 def gemm_time_s(
-    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, fp8: bool
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    *,
+    ctx: TermContext,
+    fp8: bool,
+    measured_ok: bool = True,
 ) -> np.ndarray:
-    """Roofline time of one ``(m x k) @ (k x n)`` GEMM (module docstring)."""
+    """Roofline time of one ``(m x k) @ (k x n)`` GEMM (module docstring), or FLOPs over the
+    measured rate of the nearest profiled shapes when the profile has some and ``measured_ok``
+    (the attention core is a fused kernel, not a profiled GEMM: it keeps the roofline)."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     flop = 2.0 * m * n * k
     gpu = ctx.cluster.gpu
-    if ctx.gemm is not None:
-        rate = ctx.gemm.gemm_flop_per_s(m, n, k, "fp8" if fp8 else "bf16")
-    else:
-        shape = (m / (m + GEMM_HALF_DIM)) * (n / (n + GEMM_HALF_DIM)) * (k / (k + GEMM_HALF_DIM))
-        eff = FP8_GEMM_EFFICIENCY if fp8 else GEMM_EFFICIENCY
-        rate = gpu.peak_flop_per_s("fp8" if fp8 else "bf16") * eff * shape
+    measured = None
+    if ctx.gemm is not None and measured_ok:
+        measured = ctx.gemm.gemm_flop_per_s(m, n, k, "fp8" if fp8 else "bf16")
+    if measured is not None:
+        # A measured GEMM already pays its own operand traffic: wall time is FLOPs / rate.
+        return flop / np.asarray(measured, dtype=np.float64)
+    shape = (m / (m + GEMM_HALF_DIM)) * (n / (n + GEMM_HALF_DIM)) * (k / (k + GEMM_HALF_DIM))
+    eff = FP8_GEMM_EFFICIENCY if fp8 else GEMM_EFFICIENCY
+    rate = gpu.peak_flop_per_s("fp8" if fp8 else "bf16") * eff * shape
     in_bytes = 1.0 if fp8 else BYTES_BF16
     traffic = in_bytes * (m * k + k * n) + BYTES_BF16 * m * n
     # Additive, not max: operand loads and the output write are only partly hidden behind the
@@ -129,7 +140,7 @@ def attention_core_time_s(
     heads = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
     queries = tokens / mbs
     batch = mbs * heads
-    one = gemm_time_s(queries, seq_len, d, ctx=ctx, fp8=False)
+    one = gemm_time_s(queries, seq_len, d, ctx=ctx, fp8=False, measured_ok=False)
     if flash_attention:
         return batch * one  # two GEMMs of 2*q*s*d each, causal: half of both
     scores = memory_time_s(SCORE_ELEMENTWISE_BYTES * batch * queries * seq_len, ctx)

@@ -104,7 +104,7 @@ def test_model_gemm_shapes_by_hand():
 
 def test_gemm_bench_on_cpu_merges_into_profile(tmp_path):
     shapes = (parse_shape("64,64,64"), parse_shape("128,64,32"))
-    points = run_gemm_bench(shapes, dtype="float32", iters=3, warmup=1, device="cpu")
+    points = run_gemm_bench(shapes, dtype="fp32", iters=3, warmup=1, device="cpu")
     assert [(p.m, p.n, p.k) for p in points] == [(64, 64, 64), (128, 64, 32)]
     assert all(p.flop_per_s > 1e6 for p in points)
     path = tmp_path / "profile.yaml"
@@ -112,6 +112,6 @@ def test_gemm_bench_on_cpu_merges_into_profile(tmp_path):
     merge_into_file(path, points[:1])
     loaded = load_profile(path)
     assert len(loaded.gemm) == 2
-    assert loaded.gemm_flop_per_s(64, 64, 64, "float32") == pytest.approx(points[0].flop_per_s)
+    assert loaded.gemm_flop_per_s(64, 64, 64, "fp32") == pytest.approx(points[0].flop_per_s)
     with pytest.raises(ValueError, match="m,n,k"):
         parse_shape("64,64")

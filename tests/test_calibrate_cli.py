@@ -114,7 +114,7 @@ def test_bench_comm_and_gemm_commands(tmp_path):
             "--shape",
             "32,32,32",
             "--dtype",
-            "float32",
+            "fp32",
             "--iters",
             "2",
             "--profile",
@@ -124,5 +124,5 @@ def test_bench_comm_and_gemm_commands(tmp_path):
     assert gemm.exit_code == 0, gemm.output
     assert "TFLOP/s" in gemm.output
     profile = load_profile(profile_path)
-    assert profile.gemm_flop_per_s(32, 32, 32, "float32") > 0
+    assert profile.gemm_flop_per_s(32, 32, 32, "fp32") > 0
     assert profile.fit("all_reduce", "intra") is not None

@@ -152,7 +152,7 @@ def test_yaml_round_trip_keeps_predictions_sources_and_gemm(tmp_path):
         num_nodes=2,
         gpu="A100-SXM4-40GB",
     )
-    gemm = (GemmPoint(m=1024, n=1024, k=1024, dtype="bfloat16", flop_per_s=2e14),)
+    gemm = (GemmPoint(m=1024, n=1024, k=1024, dtype="bf16", flop_per_s=2e14),)
     profile = fit_profile(parse_nccl_log(path), sources=(source,), gemm=gemm)
     target = tmp_path / "profile.yaml"
     save_profile(profile, target)
@@ -176,10 +176,10 @@ def test_load_rejects_a_file_that_is_not_a_profile(tmp_path):
 
 def test_gemm_lookup_exact_interpolated_and_absent():
     points = tuple(
-        GemmPoint(m=s, n=s, k=s, dtype="bfloat16", flop_per_s=rate)
+        GemmPoint(m=s, n=s, k=s, dtype="bf16", flop_per_s=rate)
         for s, rate in ((512, 1e14), (4096, 4e14))
     )
     profile = CommProfile(curves=(), fits=(), gemm=points)
-    assert profile.gemm_flop_per_s(512, 512, 512, "bfloat16") == 1e14
-    assert 1e14 < profile.gemm_flop_per_s(1448, 1448, 1448, "bfloat16") < 4e14
-    assert profile.gemm_flop_per_s(512, 512, 512, "float8") is None
+    assert profile.gemm_flop_per_s(512, 512, 512, "bf16") == 1e14
+    assert 1e14 < profile.gemm_flop_per_s(1448, 1448, 1448, "bf16") < 4e14
+    assert profile.gemm_flop_per_s(512, 512, 512, "fp8") is None

@@ -78,23 +78,44 @@ def parse_shape(text: str) -> GemmShape:
     return GemmShape(name=text, m=m, n=n, k=k)
 
 
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8")
+"""Names as the cost model looks them up (``CommProfile.gemm_flop_per_s``)."""
+
+
+def _operands(shape: GemmShape, dtype: str, device):
+    """Inputs and the product to time; FP8 (e4m3, per-tensor scales) goes through
+    ``torch._scaled_mm``, the kernel Transformer Engine's FP8 linear layers use on Hopper."""
+    import torch
+
+    a = torch.randn(shape.m, shape.k, device=device)
+    b = torch.randn(shape.n, shape.k, device=device)
+    if dtype == "fp8":
+        fp8 = torch.float8_e4m3fn
+        a8, b8 = a.to(fp8), b.to(fp8).t()  # the second operand column-major, as cuBLASLt wants
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    a, b = a.to(torch_dtype), b.to(torch_dtype).t()
+    return lambda: torch.matmul(a, b)
+
+
 def time_gemm_s(
     shape: GemmShape, *, dtype: str, iters: int, warmup: int, device: str | None
 ) -> float:
-    """Mean seconds of one ``torch.matmul`` of ``shape`` on ``device`` (cuda if available)."""
+    """Mean seconds of one GEMM of ``shape`` on ``device`` (cuda if available)."""
     import torch
 
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    torch_dtype = getattr(torch, dtype)
-    a = torch.randn(shape.m, shape.k, device=target).to(torch_dtype)
-    b = torch.randn(shape.k, shape.n, device=target).to(torch_dtype)
+    product = _operands(shape, dtype, target)
     for _ in range(warmup):
-        torch.matmul(a, b)
+        product()
     if target.type == "cuda":
         torch.cuda.synchronize(target)
     start = time.perf_counter()
     for _ in range(iters):
-        torch.matmul(a, b)
+        product()
     if target.type == "cuda":
         torch.cuda.synchronize(target)
     return (time.perf_counter() - start) / iters
@@ -103,7 +124,7 @@ def time_gemm_s(
 def run_gemm_bench(
     shapes: Sequence[GemmShape],
     *,
-    dtype: str = "bfloat16",
+    dtype: str = "bf16",
     iters: int = 10,
     warmup: int = 2,
     device: str | None = None,

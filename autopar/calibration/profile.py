@@ -430,20 +430,26 @@ class CommProfile:
             source="communication profile",
         )
 
-    def gemm_flop_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
-        """Achieved FLOP/s for a GEMM shape: exact match, else inverse-distance interpolation in
+    def gemm_flop_per_s(self, m, n, k, dtype: str) -> np.ndarray | float | None:
+        """Achieved FLOP/s of ``(m x k) @ (k x n)`` GEMMs (``dtype`` ``bf16`` or ``fp8``;
+        broadcasting arrays): an exact match, else inverse-distance interpolation in
         log(m, n, k) over the 4 nearest measured shapes of that dtype; None without data."""
         points = [p for p in self.gemm if p.dtype == dtype]
         if not points:
             return None
-        shapes = np.log([[p.m, p.n, p.k] for p in points])
+        measured = np.log([[p.m, p.n, p.k] for p in points])
         rates = np.array([p.flop_per_s for p in points])
-        distance = np.linalg.norm(shapes - np.log([m, n, k]), axis=1)
-        if distance.min() < 1e-9:
-            return float(rates[np.argmin(distance)])
-        nearest = np.argsort(distance)[:4]
-        weight = 1.0 / distance[nearest] ** 2
-        return float(np.exp(np.sum(weight * np.log(rates[nearest])) / np.sum(weight)))
+        log_rates = np.log(rates)
+        m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (m, n, k)))
+        queries = np.log(np.stack([m.ravel(), n.ravel(), k.ravel()], axis=1))
+        distance = np.linalg.norm(queries[:, None, :] - measured[None, :, :], axis=2)
+        nearest = np.argsort(distance, axis=1)[:, :4]
+        near_distance = np.take_along_axis(distance, nearest, axis=1)
+        weight = 1.0 / np.maximum(near_distance, 1e-12) ** 2
+        rate = np.exp(np.sum(weight * log_rates[nearest], axis=1) / np.sum(weight, axis=1))
+        exact = near_distance[:, 0] < 1e-9
+        rate = np.where(exact, rates[nearest[:, 0]], rate)
+        return float(rate[0]) if m.ndim == 0 else rate.reshape(m.shape)
 
 
 def network_share(fit: CollectiveFit, num_ranks: int, num_nodes: int) -> float:

@@ -219,7 +219,7 @@ def bench_gemm(
     vocab: Annotated[int | None, typer.Option("--vocab")] = None,
     tp: Annotated[int, typer.Option("--tp")] = 1,
     tokens: Annotated[int, typer.Option("--tokens", help="mbs * seq.")] = 4096,
-    dtype: Annotated[str, typer.Option("--dtype")] = "bfloat16",
+    dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16, fp32 or fp8.")] = "bf16",
     iters: Annotated[int, typer.Option("--iters")] = 10,
     profile: Annotated[Path | None, typer.Option("--profile", help="Merge into this YAML.")] = None,
 ) -> None:
