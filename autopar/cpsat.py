@@ -23,6 +23,8 @@ from autopar.space import Space
 from autopar.terms import CostModel, TermContext
 
 US_PER_S = 1_000_000
+MAX_STEP_US = 10**15
+"""Upper end of the step-time variable (31 years): any real layout is far below it."""
 MERGE_MAX_ROWS = 30_000
 """Tables merged from several terms grow to at most this many rows (see ``_merge``)."""
 BYTES_PER_KIB = 1024
@@ -91,7 +93,6 @@ def _table(
     scale: float,
     ceil: bool,
     hint: bool = False,
-    channel: bool = True,
 ):
     """A linear expression equal to ``part.values_of(grid) * scale`` (integers) on the chosen row.
 
@@ -116,17 +117,6 @@ def _table(
     if len(ints) == 0:
         model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
         return 0
-    if not channel:
-        value = model.new_int_var_from_domain(
-            cp_model.Domain.from_values(np.unique(ints).tolist()), part.name
-        )
-        table = np.column_stack([grid[a][ok] for a in key] + [ints])
-        model.add_allowed_assignments([vm.axes[a] for a in key] + [value], table.tolist())
-        if hint:
-            best = int(np.argmin(ints))
-            for axis in key:
-                model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
-        return value
     rows = [model.new_bool_var(f"{part.name}#{i}") for i in range(len(ints))]
     model.add_exactly_one(rows)
     if hint:
@@ -138,7 +128,7 @@ def _table(
         column = grid[axis][ok]
         for value, indicator in vm.indicators[axis].items():
             members = [rows[i] for i in np.flatnonzero(column == value)]
-            model.add(sum(members) == indicator)
+            model.add(cp_model.LinearExpr.sum(members) == indicator)
     return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
 
 
@@ -277,6 +267,10 @@ def build_model(
     )
     _add_layout(model, space, vm, explain=explain)
     fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit and not explain)
+    # One variable for the step time, so that solution callbacks read it in O(1).
+    step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
+    model.add(step_us == vm.objective)
+    vm.objective = step_us
     if memory_limit and not fused:
         # The most loaded rank fits in the GPU's usable memory.
         fits = model.add(vm.memory_kib <= vm.capacity_kib)

@@ -1,10 +1,11 @@
 """Run CP-SAT: the optimum, the runners-up, and the status (DESIGN §3).
 
-Determinism: the optimum's objective value is unique; layouts tied on the integer objective are
-enumerated with a single worker and ordered by ``TIE_ORDER`` (smaller tp, then pp, cp, ep, etp,
-vpp; larger micro-batch; less recompute; lower ZeRO stage), so the same input gives the same
-answer and order whatever the worker count. Top-k: after each objective value, the model is told
-``objective >= value + 1`` and solved again; results are distinct layouts, best first.
+Determinism: the optimum's objective value is unique. The best layouts are then enumerated with
+a single worker under an objective bound (``objective <= optimum * (1 + slack)``, the slack
+widened until ``top_k`` layouts are in, DESIGN §3 "enumerate under an objective bound") and
+ordered by objective, then ``tie_key`` (smaller tp, then pp, cp, ep, etp, vpp; larger
+micro-batch; less recompute; lower ZeRO stage), so the same input gives the same answer and
+order whatever the worker count. Results are distinct layouts, best first.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from autopar.specs import Problem
 from autopar.terms import CostModel, TermContext
 
 MAX_TIES = 64
-"""At most this many layouts tied on one objective value are enumerated."""
+"""Enumerations for the runners-up stop at max(MAX_TIES, 8 * top_k) layouts."""
+TOP_K_SLACK = 0.005
+"""First enumeration bound for the runners-up: objective <= optimum * (1 + 0.5%)."""
+TOP_K_MAX_SLACK = 64.0
+"""Runners-up slower than 65x the optimum are not looked for."""
 SEED = 20240607
 
 
@@ -107,32 +112,65 @@ def _solver(*, time_limit_s: float, num_workers: int) -> cp_model.CpSolver:
 
 
 class _Collector(cp_model.CpSolverSolutionCallback):
-    def __init__(self, axes: dict[str, cp_model.IntVar], limit: int) -> None:
+    """Each solution's layout and integer objective, up to ``limit`` solutions."""
+
+    def __init__(self, vm: VarMap, limit: int) -> None:
         super().__init__()
-        self._axes, self._limit, self.rows = axes, limit, []
+        self._vm, self._limit = vm, limit
+        self.found: list[tuple[int, dict[str, int]]] = []
 
     def on_solution_callback(self) -> None:
-        self.rows.append({a: int(self.value(v)) for a, v in self._axes.items()})
-        if len(self.rows) >= self._limit:
+        row = {a: int(self.value(v)) for a, v in self._vm.axes.items()}
+        self.found.append((int(self.value(self._vm.objective)), row))
+        if len(self.found) >= self._limit:
             self.stop_search()
 
 
-def _ties(
-    model: cp_model.CpModel, vm: VarMap, value: int, time_limit_s: float
-) -> list[dict[str, int]]:
-    """All layouts whose integer objective equals ``value`` (at most MAX_TIES), in tie order."""
+def _within(
+    model: cp_model.CpModel, vm: VarMap, bound: int, *, limit: int, time_limit_s: float
+) -> tuple[list[tuple[int, dict[str, int]]], bool]:
+    """Every layout whose objective is at most ``bound`` (one worker, so the enumeration is
+    deterministic), and whether the enumeration completed (not cut at ``limit`` or by time)."""
     model.clear_objective()
-    tie = model.new_bool_var(f"objective=={value}")
-    model.add(vm.objective == value).only_enforce_if(tie)
+    within = model.new_bool_var(f"objective<={bound}")
+    model.add(vm.objective <= bound).only_enforce_if(within)
     model.clear_assumptions()
-    model.add_assumptions([tie])
+    model.add_assumptions([within])
     solver = _solver(time_limit_s=time_limit_s, num_workers=1)
     solver.parameters.enumerate_all_solutions = True
-    collector = _Collector(vm.axes, MAX_TIES)
-    solver.solve(model, collector)
+    collector = _Collector(vm, limit)
+    status = solver.solve(model, collector)
     model.clear_assumptions()
-    model.add(tie == 0)
-    return sorted(collector.rows, key=tie_key)
+    model.add(within == 0)  # retire this bound; the model is reused for the next one
+    complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(collector.found) < limit
+    return collector.found, complete
+
+
+def _best_k(
+    model: cp_model.CpModel, vm: VarMap, optimum: int, top_k: int, deadline: float
+) -> list[dict[str, int]]:
+    """The ``top_k`` best layouts: enumerate all layouts within a slack of the proven optimum,
+    widening the slack until there are ``top_k`` of them (or none is left within 65x the
+    optimum), narrowing it when
+    the enumeration overflows; order by objective, then ``tie_key``."""
+    limit = max(MAX_TIES, 8 * top_k)
+    slack, best = TOP_K_SLACK, []
+    for _ in range(12):
+        bound = optimum + max(0, int(optimum * slack))
+        left = max(0.05, deadline - time.perf_counter())
+        found, complete = _within(model, vm, bound, limit=limit, time_limit_s=left)
+        ranked = sorted(found, key=lambda f: (f[0], tie_key(f[1])))
+        if complete:
+            best = ranked
+            if len(found) >= top_k or slack >= TOP_K_MAX_SLACK:
+                break
+            slack *= 4
+        else:
+            best = best or ranked  # overflow: a narrower slack still holds the best ones
+            if slack <= TOP_K_SLACK / 64:
+                break
+            slack /= 4
+    return [row for _, row in best[:top_k]]
 
 
 def _optimise(model, vm, *, time_limit_s, num_workers):
@@ -159,34 +197,22 @@ def run_solver(
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
-    space = build_space(problem)
-    model, vm = build_model(space, cost_model, ctx)
-    rows: list[dict[str, int]] = []
-    status_name, bound_s = "optimal", None
-    while len(rows) < top_k:
-        left = max(0.05, deadline - time.perf_counter())
-        solver, status = _optimise(model, vm, time_limit_s=left, num_workers=workers)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if not rows:
-                return _no_solution(problem, ctx, cost_model, status, start, workers)
-            break
-        value = int(round(solver.objective_value))
-        if not rows:
-            status_name = "optimal" if status == cp_model.OPTIMAL else "feasible"
-            bound_s = solver.best_objective_bound / US_PER_S
-        if status == cp_model.OPTIMAL:
-            tied = _ties(model, vm, value, max(0.05, deadline - time.perf_counter()))
-        else:
-            tied = [{a: int(solver.value(v)) for a, v in vm.axes.items()}]
-        rows.extend(tied or [{a: int(solver.value(v)) for a, v in vm.axes.items()}])
-        # Next round: strictly worse objective values only (distinct layouts by construction).
-        model.add(vm.objective >= value + 1)
-    estimates = estimate_many(_layouts_from_rows(rows[:top_k]), ctx, cost_model)
+    model, vm = build_model(build_space(problem), cost_model, ctx)
+    solver, status = _optimise(model, vm, time_limit_s=time_limit_s, num_workers=workers)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _no_solution(problem, ctx, cost_model, status, start, workers)
+    incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
+    if status == cp_model.OPTIMAL:
+        optimum = int(round(solver.objective_value))
+        rows = _best_k(model, vm, optimum, top_k, deadline) or [incumbent]
+    else:
+        rows = [incumbent]  # not proven: no ranking of runners-up to stand behind
+    estimates = estimate_many(_layouts_from_rows(rows), ctx, cost_model)
     return SolveResult(
-        status=status_name,
+        status="optimal" if status == cp_model.OPTIMAL else "feasible",
         solve_time_s=time.perf_counter() - start,
         layouts=tuple(estimates),
-        best_bound_step_time_s=bound_s,
+        best_bound_step_time_s=solver.best_objective_bound / US_PER_S,
         num_workers=workers,
     )
 
