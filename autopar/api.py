@@ -3,6 +3,7 @@ options as keyword arguments (DESIGN §7)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -136,22 +137,21 @@ def make_problem(
 
 
 def check_splittable(problem: Problem) -> None:
-    """Bad input, not a search result: no way to split the GPUs (or the batch) under the rules."""
-    space = build_space(problem)
-    gpus = problem.training.num_gpus
-    model_parallel = space.pruned_grid(("tp", "pp", "cp"))
-    dp = gpus // np.prod([model_parallel[a] for a in ("tp", "pp", "cp")], axis=0)
-    if not np.isin(dp, space.domains["dp"]).any():
-        raise InputError(
-            f"{gpus} GPUs cannot be split as tp*pp*cp*dp under the model's rules (heads "
-            f"{problem.model.num_attention_heads}, layers {problem.model.num_layers}, sequence "
-            f"{problem.training.seq_len}, TP within {problem.cluster.gpus_per_node} GPUs/node)",
-            source="--gpus",
-        )
+    """Bad input, not a search result: the GPUs and the batch cannot be split as
+    ``tp*pp*cp*dp`` and ``mbs*dp*grad_accum`` under the model's rules (e.g. 7 GPUs and 1024
+    sequences: dp must be 1 or 7, and 7 fits neither the batch nor the heads, layers or
+    sequence). Pins and limits are left out: a pin that conflicts is a search result,
+    explained as infeasible (exit 1) with the rule families it conflicts with."""
+    unpinned = dataclasses.replace(
+        problem, options=dataclasses.replace(problem.options, pins=(), maxima=())
+    )
+    space = build_space(unpinned)
     if not len(space.pruned_grid(("tp", "pp", "cp", "mbs", "grad_accum"))["tp"]):
         raise InputError(
             f"a global batch of {problem.training.global_batch_sequences} sequences cannot be "
-            f"split as mbs*dp*grad_accum for any data-parallel size that {gpus} GPUs allow",
+            f"split as mbs*dp*grad_accum for any data-parallel size that "
+            f"{problem.training.num_gpus} GPUs allow (heads {problem.model.num_attention_heads}, "
+            f"layers {problem.model.num_layers}, sequence {problem.training.seq_len})",
             source="--global-batch",
         )
 

@@ -255,8 +255,9 @@ def build_model(
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
-    ``explain`` guards every rule family (and the memory capacity) with an assumption literal, for
-    ``sufficient_assumptions_for_infeasibility``; the model then has no objective.
+    ``explain`` builds the rules alone, each family guarded by an assumption literal, for
+    ``sufficient_assumptions_for_infeasibility`` (no cost tables: their rows are pre-filtered by
+    every rule, which would hide the conflict from the literals).
     """
     model = cp_model.CpModel()
     vm = VarMap(
@@ -266,16 +267,15 @@ def build_model(
         capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
     )
     _add_layout(model, space, vm, explain=explain)
-    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit and not explain)
+    if explain:
+        model.add_assumptions(list(vm.families.values()))
+        return model, vm
+    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit)
     # One variable for the step time, so that solution callbacks read it in O(1).
     step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
     model.add(step_us == vm.objective)
     vm.objective = step_us
     if memory_limit and not fused:
         # The most loaded rank fits in the GPU's usable memory.
-        fits = model.add(vm.memory_kib <= vm.capacity_kib)
-        if explain:
-            fits.only_enforce_if(_family_literal(model, vm, "memory"))
-    if explain:
-        model.add_assumptions(list(vm.families.values()))
+        model.add(vm.memory_kib <= vm.capacity_kib)
     return model, vm

@@ -197,7 +197,10 @@ def run_solver(
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
-    model, vm = build_model(build_space(problem), cost_model, ctx)
+    space = build_space(problem)
+    if not all(space.domains.values()):  # a pin or limit leaves an axis no value
+        return _no_solution(problem, ctx, cost_model, cp_model.INFEASIBLE, start, workers)
+    model, vm = build_model(space, cost_model, ctx)
     solver, status = _optimise(model, vm, time_limit_s=time_limit_s, num_workers=workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _no_solution(problem, ctx, cost_model, status, start, workers)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autopar.cli import app
@@ -60,31 +62,14 @@ CASES = [
     ("unknown preset", lambda p: ["--model", "llama-70"], ["--model", "did you mean"]),
     ("unknown gpu", lambda p: ["--model", "llama-8b", "--gpu", "h1000"], ["--gpu"]),
     (
-        "gpus cannot split",
-        lambda p: ["--model", "llama-70b", "--gpus", "7", "--dp", "1"],
-        ["--gpus", "cannot be split"],
-    ),
-    (
         "gpus vs batch",
         lambda p: ["--model", "llama-70b", "--gpus", "7"],
         ["--global-batch", "7 GPUs"],
     ),
     (
         "batch cannot split",
-        lambda p: [
-            "--model",
-            "llama-8b",
-            "--gpus",
-            "64",
-            "--global-batch",
-            "3",
-            "--max-tp",
-            "1",
-            "--max-pp",
-            "1",
-            "--no-context-parallel",
-        ],
-        ["--global-batch"],
+        lambda p: ["--model", "llama-8b", "--gpus", "7", "--global-batch", "3"],
+        ["--global-batch", "7 GPUs"],
     ),
     ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["num_gpus", "positive"]),
     ("bad precision", lambda p: ["--model", "llama-8b", "--precision", "fp4"], ["precision"]),
@@ -126,3 +111,46 @@ def test_lists_and_show(runner) -> None:
     shown = runner.invoke(app, ["models", "--show", "llama-70b"])
     assert shown.exit_code == 0 and "num_hidden_layers: 80" in shown.output
     assert runner.invoke(app, ["--version"]).output.startswith("autopar ")
+
+
+def test_conflicting_pins_exit_1_naming_the_families(runner) -> None:
+    args = [
+        "solve",
+        "--model",
+        "llama-70b",
+        "--gpus",
+        "64",
+        "--seq-len",
+        "8192",
+        "--global-batch",
+        "64",
+        "--tp",
+        "8",
+        "--dp",
+        "16",
+        "--format",
+        "json",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    explanation = json.loads(result.output)["explanation"]
+    families = {f["family"] for f in explanation["families"]}
+    assert {"GPU count", "pins and limits"} <= families
+    assert "drop the pins and limits" in explanation["suggestions"]
+
+
+def test_memory_bound_problem_exits_1_with_nearest_miss(runner) -> None:
+    args = [
+        "solve",
+        "--model",
+        "llama-3.1-405b",
+        "--gpus",
+        "8",
+        "--gpu",
+        "a100-40gb",
+        "--global-batch",
+        "8",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "smallest per-GPU footprint" in result.output and "memory" in result.output
