@@ -25,7 +25,7 @@ from autopar.terms import CostModel, TermContext
 US_PER_S = 1_000_000
 MAX_STEP_US = 10**15
 """Upper end of the step-time variable (31 years): any real layout is far below it."""
-MERGE_MAX_ROWS = 30_000
+MERGE_MAX_ROWS = 150_000
 """Tables merged from several terms grow to at most this many rows (see ``_merge``)."""
 BYTES_PER_KIB = 1024
 
