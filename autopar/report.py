@@ -12,28 +12,6 @@ from autopar.plan import Estimate
 from autopar.specs import GIB
 from autopar.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
 
-FRAME_COLUMNS: tuple[str, ...] = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "mbs",
-    "grad_accum",
-    "recompute",
-    "zero",
-    "sequence_parallel",
-    "fits",
-    "step_time_s",
-    "tokens_per_s",
-    "tokens_per_s_per_gpu",
-    "mfu",
-    "hfu",
-    "memory_gib",
-)
-
 
 def flat_row(estimate: Estimate) -> dict[str, Any]:
     """One estimate as a flat record (layout, figures, memory in GiB, time per category)."""

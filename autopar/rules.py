@@ -246,59 +246,36 @@ def _placement_rules(problem: Problem) -> list[Rule]:
 
 
 def _option_rules(problem: Problem) -> list[Rule]:
+    """User pins and limits; a feature turned off pins its size to 1."""
     opts = problem.options
-    rules = []
-    for dim, value in opts.pins:
-        rules.append(
-            Rule(
-                family="pins and limits",
-                text=f"{dim} == {value} (pinned)",
-                axes=(dim,),
-                check=lambda g, d=dim, v=value: g[d] == v,
-                source="user option",
-            )
+    pins = [(dim, value, f"{dim} == {value} (pinned)") for dim, value in opts.pins]
+    for allowed, dim, feature in (
+        (opts.allow_cp, "cp", "context parallelism"),
+        (opts.allow_ep, "ep", "expert parallelism"),
+        (opts.allow_interleaving, "vpp", "interleaving"),
+    ):
+        if not allowed:
+            pins.append((dim, 1, f"{dim} == 1 ({feature} off)"))
+    limits = [(dim, value, f"{dim} <= {value} (limit)") for dim, value in opts.maxima]
+    return [
+        Rule(
+            family="pins and limits",
+            text=text,
+            axes=(dim,),
+            source="user option",
+            check=lambda g, d=dim, v=value: g[d] == v,
         )
-    for dim, value in opts.maxima:
-        rules.append(
-            Rule(
-                family="pins and limits",
-                text=f"{dim} <= {value} (limit)",
-                axes=(dim,),
-                check=lambda g, d=dim, v=value: g[d] <= v,
-                source="user option",
-            )
+        for dim, value, text in pins
+    ] + [
+        Rule(
+            family="pins and limits",
+            text=text,
+            axes=(dim,),
+            source="user option",
+            check=lambda g, d=dim, v=value: g[d] <= v,
         )
-    if not opts.allow_cp:
-        rules.append(
-            Rule(
-                family="pins and limits",
-                text="cp == 1 (context parallelism off)",
-                axes=("cp",),
-                check=lambda g: g["cp"] == 1,
-                source="user option",
-            )
-        )
-    if not opts.allow_ep:
-        rules.append(
-            Rule(
-                family="pins and limits",
-                text="ep == 1 (expert parallelism off)",
-                axes=("ep",),
-                check=lambda g: g["ep"] == 1,
-                source="user option",
-            )
-        )
-    if not opts.allow_interleaving:
-        rules.append(
-            Rule(
-                family="pins and limits",
-                text="vpp == 1 (interleaving off)",
-                axes=("vpp",),
-                check=lambda g: g["vpp"] == 1,
-                source="user option",
-            )
-        )
-    return rules
+        for dim, value, text in limits
+    ]
 
 
 def layout_rules(problem: Problem) -> tuple[Rule, ...]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.plan import GRID_AXES
 from autopar.rules import Product, Rule, layout_rules, products
 from autopar.specs import RECOMPUTE_MODES, Problem
 
@@ -42,7 +43,7 @@ class Space:
         for derived in ("grad_accum", "dp"):
             if derived in need:
                 need = (need - {derived}) | set(DERIVED[derived])
-        return tuple(a for a in AXIS_ORDER if a in need)
+        return tuple(a for a in GRID_AXES if a in need)
 
     def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
         """``free_axes`` less the constants (axes with one allowed value): a table's columns."""
@@ -105,22 +106,6 @@ def _rows_where(grid: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.n
     return {a: v[keep] for a, v in grid.items()}
 
 
-AXIS_ORDER: tuple[str, ...] = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "mbs",
-    "grad_accum",
-    "recompute",
-    "zero",
-    "sp",
-)
-
-
 def _axis_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
     training, options, model = problem.training, problem.options, problem.model
     gpu_divisors = divisors(training.num_gpus)
@@ -160,6 +145,6 @@ def build_space(problem: Problem, *, prune: bool = True) -> Space:
 
 def iter_layout_rows(space: Space) -> Iterable[dict[str, int]]:
     """Every full assignment allowed by the rules and products (the brute-force oracle's space)."""
-    grid = space.pruned_grid(AXIS_ORDER)
+    grid = space.pruned_grid(GRID_AXES)
     for i in range(len(grid["tp"])):
-        yield {a: int(grid[a][i]) for a in AXIS_ORDER}
+        yield {a: int(grid[a][i]) for a in GRID_AXES}

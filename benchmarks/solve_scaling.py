@@ -21,8 +21,9 @@ import numpy as np
 
 from autopar.api import load_cost_model, make_problem
 from autopar.context import make_context
+from autopar.plan import GRID_AXES
 from autopar.solver import run_solver
-from autopar.space import AXIS_ORDER, build_space
+from autopar.space import build_space
 from autopar.terms import memory_bytes, step_time_s
 
 CASES = [("llama-70b", n, 8192) for n in (64, 256, 1024, 4096, 16384, 65536, 98304, 131072)]
@@ -38,7 +39,7 @@ def global_batch(num_gpus: int) -> int:
 def brute_force_s(problem, ctx, cost_model) -> tuple[float, float]:
     """Seconds to enumerate and score every layout in numpy, and the best step time found."""
     start = time.perf_counter()
-    grid = build_space(problem).pruned_grid(AXIS_ORDER)
+    grid = build_space(problem).pruned_grid(GRID_AXES)
     times = step_time_s(cost_model, grid, ctx)
     fits = memory_bytes(cost_model, grid, ctx) <= ctx.cluster.usable_memory_bytes
     best = float(times[fits].min()) if fits.any() else float("inf")
@@ -62,7 +63,7 @@ def run_case(model: str, gpus: int, seq_len: int, workers: int | None, repeat: i
         "brute_s": brute_s,
         "ratio": brute_s / float(np.median(solve_s)),
         "agree": best == brute_best or abs(best - brute_best) <= 2e-5 + 1e-9 * brute_best,
-        "layouts": len(build_space(problem).pruned_grid(AXIS_ORDER)["tp"]),
+        "layouts": len(build_space(problem).pruned_grid(GRID_AXES)["tp"]),
     }
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.space import AXIS_ORDER, build_space
+from autopar.plan import GRID_AXES
+from autopar.space import build_space
 from autopar.specs import Problem
 from autopar.terms import CostModel, TermContext, memory_bytes, step_time_s
 
 
 def enumerate_layouts(problem: Problem, ctx: TermContext, cost_model: CostModel):
     """Every layout the rules allow, with its float step time and memory (numpy arrays)."""
-    grid = build_space(problem).pruned_grid(AXIS_ORDER)
+    grid = build_space(problem).pruned_grid(GRID_AXES)
     if not len(grid["tp"]):
         return grid, np.array([]), np.array([])
     return grid, step_time_s(cost_model, grid, ctx), memory_bytes(cost_model, grid, ctx)

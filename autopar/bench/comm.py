@@ -21,7 +21,6 @@ import argparse
 import os
 import socket
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autopar.comm import COLLECTIVES, bus_bandwidth_factor
+from autopar.files import write_atomic
 
 ELEMENT_BYTES = 4  # float32
 PROGRAM_NAMES: dict[str, str] = {
@@ -166,19 +166,6 @@ def _format_table(result: BenchResult, options: CommBenchOptions, table: Table) 
         f"# Collective test concluded: {PROGRAM_NAMES[table.collective]}",
     ]
     return lines
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Temp file in the same folder, then os.replace."""
-    path = Path(path)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def _operation(collective: str, size_bytes: int, *, device: Any) -> Callable[[], None]:

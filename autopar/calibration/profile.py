@@ -41,8 +41,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -53,6 +51,7 @@ import yaml
 
 from autopar.comm import COLLECTIVES, CollectiveModel, bus_bandwidth_factor
 from autopar.errors import InputError
+from autopar.files import write_atomic
 
 MIB_BYTES = 2**20
 SPANS: tuple[str, ...] = ("intra", "inter")
@@ -538,15 +537,9 @@ def profile_to_dict(profile: CommProfile) -> dict[str, object]:
 def save_profile(profile: CommProfile, path: str | Path) -> None:
     """Write ``profile.yaml`` atomically (temporary file in the same folder, then os.replace)."""
     path = Path(path)
-    text = yaml.safe_dump(profile_to_dict(profile), sort_keys=False, default_flow_style=None)
-    handle, temp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomic(
+        path, yaml.safe_dump(profile_to_dict(profile), sort_keys=False, default_flow_style=None)
+    )
 
 
 def _build(cls: type, data: Mapping[str, object], *, source: str) -> object:
