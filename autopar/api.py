@@ -84,6 +84,7 @@ def make_problem(
     global_batch_tokens: int | None = None,
     seq_len: int = DEFAULT_SEQ_LEN,
     precision: str = "bf16",
+    grad_precision: str = "fp32",
     framework: str = "megatron",
     recompute: str | Sequence[str] | None = None,
     zero: str | Sequence[int] | None = None,
@@ -108,6 +109,7 @@ def make_problem(
     try:
         training = TrainingSpec(
             num_gpus=gpus,
+            grad_precision=grad_precision,
             seq_len=seq_len,
             precision=precision,
             global_batch_sequences=_global_batch(global_batch, global_batch_tokens, seq_len),

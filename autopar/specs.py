@@ -226,6 +226,10 @@ class TrainingSpec:
     seq_len: int
     precision: Precision = "bf16"
     optimizer: Literal["adam"] = "adam"
+    grad_precision: Literal["fp32", "bf16"] = "fp32"
+    """Gradient buffer and reduction: ``fp32`` is Megatron-LM's bf16 default (it forces
+    ``--accumulate-allreduce-grads-in-fp32``); ``bf16`` is NeMo's ``grad_reduce_in_fp32=False``
+    and torchtitan's FSDP ``reduce_dtype`` bf16: half the gradient memory and DP traffic."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")
@@ -235,12 +239,21 @@ class TrainingSpec:
             raise InputError(
                 f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}", field="precision"
             )
+        if self.grad_precision not in ("fp32", "bf16"):
+            raise InputError(
+                f"must be fp32 or bf16, got {self.grad_precision!r}", field="grad_precision"
+            )
         if self.optimizer != "adam":
             raise InputError(f"only 'adam' is modelled, got {self.optimizer!r}", field="optimizer")
 
     @property
     def global_batch_tokens(self) -> int:
         return self.global_batch_sequences * self.seq_len
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of one gradient element (buffer and reduction)."""
+        return 4.0 if self.grad_precision == "fp32" else 2.0
 
 
 LAYOUT_DIMS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum")

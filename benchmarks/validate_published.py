@@ -59,7 +59,8 @@ Assumptions per source (what the rows do not state):
   GELU, ffn 4h, MHA, LayerNorm, biases, RoPE, tied embeddings; mbs 1; no recompute; SP on;
   distributed optimizer; flash attention; TP and DP overlap on (the README lists the flags);
   v = 1. Strong-scaling rows: TP 8 x PP 6 as the 177B weak-scaling row.
-- nemo2407 (H100, FP8): mbs / vp / cp as printed; no recompute; SP on; distributed optimizer;
+- nemo2407 (H100, FP8): mbs / vp / cp as printed; no recompute; SP on; distributed optimizer
+  with BF16 gradients (``grad_sync_dtype=bf16`` in NeMo's H100 perf configs);
   flash attention (BF16 attention core); TP and DP overlap on; model dims from NeMo's configs
   where the table has none (MODEL_DIMS).
 """
@@ -372,7 +373,11 @@ def build_nemo(row: pd.Series, source: str) -> Case | str:
         zero=1,
         sequence_parallel=tp > 1,
     )
-    training = TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8")
+    # NeMo's H100 perf configs sync gradients in BF16 (NeMo-Framework-Launcher
+    # examples/training/*/h100/*.sh: ``+training.model.optim.grad_sync_dtype=bf16``).
+    training = TrainingSpec(
+        num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8", grad_precision="bf16"
+    )
     return Case(
         row_id=row["id"],
         source=source,

@@ -31,7 +31,6 @@ overlap flags (last bucket + first gather; 40 MB buckets over GB of gradients)."
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read FP32 master, m, v, grad (16 B), write
 master, m, v (12 B) and the BF16 weight (2 B) (Apex/TE ``FusedAdam``; memory bound)."""
-BYTES_GRAD = 4.0
 BYTES_WEIGHT = 2.0
 
 
@@ -42,8 +41,9 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
 def sync_time_s(
     params: np.ndarray, zero: np.ndarray, *, ranks: np.ndarray, nodes: np.ndarray, ctx: TermContext
 ) -> np.ndarray:
-    """All-reduce of FP32 gradients, or reduce-scatter + BF16 all-gather (``zero >= 1``)."""
-    grads = params * BYTES_GRAD
+    """All-reduce of the gradients (FP32 or BF16: ``TrainingSpec.grad_precision``), or
+    reduce-scatter + BF16 parameter all-gather (``zero >= 1``)."""
+    grads = params * ctx.training.grad_bytes
     all_reduce = ctx.comm.time_s("all_reduce", grads, num_ranks=ranks, num_nodes=nodes)
     scatter = ctx.comm.time_s("reduce_scatter", grads, num_ranks=ranks, num_nodes=nodes)
     gather = ctx.comm.time_s("all_gather", params * BYTES_WEIGHT, num_ranks=ranks, num_nodes=nodes)

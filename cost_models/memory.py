@@ -58,9 +58,6 @@ from cost_models.shapes import (
 
 BYTES_WEIGHT = 2.0
 """BF16 model weights (FP8 training keeps BF16 weights; casts are transient)."""
-BYTES_GRAD = 4.0
-"""FP32 gradient accumulation buffer (Megatron ``main_grad``; bf16 implies
-``accumulate_allreduce_grads_in_fp32``)."""
 BYTES_OPTIMIZER = 12.0
 """FP32 master weights + Adam first and second moments."""
 MEGATRON_ACTIVATION_OVERHEAD = 1.05
@@ -119,7 +116,7 @@ class DenseParamMemory:
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
         params = first_stage_dense_params(ctx.model, tp, pp)
-        bytes_per_param, stage = _PARTS[self.part]
+        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
         shards = dense_shard_degree(grid, ctx, megatron_compatible=self.megatron_compatible)
         total = params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
         if self.part == "weights" and not self.megatron_compatible:
@@ -129,11 +126,17 @@ class DenseParamMemory:
         return total
 
 
-_PARTS: dict[str, tuple[float, int]] = {
+_PARTS: dict[str, tuple[float | None, int]] = {
     "weights": (BYTES_WEIGHT, 3),
-    "gradients": (BYTES_GRAD, 2),
+    "gradients": (None, 2),  # TrainingSpec.grad_bytes: FP32 main_grad (Megatron) or BF16 (NeMo)
     "optimizer": (BYTES_OPTIMIZER, 1),
 }
+
+
+def _bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
+    """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded."""
+    bytes_per_param, stage = _PARTS[part]
+    return (ctx.training.grad_bytes if bytes_per_param is None else bytes_per_param), stage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +161,7 @@ class ExpertParamMemory:
         if not model.is_moe:
             return np.zeros(len(pp))
         params = model.num_moe_layers * expert_params(model) / (pp * ep * etp)
-        bytes_per_param, stage = _PARTS[self.part]
+        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
 

@@ -67,6 +67,11 @@ CASES = [
         ["--global-batch", "7 GPUs"],
     ),
     (
+        "bad grad precision",
+        lambda p: ["--model", "llama-8b", "--grad-precision", "fp16"],
+        ["--grad-precision", "fp32 or bf16"],
+    ),
+    (
         "batch cannot split",
         lambda p: ["--model", "llama-8b", "--gpus", "7", "--global-batch", "3"],
         ["--global-batch", "7 GPUs"],

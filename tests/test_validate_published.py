@@ -69,3 +69,10 @@ def test_representative_rows(table, row_id: str, tolerance_pct: float) -> None:
 def test_zero3_rows_are_skipped_with_a_reason(table) -> None:
     skipped = table[1].set_index("id")
     assert "ZeRO-3" in skipped.loc["nar21_t2_01", "reason"]
+
+
+@pytest.mark.parametrize("row_id", ["nemo2407_02", "nemo2407_04", "nemo2407_03", "nemo2407_12"])
+def test_published_nemo_layouts_fit_in_memory(table, row_id: str) -> None:
+    """These runs trained on 80 GB H100s with BF16 gradient sync: their layouts must fit."""
+    row = table[0].set_index("id").loc[row_id]
+    assert row["memory_gib"] <= 79.6

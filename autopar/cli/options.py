@@ -41,6 +41,13 @@ GlobalBatchTokens = Annotated[
 ]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="Sequence length in tokens.")]
 Precision = Annotated[str, typer.Option("--precision", help="bf16 or fp8.")]
+GradPrecision = Annotated[
+    str,
+    typer.Option(
+        "--grad-precision",
+        help="Gradient buffer/reduction: fp32 (Megatron-LM default) or bf16 (NeMo default).",
+    ),
+]
 Framework = Annotated[
     str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
 ]
@@ -69,6 +76,7 @@ def common(
     seq_len: int,
     precision: str,
     framework: str,
+    grad_precision: str = "fp32",
 ) -> dict[str, Any]:
     """The shared options as keyword arguments of the Python API."""
     return {
@@ -82,5 +90,6 @@ def common(
         "global_batch_tokens": global_batch_tokens,
         "seq_len": seq_len,
         "precision": precision,
+        "grad_precision": grad_precision,
         "framework": framework,
     }

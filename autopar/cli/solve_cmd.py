@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
+        grad_precision: o.GradPrecision = "fp32",
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
         tp: Pin = None,
@@ -98,6 +99,7 @@ def register(app: typer.Typer) -> None:
             global_batch_tokens=global_batch_tokens,
             seq_len=seq_len,
             precision=precision,
+            grad_precision=grad_precision,
             framework=framework,
         )
         result = api.solve(

@@ -138,6 +138,7 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
         ] = str(api.DEFAULT_SEQ_LEN),
         precision: o.Precision = "bf16",
+        grad_precision: o.GradPrecision = "fp32",
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
         train_tokens: Annotated[
@@ -178,6 +179,7 @@ def register(app: typer.Typer) -> None:
             global_batch_tokens=global_batch_tokens,
             seq_len=0,
             precision=precision,
+            grad_precision=grad_precision,
             framework=framework,
         )
         for key in ("gpus", "gpu", "seq_len"):
