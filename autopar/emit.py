@@ -70,6 +70,8 @@ def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
         )
     args.append("--bf16")
+    if training.grad_precision == "bf16":
+        args.append("--grad-reduce-in-bf16")  # else bf16 implies FP32 gradient accumulation
     if training.precision == "fp8":
         args.append("--fp8-format hybrid")
     return " ".join(args)
@@ -154,6 +156,8 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
         "zero_optimization": {"stage": lay.zero},
         "bf16": {"enabled": True},
     }
+    if problem.training.grad_precision == "bf16":
+        config["communication_data_type"] = "bf16"  # DeepSpeed's gradient reduction dtype
     if lay.tp > 1:
         config["tensor_parallel"] = {"autotp_size": lay.tp}
     if lay.pp > 1:

@@ -175,3 +175,14 @@ def test_emitters_accept_an_estimate(dense):
         model="llama-70b", gpus=64, seq_len=4096, global_batch=64, tp=4, pp=4, vpp=2
     )
     assert emit.megatron_args(est, dense) == emit.megatron_args(est.layout, dense)
+
+
+def test_bf16_gradients_reach_the_framework_configs():
+    problem = autopar.make_problem(
+        model="llama-70b", gpus=64, seq_len=4096, global_batch=64, grad_precision="bf16"
+    )
+    assert "--grad-reduce-in-bf16" in emit.megatron_args(INTERLEAVED, problem).split()
+    assert emit.deepspeed_json(INTERLEAVED, problem)["communication_data_type"] == "bf16"
+    fp32 = autopar.make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
+    assert "--grad-reduce-in-bf16" not in emit.megatron_args(INTERLEAVED, fp32)
+    assert "communication_data_type" not in emit.deepspeed_json(INTERLEAVED, fp32)
