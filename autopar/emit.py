@@ -33,6 +33,15 @@ def _layout(item: Estimate | Layout) -> Layout:
     return item.layout if isinstance(item, Estimate) else item
 
 
+def uneven_end_layers(num_layers: int, pp: int) -> tuple[int, int]:
+    """Layers of the first and last stage when ``pp`` does not divide ``num_layers``: the middle
+    stages take ``ceil(L/pp)`` each (``autopar.rules.uneven_split_ok``), the ends share the rest,
+    the first stage (which also holds the embedding) the smaller half."""
+    middle = -(-num_layers // pp)
+    rest = num_layers - (pp - 2) * middle
+    return rest // 2, rest - rest // 2
+
+
 def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
     """Megatron-LM command-line arguments for the layout, one shell-pasteable line."""
     lay = _layout(item)
@@ -50,6 +59,10 @@ def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
                 field="vpp",
             )
         args.append(f"--num-layers-per-virtual-pipeline-stage {model.num_layers // stages}")
+    elif model.num_layers % lay.pp:
+        first, last = uneven_end_layers(model.num_layers, lay.pp)
+        args.append(f"--decoder-first-pipeline-num-layers {first}")
+        args.append(f"--decoder-last-pipeline-num-layers {last}")
     args.append(f"--context-parallel-size {lay.cp}")
     if model.num_experts:
         args.append(f"--expert-model-parallel-size {lay.ep}")

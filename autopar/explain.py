@@ -119,6 +119,13 @@ def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str
                 dataclasses.replace(problem, options=opts),
             )
         )
+    if not o.uneven_pipeline:
+        out.append(
+            (
+                "allow an uneven pipeline split (--uneven-pipeline)",
+                dataclasses.replace(problem, options=dataclasses.replace(o, uneven_pipeline=True)),
+            )
+        )
     if o.pins or o.maxima:
         out.append(
             (

@@ -66,6 +66,52 @@ def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     return np.asarray(b) % np.asarray(a) == 0
 
 
+def uneven_split_ok(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    """Megatron's ``--decoder-first/last-pipeline-num-layers``: the ``pp - 2`` middle stages hold
+    ``m = ceil(L/pp)`` layers each and the first and last stages share the rest, at least one
+    and at most ``m`` each (``(L - first - last) % (pp - 2) == 0``, ``arguments.py``)."""
+    pp = np.asarray(pp)
+    m = np.ceil(num_layers / pp)
+    rest = num_layers - np.maximum(pp - 2, 0) * m
+    return (pp == 1) | ((pp >= 2) & (rest >= 2) & (rest <= 2 * m))
+
+
+def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
+    if not uneven:
+        return [
+            Rule(
+                family="layers vs PP",
+                text=f"num_layers ({layers}) % pp == 0",
+                axes=("pp",),
+                check=lambda g: _divides(g["pp"], layers),
+                source="Megatron arguments.py",
+            ),
+            Rule(
+                family="layers vs PP",
+                text=f"num_layers ({layers}) % (pp*vpp) == 0",
+                axes=("pp", "vpp"),
+                check=lambda g: _divides(g["pp"] * g["vpp"], layers),
+                source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
+            ),
+        ]
+    return [
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) splits over pp: evenly, or ceil(L/pp) per middle stage",
+            axes=("pp",),
+            check=lambda g: uneven_split_ok(layers, g["pp"]),
+            source="Megatron arguments.py (--decoder-first/last-pipeline-num-layers)",
+        ),
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) % (pp*vpp) == 0 with interleaving (uneven: vpp == 1)",
+            axes=("pp", "vpp"),
+            check=lambda g: _divides(g["pp"] * g["vpp"], layers) | (g["vpp"] == 1),
+            source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
+        ),
+    ]
+
+
 def _model_rules(problem: Problem) -> list[Rule]:
     m, framework = problem.model, problem.options.framework
     heads, kv, layers = m.num_attention_heads, m.num_kv_heads, m.num_layers
@@ -84,20 +130,7 @@ def _model_rules(problem: Problem) -> list[Rule]:
             check=lambda g: _divides(g["tp"], m.ffn_hidden_size),
             source="Megatron tensor_parallel/layers.py divide()",
         ),
-        Rule(
-            family="layers vs PP",
-            text=f"num_layers ({layers}) % pp == 0",
-            axes=("pp",),
-            check=lambda g: _divides(g["pp"], layers),
-            source="Megatron arguments.py",
-        ),
-        Rule(
-            family="layers vs PP",
-            text=f"num_layers ({layers}) % (pp*vpp) == 0",
-            axes=("pp", "vpp"),
-            check=lambda g: _divides(g["pp"] * g["vpp"], layers),
-            source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
-        ),
+        *_pipeline_split_rules(layers, uneven=problem.options.uneven_pipeline),
     ]
     if framework == "torchtitan":
         rules.append(

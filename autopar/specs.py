@@ -274,6 +274,10 @@ class SearchOptions:
     allow_interleaving: bool = True
     allow_cp: bool = True
     allow_ep: bool = True
+    uneven_pipeline: bool = False
+    """Allow a pipeline size that does not divide the layers: the middle stages take
+    ``ceil(L/pp)`` layers and the first and last the rest (Megatron
+    ``--decoder-first/last-pipeline-num-layers``; no interleaving then)."""
     tp_within_node: bool = True
     """Keep TP (and ETP·EP) inside one NVLink domain."""
     pins: tuple[tuple[str, int], ...] = ()

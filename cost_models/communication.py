@@ -33,7 +33,7 @@ from autopar.terms import Grid, TermContext
 from cost_models.compute import FLASH_BACKWARD_SLOWDOWN, attention_core_time_s
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.placement import group_num_nodes
-from cost_models.shapes import kv_size
+from cost_models.shapes import kv_size, stage_layers
 
 NVLINK_EFFICIENCY = 0.80
 """Achievable fraction of per-direction NVLink bandwidth as NCCL bus bandwidth: nccl-tests
@@ -119,7 +119,7 @@ class TpCommTime:
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         per_layer = forward * (2.0 + recompute)
         exposed = TP_OVERLAP_EXPOSED if self.overlap else 1.0
-        return exposed * ctx.model.num_layers / pp * per_layer
+        return exposed * stage_layers(ctx.model.num_layers, pp) * per_layer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,4 +157,4 @@ class CpCommTime:
             2.0 * step - 2.0 * FLASH_BACKWARD_SLOWDOWN * core_step, 0.0
         )
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
-        return model.num_layers / pp * (forward * (1.0 + recompute) + backward)
+        return stage_layers(model.num_layers, pp) * (forward * (1.0 + recompute) + backward)

@@ -32,7 +32,7 @@ import numpy as np
 from autopar.specs import ModelSpec
 from autopar.terms import Grid, TermContext
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from cost_models.shapes import kv_size, padded_vocab, query_size
+from cost_models.shapes import kv_size, padded_vocab, query_size, stage_layers
 
 GEMM_EFFICIENCY = 0.85
 """Fraction of the datasheet dense peak a large GEMM sustains in training (clocks under load,
@@ -199,7 +199,7 @@ def recompute_factor(recompute: np.ndarray, code: int) -> np.ndarray:
 class DenseComputeTime:
     """Forward + backward (+ recompute) of the transformer layers of one pipeline stage, one
     micro-batch: attention of every layer, the MLP of the dense layers, the elementwise work.
-    ``num_layers / pp`` layers per stage (Megatron's uniform split)."""
+    ``stage_layers`` layers on the fullest stage (``num_layers / pp`` for an even split)."""
 
     name: str = "dense_compute_s"
     category: str = "compute"
@@ -232,7 +232,7 @@ class DenseComputeTime:
             recompute_factor(grid["recompute"], RECOMPUTE_FULL) * forward
             + recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE) * core_f
         )
-        return model.num_layers / pp * (forward + backward + recompute)
+        return stage_layers(model.num_layers, pp) * (forward + backward + recompute)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,7 +269,7 @@ class ExpertComputeTime:
         forward = forward + permute
         backward = backward + 2.0 * permute
         full = recompute_factor(grid["recompute"], RECOMPUTE_FULL)
-        return model.num_moe_layers / pp * (forward + backward + full * forward)
+        return stage_layers(model.num_moe_layers, pp) * (forward + backward + full * forward)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

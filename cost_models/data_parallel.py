@@ -23,7 +23,7 @@ from cost_models.compute import HBM_EFFICIENCY
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.memory import first_stage_dense_params
 from cost_models.placement import group_num_nodes
-from cost_models.shapes import expert_params
+from cost_models.shapes import expert_params, stage_layers
 
 DP_OVERLAP_EXPOSED = 0.2
 """Share of the gradient reduce-scatter / parameter all-gather left exposed with Megatron's
@@ -85,7 +85,7 @@ class ExpertDpCommTime:
         model = ctx.model
         if not model.is_moe:
             return np.zeros(len(pp))
-        params = model.num_moe_layers * expert_params(model) / (pp * ep * etp)
+        params = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
         ranks = ctx.training.num_gpus / (etp * ep * pp)
         nodes = group_num_nodes(ranks, etp * ep, ctx.cluster.gpus_per_node)
         total = sync_time_s(params, zero, ranks=ranks, nodes=nodes, ctx=ctx)
@@ -107,7 +107,7 @@ class OptimizerStepTime:
         model, num_gpus = ctx.model, ctx.training.num_gpus
         dense = first_stage_dense_params(model, tp, pp)
         dense = dense / np.where(zero >= 1, num_gpus / (tp * pp), 1.0)
-        experts = model.num_moe_layers * expert_params(model) / (pp * ep * etp)
+        experts = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
         experts = experts / np.where(zero >= 1, num_gpus / (etp * ep * pp), 1.0)
         hbm = ctx.cluster.gpu.hbm_bytes_per_s * HBM_EFFICIENCY
         return (dense + experts) * ADAM_BYTES_PER_PARAM / hbm
@@ -155,4 +155,4 @@ class EpCommTime:
         nodes = group_num_nodes(ep, etp, ctx.cluster.gpus_per_node)
         one = ctx.comm.time_s("all_to_all", size, num_ranks=ep, num_nodes=nodes)
         calls = 4.0 + 2.0 * (np.asarray(grid["recompute"]) == RECOMPUTE_FULL)
-        return model.num_moe_layers / pp * calls * one
+        return stage_layers(model.num_moe_layers, pp) * calls * one

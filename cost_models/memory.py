@@ -54,6 +54,7 @@ from cost_models.shapes import (
     kv_size,
     padded_vocab,
     query_size,
+    stage_layers,
 )
 
 BYTES_WEIGHT = 2.0
@@ -84,7 +85,8 @@ def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = np.where((pp == 1) & (not model.tied_embeddings), embedding, 0.0)
-    return (dense_block_params(model) / pp + embedding + positions + output) / tp
+    stage_share = stage_layers(model.num_layers, pp) / model.num_layers
+    return (dense_block_params(model) * stage_share + embedding + positions + output) / tp
 
 
 def dense_shard_degree(grid: Grid, ctx: TermContext, *, megatron_compatible: bool) -> np.ndarray:
@@ -160,7 +162,7 @@ class ExpertParamMemory:
         model = ctx.model
         if not model.is_moe:
             return np.zeros(len(pp))
-        params = model.num_moe_layers * expert_params(model) / (pp * ep * etp)
+        params = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
         bytes_per_param, stage = _bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
@@ -234,7 +236,7 @@ class LayerActivationMemory:
         moe_share = model.num_moe_layers / model.num_layers
         mlp = (2.0 * mlp_up_width(model, model.ffn_hidden_size) + 2.0 * model.ffn_hidden_size) / tp
         mlp = np.where(np.asarray(grid["recompute"]) == RECOMPUTE_FULL, 0.0, mlp)
-        layers = model.num_layers / pp * tokens * (per_token - moe_share * mlp)
+        layers = stage_layers(model.num_layers, pp) * tokens * (per_token - moe_share * mlp)
         sp_divisor = np.where(np.asarray(grid["sp"]) == 1, tp, 1.0)
         embedding = tokens * (8.0 + (model.hidden_size if self.dropout else 0.0) / sp_divisor)
         return layers + embedding
@@ -254,7 +256,7 @@ class LayerActivationMemory:
         logits_sp = tokens * model.hidden_size * 4.0 * (1.0 + vocab / model.hidden_size) / tp
         logits_no_sp = 2.0 * (tokens * vocab / tp + tokens * model.hidden_size)
         logits = np.where(pp == 1, np.where(with_sp, logits_sp, logits_no_sp), 0.0)
-        layers = model.num_layers / pp * tokens * per_token
+        layers = stage_layers(model.num_layers, pp) * tokens * per_token
         with_sp_total = layers + embedding / tp + logits
         without_sp_total = (layers + embedding + logits) * MEGATRON_ACTIVATION_OVERHEAD
         return np.where(with_sp, with_sp_total, without_sp_total)
@@ -286,7 +288,7 @@ class ExpertActivationMemory:
         router = tokens / tp * 4.0 * model.num_experts
         per_layer = routed + shared + router
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
-        return np.where(full, 0.0, model.num_moe_layers / pp * per_layer)
+        return np.where(full, 0.0, stage_layers(model.num_moe_layers, pp) * per_layer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -79,6 +79,14 @@ def expert_params(model: ModelSpec) -> int:
     return model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
 
 
+def stage_layers(num_layers: int, pp) -> np.ndarray:
+    """Layers on the fullest pipeline stage. Megatron's even split gives ``num_layers / pp``;
+    with an uneven split (``--decoder-first/last-pipeline-num-layers``, allowed by
+    ``SearchOptions.uneven_pipeline``) the middle stages hold ``ceil(num_layers / pp)`` and the
+    first and last stages the rest (``autopar.rules``): the ceiling covers both cases."""
+    return np.ceil(num_layers / np.asarray(pp, dtype=np.float64))
+
+
 def dense_block_params(model: ModelSpec) -> int:
     """Transformer-block parameters that TP x PP shard (everything but the routed experts and the
     embeddings), including the final norm."""

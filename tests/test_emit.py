@@ -186,3 +186,14 @@ def test_bf16_gradients_reach_the_framework_configs():
     fp32 = autopar.make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
     assert "--grad-reduce-in-bf16" not in emit.megatron_args(INTERLEAVED, fp32)
     assert "communication_data_type" not in emit.deepspeed_json(INTERLEAVED, fp32)
+
+
+def test_uneven_pipeline_split_reaches_megatron():
+    """Llama-3.1 405B has 126 layers: PP 8 splits as 15 + 6 x 16 + 15."""
+    problem = autopar.make_problem(
+        model="llama-3.1-405b", gpus=1024, seq_len=8192, global_batch=512, uneven_pipeline=True
+    )
+    args = emit.megatron_args(Layout(tp=8, pp=8, dp=16, grad_accum=32), problem).split()
+    first = args[args.index("--decoder-first-pipeline-num-layers") + 1]
+    last = args[args.index("--decoder-last-pipeline-num-layers") + 1]
+    assert int(first) + int(last) + 6 * 16 == 126 and int(first) <= 16 and int(last) <= 16

@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         zero: Annotated[
             int, typer.Option(help="0 none, 1 distributed optimizer, 2 +gradients, 3 +parameters.")
         ] = 1,
+        uneven_pipeline: o.UnevenPipeline = False,
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
@@ -80,6 +81,7 @@ def register(app: typer.Typer) -> None:
             recompute=recompute,
             zero=zero,
             sequence_parallel=sequence_parallel,
+            uneven_pipeline=uneven_pipeline,
             cost_model=cost_model,
         )
         problem = api.make_problem(**common) if format in EMITTERS else None

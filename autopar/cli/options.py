@@ -93,3 +93,13 @@ def common(
         "grad_precision": grad_precision,
         "framework": framework,
     }
+
+
+UnevenPipeline = Annotated[
+    bool,
+    typer.Option(
+        "--uneven-pipeline/--even-pipeline",
+        help="Allow PP sizes that do not divide the layers (Megatron "
+        "--decoder-first/last-pipeline-num-layers).",
+    ),
+]

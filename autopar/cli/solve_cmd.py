@@ -70,6 +70,7 @@ def register(app: typer.Typer) -> None:
         tp_within_node: Annotated[
             bool, typer.Option(help="Keep TP inside the NVLink domain.")
         ] = True,
+        uneven_pipeline: o.UnevenPipeline = False,
         top: Annotated[int, typer.Option(help="How many best layouts to report.")] = 5,
         time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
@@ -123,6 +124,7 @@ def register(app: typer.Typer) -> None:
             allow_cp=context_parallel,
             allow_ep=expert_parallel,
             tp_within_node=tp_within_node,
+            uneven_pipeline=uneven_pipeline,
             top=top,
             time_limit=time_limit,
             num_workers=num_workers,

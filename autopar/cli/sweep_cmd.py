@@ -141,6 +141,7 @@ def register(app: typer.Typer) -> None:
         grad_precision: o.GradPrecision = "fp32",
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
+        uneven_pipeline: o.UnevenPipeline = False,
         train_tokens: Annotated[
             str | None,
             typer.Option("--train-tokens", help="Tokens to train on (15e12): adds days_to_train."),
@@ -194,6 +195,7 @@ def register(app: typer.Typer) -> None:
             time_limit=time_limit,
             num_workers=num_workers,
             cost_model=cost_model,
+            uneven_pipeline=uneven_pipeline,
             **common,
         )
         emit(render_sweep(result, format), output)
