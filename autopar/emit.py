@@ -102,7 +102,8 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
     """The torchtitan job-config sections (``[parallelism]``, ``[training]``,
     ``[activation_checkpoint]``) as nested dicts.
 
-    ZeRO-3 is FSDP (``data_parallel_shard_degree = dp``); otherwise plain DDP
+    ZeRO-3 is FSDP (``data_parallel_shard_degree = dp``) and ZeRO-2 FSDP that keeps parameters
+    gathered after forward (``fsdp_reshard_after_forward = "never"``); otherwise plain DDP
     (``data_parallel_replicate_degree = dp``). torchtitan's ``local_batch_size`` is the batch of
     one DP rank per forward pass without PP, and per step (split into micro-batches of
     ``pipeline_parallel_microbatch_size``) with PP; ``global_batch_size`` then sets the
@@ -110,7 +111,7 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
     """
     lay = _layout(item)
     training = problem.training
-    fsdp = lay.zero == 3
+    fsdp = lay.zero >= 2
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if fsdp else lay.dp,
         "data_parallel_shard_degree": lay.dp if fsdp else 1,
@@ -119,6 +120,8 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
         "context_parallel_degree": lay.cp,
         "expert_parallel_degree": lay.ep,
     }
+    if lay.zero == 2:
+        parallelism["fsdp_reshard_after_forward"] = "never"
     if lay.pp > 1:
         parallelism["pipeline_parallel_microbatch_size"] = lay.mbs
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"

@@ -253,6 +253,25 @@ def _schedule_rules(problem: Problem) -> list[Rule]:
                 source="DeepSpeed pipe engine (1F1B only); Ulysses is not ring CP",
             )
         )
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: ZeRO-2/3 do not combine with pipeline parallelism",
+                axes=("pp", "zero"),
+                check=lambda g: (g["pp"] == 1) | (g["zero"] <= 1),
+                source="DeepSpeed runtime/pipe/engine.py (asserts zero stage < 2)",
+            )
+        )
+    if problem.options.framework == "torchtitan":
+        rules.append(
+            Rule(
+                family="framework features",
+                text="torchtitan: FSDP shards gradients too (no optimizer-only sharding, ZeRO-1)",
+                axes=("zero",),
+                check=lambda g: g["zero"] != 1,
+                source="torchtitan distributed/parallelize (FSDP2 fully_shard or DDP)",
+            )
+        )
     return rules
 
 

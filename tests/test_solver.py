@@ -159,3 +159,20 @@ def test_uneven_pipeline_makes_405b_fit_where_even_splits_cannot() -> None:
     )
     best = _solve(uneven).best
     assert best.fits and 126 % best.layout.pp != 0
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
+def test_framework_rules_hold_in_every_runner_up(framework: str) -> None:
+    from autopar.api import make_problem
+
+    problem = make_problem(
+        model="llama-8b", gpus=64, seq_len=4096, global_batch=256, framework=framework, zero="any"
+    )
+    result = _solve(problem, top_k=8)
+    for estimate in result.layouts:
+        lay = estimate.layout
+        assert_valid(problem, lay)
+        if framework == "torchtitan":
+            assert lay.zero != 1 and problem.model.num_kv_heads % lay.tp == 0
+        if framework == "deepspeed":
+            assert lay.cp == 1 and lay.vpp == 1 and (lay.pp == 1 or lay.zero <= 1)
