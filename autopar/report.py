@@ -118,3 +118,27 @@ def solve_text(result) -> str:
     if len(result.layouts) > 1:
         parts += ["", "best layouts", runners_up_text(result.layouts)]
     return "\n".join(parts)
+
+
+def explanation_text(result) -> str:
+    """Why nothing fits: the conflicting rule families, the nearest miss, the changes that fit."""
+    explanation = result.explanation or {}
+    lines = [f"status       {result.status}"]
+    for family in explanation.get("families", []):
+        lines.append(f"conflict     {family['family']}: {'; '.join(family['rules'])}")
+    miss = explanation.get("nearest_miss")
+    if miss:
+        lay = miss["layout"]
+        lines.append(
+            f"nearest miss {miss['min_memory_bytes'] / GIB:.1f} GiB per GPU at best, "
+            f"TP={lay['tp']} PP={lay['pp']} CP={lay['cp']} DP={lay['dp']} mbs={lay['mbs']} "
+            f"recompute={lay['recompute']} ZeRO-{lay['zero']} "
+            f"(capacity {miss['capacity_bytes'] / GIB:.1f} GiB)"
+        )
+    suggestions = explanation.get("suggestions", [])
+    if suggestions:
+        lines.append("would fit:")
+        lines += [f"  - {change}" for change in suggestions]
+    elif not explanation.get("families"):
+        lines.append(explanation.get("summary", ""))
+    return "\n".join(lines)

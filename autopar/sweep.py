@@ -40,10 +40,12 @@ class SweepRow:
     cp: float = NAN
     dp: float = NAN
     ep: float = NAN
+    etp: float = NAN
     mbs: float = NAN
     grad_accum: float = NAN
     recompute: str | None = None
     zero: float = NAN
+    sequence_parallel: bool | None = None
     step_time_s: float = NAN
     tokens_per_s: float = NAN
     tokens_per_s_per_gpu: float = NAN
@@ -132,10 +134,12 @@ def _row(
         cp=lay.cp,
         dp=lay.dp,
         ep=lay.ep,
+        etp=lay.etp,
         mbs=lay.mbs,
         grad_accum=lay.grad_accum,
         recompute=lay.recompute,
         zero=lay.zero,
+        sequence_parallel=lay.sequence_parallel,
         step_time_s=best.step_time_s,
         tokens_per_s=best.tokens_per_s,
         tokens_per_s_per_gpu=best.tokens_per_s / gpus,

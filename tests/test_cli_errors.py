@@ -158,4 +158,5 @@ def test_memory_bound_problem_exits_1_with_nearest_miss(runner) -> None:
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "smallest per-GPU footprint" in result.output and "memory" in result.output
+    assert "nearest miss" in result.output and "binding: memory" in result.output
+    assert "--gpus 256" in result.output

@@ -17,7 +17,7 @@ from autopar import emit as emitters
 from autopar.cli.output import to_json
 from autopar.errors import InputError
 from autopar.plan import Estimate
-from autopar.report import estimate_text, flat_row, solve_text
+from autopar.report import estimate_text, explanation_text, flat_row, solve_text
 from autopar.specs import Problem
 
 FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
@@ -85,7 +85,7 @@ def render_solve(
     if not result.layouts:
         if fmt in emitters.EMITTERS:
             return f"# autopar: no layout (status {result.status})"
-        return f"status       {result.status}"
+        return explanation_text(result)
     if fmt in emitters.EMITTERS:
         return _framework_text(result.best, fmt, problem)
     return solve_text(result)

@@ -134,5 +134,7 @@ def register(app: typer.Typer) -> None:
         emit(render_solve(result, format, framework=framework, problem=problem), output)
         if result.status in ("infeasible", "unknown"):
             if format == "table" and result.explanation:
-                typer.echo(f"autopar: infeasible: {result.explanation['summary']}", err=True)
+                families = [f["family"] for f in result.explanation["families"]]
+                binds = f"binding: {', '.join(families)}" if families else "no layout found"
+                typer.echo(f"autopar: {result.status}: {binds} (explanation above)", err=True)
             raise typer.Exit(EXIT_INFEASIBLE)
