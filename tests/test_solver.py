@@ -176,3 +176,23 @@ def test_framework_rules_hold_in_every_runner_up(framework: str) -> None:
             assert lay.zero != 1 and problem.model.num_kv_heads % lay.tp == 0
         if framework == "deepspeed":
             assert lay.cp == 1 and lay.vpp == 1 and (lay.pp == 1 or lay.zero <= 1)
+
+
+def random_moe_problem(seed: int) -> Problem:
+    """A small mixture-of-experts problem: EP and ETP are searched too."""
+    dense = random_problem(seed)
+    rng = np.random.default_rng(seed)
+    experts = int(rng.choice([4, 8]))
+    model = dataclasses.replace(
+        dense.model,
+        name=f"random-moe-{seed}",
+        num_experts=experts,
+        experts_per_token=int(rng.choice([1, 2])),
+        moe_ffn_hidden_size=int(rng.choice([256, 512])),
+    )
+    return dataclasses.replace(dense, model=model)
+
+
+@pytest.mark.parametrize("seed", range(2000, 2012))
+def test_cpsat_matches_brute_force_moe(seed: int) -> None:
+    check_against_oracle(random_moe_problem(seed), load_cost_model(None))
