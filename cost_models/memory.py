@@ -68,6 +68,11 @@ CUDA_CONTEXT_BYTES = 1.0 * GIB
 NCCL_BUFFER_BYTES = 1.0 * GIB
 """NCCL channel buffers of the TP, DP, PP (and CP/EP) communicators (NCCL_BUFFSIZE 4 MiB per
 channel and peer; several communicators)."""
+ALLOCATOR_FRAGMENTATION = 0.03
+"""Share of device memory the PyTorch caching allocator holds but cannot hand out (block
+rounding and split blocks; ``torch.cuda.memory_reserved() - memory_allocated()`` at steady state
+is typically a few percent in Megatron runs). A layout planned to the last GiB runs out of
+memory in practice; for more headroom set ``memory_reserve_gib`` in the cluster file."""
 LOGITS_BYTES_PER_ELEMENT = 6.0
 """Logits kept for the loss: BF16 output of the output layer and the FP32 softmax that the
 vocab-parallel cross entropy saves for backward (Megatron ``cross_entropy.py``)."""
@@ -339,12 +344,14 @@ class RecomputeWorkspaceMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkspaceMemory:
-    """CUDA context and library workspaces plus NCCL buffers: ``CUDA_CONTEXT_BYTES +
-    NCCL_BUFFER_BYTES`` regardless of the layout."""
+    """CUDA context and library workspaces, NCCL buffers and the caching allocator's
+    fragmentation: ``CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_FRAGMENTATION * memory``
+    regardless of the layout (DESIGN §4 "workspace ... allocator fragmentation")."""
 
     name: str = "workspace_bytes"
     category: str = "other"
     depends_on: tuple[str, ...] = ()
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        return np.asarray(CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES)
+        fragmentation = ALLOCATOR_FRAGMENTATION * ctx.cluster.gpu.memory_bytes
+        return np.asarray(CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + fragmentation)
