@@ -26,8 +26,12 @@ from autopar.solver import run_solver
 from autopar.space import build_space
 from autopar.terms import memory_bytes, step_time_s
 
-CASES = [("llama-70b", n, 8192) for n in (64, 256, 1024, 4096, 16384, 65536, 98304, 131072)]
-CASES += [("llama-3.1-405b", 16384, 8192), ("mixtral-8x22b", 4096, 4096)]
+CASES = [("llama-70b", n, 8192, {}) for n in (64, 256, 1024, 4096, 16384, 65536, 98304, 131072)]
+CASES += [
+    ("llama-3.1-405b", 16384, 8192, {}),
+    ("llama-3.1-405b", 16384, 8192, {"uneven_pipeline": True}),
+    ("mixtral-8x22b", 4096, 4096, {}),
+]
 
 
 def global_batch(num_gpus: int) -> int:
@@ -46,8 +50,12 @@ def brute_force_s(problem, ctx, cost_model) -> tuple[float, float]:
     return time.perf_counter() - start, best
 
 
-def run_case(model: str, gpus: int, seq_len: int, workers: int | None, repeat: int) -> dict:
-    problem = make_problem(model=model, gpus=gpus, seq_len=seq_len, global_batch=global_batch(gpus))
+def run_case(
+    model: str, gpus: int, seq_len: int, options: dict, workers: int | None, repeat: int
+) -> dict:
+    problem = make_problem(
+        model=model, gpus=gpus, seq_len=seq_len, global_batch=global_batch(gpus), **options
+    )
     cost_model, ctx = load_cost_model(None), make_context(problem)
     solve_s = []
     for _ in range(repeat):
@@ -57,7 +65,7 @@ def run_case(model: str, gpus: int, seq_len: int, workers: int | None, repeat: i
     brute_s, brute_best = brute_force_s(problem, ctx, cost_model)
     best = result.best.step_time_s if result.layouts else float("inf")
     return {
-        "case": f"{model} @ {gpus}",
+        "case": f"{model} @ {gpus}" + (" uneven" if options else ""),
         "solve_s": float(np.median(solve_s)),
         "status": result.status,
         "brute_s": brute_s,
@@ -82,13 +90,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(
-        f"{'case':<24} {'layouts':>9} {'solve s':>8} {'status':>8} {'brute s':>8} "
+        f"{'case':<31} {'layouts':>9} {'solve s':>8} {'status':>8} {'brute s':>8} "
         f"{'brute/solve':>11} {'agree':>5}"
     )
-    for model, gpus, seq_len in CASES:
-        row = run_case(model, gpus, seq_len, args.workers, args.repeat)
+    for model, gpus, seq_len, options in CASES:
+        row = run_case(model, gpus, seq_len, options, args.workers, args.repeat)
         print(
-            f"{row['case']:<24} {row['layouts']:>9,} {row['solve_s']:>8.3f} {row['status']:>8} "
+            f"{row['case']:<31} {row['layouts']:>9,} {row['solve_s']:>8.3f} {row['status']:>8} "
             f"{row['brute_s']:>8.3f} {row['ratio']:>11.2f} {str(row['agree']):>5}"
         )
     python = sys.executable
