@@ -55,20 +55,7 @@ def register(app: typer.Typer) -> None:
         output: o.Output = None,
     ) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
-        common = o.common(
-            model=model,
-            gpus=gpus,
-            gpu=gpu,
-            gpus_per_node=gpus_per_node,
-            cluster=cluster,
-            comm_profile=comm_profile,
-            global_batch=global_batch,
-            global_batch_tokens=global_batch_tokens,
-            seq_len=seq_len,
-            precision=precision,
-            grad_precision=grad_precision,
-            framework=framework,
-        )
+        common = o.common(locals())
         result = api.evaluate(
             **common,
             tp=tp,

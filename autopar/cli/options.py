@@ -63,36 +63,15 @@ Output = Annotated[
 ]
 
 
-def common(
-    *,
-    model: str,
-    gpus: int,
-    gpu: str | None,
-    gpus_per_node: int | None,
-    cluster: str | None,
-    comm_profile: str | None,
-    global_batch: int | None,
-    global_batch_tokens: int | None,
-    seq_len: int,
-    precision: str,
-    framework: str,
-    grad_precision: str = "fp32",
-) -> dict[str, Any]:
-    """The shared options as keyword arguments of the Python API."""
-    return {
-        "model": model,
-        "gpus": gpus,
-        "gpu": gpu,
-        "gpus_per_node": gpus_per_node,
-        "cluster": cluster,
-        "comm_profile": comm_profile,
-        "global_batch": global_batch,
-        "global_batch_tokens": global_batch_tokens,
-        "seq_len": seq_len,
-        "precision": precision,
-        "grad_precision": grad_precision,
-        "framework": framework,
-    }
+COMMON_KEYS: tuple[str, ...] = (
+    "model", "gpus", "gpu", "gpus_per_node", "cluster", "comm_profile", "global_batch",
+    "global_batch_tokens", "seq_len", "precision", "grad_precision", "framework",
+)  # fmt: skip
+
+
+def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The shared options of a command (pass its ``locals()``) as Python API keyword arguments."""
+    return {key: values[key] for key in COMMON_KEYS if key not in skip}
 
 
 UnevenPipeline = Annotated[

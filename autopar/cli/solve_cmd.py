@@ -89,20 +89,7 @@ def register(app: typer.Typer) -> None:
             )
             if v is not None
         }
-        common = o.common(
-            model=model,
-            gpus=gpus,
-            gpu=gpu,
-            gpus_per_node=gpus_per_node,
-            cluster=cluster,
-            comm_profile=comm_profile,
-            global_batch=global_batch,
-            global_batch_tokens=global_batch_tokens,
-            seq_len=seq_len,
-            precision=precision,
-            grad_precision=grad_precision,
-            framework=framework,
-        )
+        common = o.common(locals())
         result = api.solve(
             **common,
             tp=tp,

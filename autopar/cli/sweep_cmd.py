@@ -169,22 +169,7 @@ def register(app: typer.Typer) -> None:
         gpu_list = None if gpu is None else parse_list(gpu, "--gpu", str)
         tokens = _number(train_tokens, "--train-tokens")
         price = _number(gpu_hour_cost, "--gpu-hour-cost")
-        common = o.common(
-            model=model,
-            gpus=0,
-            gpu=None,
-            gpus_per_node=gpus_per_node,
-            cluster=cluster,
-            comm_profile=comm_profile,
-            global_batch=global_batch,
-            global_batch_tokens=global_batch_tokens,
-            seq_len=0,
-            precision=precision,
-            grad_precision=grad_precision,
-            framework=framework,
-        )
-        for key in ("gpus", "gpu", "seq_len"):
-            del common[key]
+        common = o.common(locals(), skip=("gpus", "gpu", "seq_len"))
         result = sweep(
             gpus=gpus_list,
             gpu=gpu_list,
