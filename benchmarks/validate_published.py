@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from autopar.estimate import estimate
+from autopar.loading import load_gpu
 from autopar.plan import Layout
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 from autopar.terms import TermContext
@@ -41,7 +41,6 @@ from cost_models.flops import model_flop_per_sequence
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/data/published/runs.csv"
-GPU_PRESETS = REPO / "autopar/presets/gpus"
 
 ASSUMPTIONS = """\
 Assumptions per source (what the rows do not state):
@@ -99,22 +98,6 @@ class Case:
     layout: Layout
     switches: dict
     measured_step_s: float
-
-
-def load_gpu_preset(name: str) -> GpuSpec:
-    """A GPU preset YAML (``autopar/presets/gpus``) as a ``GpuSpec``."""
-    raw = yaml.safe_load((GPU_PRESETS / f"{name}.yaml").read_text())
-    fp8 = raw.get("peak_fp8_tflop_per_s")
-    return GpuSpec(
-        name=raw["name"],
-        memory_bytes=int(raw["memory_gib"] * GIB),
-        peak_bf16_flop_per_s=raw["peak_bf16_tflop_per_s"] * 1e12,
-        peak_fp8_flop_per_s=None if fp8 is None else fp8 * 1e12,
-        hbm_bytes_per_s=raw["hbm_tb_per_s"] * 1e12,
-        nvlink_bytes_per_s=raw["nvlink_gb_per_s"] * 1e9,
-        nic_bytes_per_s=raw["nic_gb_per_s"] * 1e9,
-        gpus_per_node=raw["gpus_per_node"],
-    )
 
 
 def _int(value: object, default: int | None = None) -> int | None:
@@ -229,7 +212,7 @@ def build_2021(row: pd.Series, source: str) -> Case | str:
         row_id=row["id"],
         source=source,
         model=model,
-        gpu=load_gpu_preset("a100-80gb"),
+        gpu=load_gpu("a100-80gb"),
         training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
         layout=layout,
         switches=A100_2021,
@@ -277,7 +260,7 @@ def build_kor22(row: pd.Series, source: str) -> Case | str:
         row_id=row["id"],
         source=source,
         model=model,
-        gpu=load_gpu_preset("a100-80gb"),
+        gpu=load_gpu("a100-80gb"),
         training=training,
         layout=layout,
         switches=A100_2021,
@@ -325,7 +308,7 @@ def build_mlm2024(row: pd.Series, source: str) -> Case | str:
         row_id=row["id"],
         source=source,
         model=model,
-        gpu=load_gpu_preset("h100-sxm"),
+        gpu=load_gpu("h100-sxm"),
         training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
         layout=layout,
         switches=H100_2024,
@@ -382,7 +365,7 @@ def build_nemo(row: pd.Series, source: str) -> Case | str:
         row_id=row["id"],
         source=source,
         model=model,
-        gpu=load_gpu_preset("h100-sxm"),
+        gpu=load_gpu("h100-sxm"),
         training=training,
         layout=layout,
         switches=H100_2024,
