@@ -1,4 +1,4 @@
-"""Calibration accuracy on the shared nccl-tests logs.
+"""Calibration accuracy on the nccl-tests logs in ``tests/data/nccl`` (sources in SOURCES.md there).
 
 1. Per-log fit error: a profile fitted on one log alone, evaluated by its fitted model only (no
    measured curves), median |error| over sizes >= 1 MiB (target <= 10%).
@@ -19,7 +19,7 @@ from autopar.calibration.compare import compare_log, fitted_only
 from autopar.calibration.nccl import parse_nccl_log
 from autopar.calibration.profile import fit_profile
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "nccl-tests"
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "nccl"
 
 # (cluster, logs fitted, log predicted)
 CROSS_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (

@@ -1,4 +1,4 @@
-"""Predict the step time of every published run in ``shared/data/published/runs.csv``.
+"""Predict the step time of every published run in ``benchmarks/data/published/runs.csv``.
 
     python benchmarks/validate_published.py [--csv PATH] [--format table|markdown]
 
@@ -40,7 +40,7 @@ from cost_models import DatasheetCollectives, default_cost_model
 from cost_models.flops import model_flop_per_sequence
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/data/published/runs.csv"
+DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "published" / "runs.csv"
 
 ASSUMPTIONS = """\
 Assumptions per source (what the rows do not state):

@@ -11,7 +11,6 @@ from autopar.calibration.nccl import COLUMNS, parse_nccl_log, parse_nccl_text
 from autopar.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "nccl"
-SHARED = Path(__file__).parents[2] / "shared" / "data" / "nccl-tests"
 
 # (file, collective, ranks, nodes, rows): from data/nccl-tests/SOURCES.md.
 EXPECTED = [
@@ -46,13 +45,13 @@ ROW = "     1048576        262144     float     sum      -1    71.93   14.58   2
 FOOTER = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 27.3\n#\n"
 
 
-def test_every_shared_log_is_listed():
-    assert sorted(p.name for p in SHARED.glob("*.log")) == sorted(e[0] for e in EXPECTED)
+def test_every_log_is_listed():
+    assert sorted(p.name for p in DATA.glob("*.log")) == sorted(e[0] for e in EXPECTED)
 
 
 @pytest.mark.parametrize(("name", "collective", "ranks", "nodes", "rows"), EXPECTED)
-def test_shared_log_parses(name, collective, ranks, nodes, rows):
-    frame = parse_nccl_log(SHARED / name)
+def test_log_parses(name, collective, ranks, nodes, rows):
+    frame = parse_nccl_log(DATA / name)
     assert list(frame.columns) == list(COLUMNS)
     assert len(frame) == rows
     assert set(frame["collective"]) == {collective}

@@ -24,12 +24,11 @@ from autopar.comm import CollectiveModel
 from autopar.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "nccl"
-SHARED = Path(__file__).parents[2] / "shared" / "data" / "nccl-tests"
-SHARED_LOGS = sorted(SHARED.glob("*.log"))
+ALL_LOGS = sorted(DATA.glob("*.log"))
 MIB = 2**20
 
 
-def _profile(*names: str, folder: Path = SHARED) -> CommProfile:
+def _profile(*names: str, folder: Path = DATA) -> CommProfile:
     return fit_profile(pd.concat([parse_nccl_log(folder / n) for n in names], ignore_index=True))
 
 
@@ -38,7 +37,7 @@ def _error_pct(profile: CommProfile, path: Path) -> float:
     return record.median_abs_pct_error
 
 
-@pytest.mark.parametrize("path", SHARED_LOGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
 def test_fit_reproduces_each_log_within_10_pct_above_1mib(path):
     profile = fitted_only(fit_profile(parse_nccl_log(path)))
     assert _error_pct(profile, path) <= 10.0
