@@ -11,10 +11,11 @@ Public API (keyword arguments mirror the CLI flags)::
 
 from __future__ import annotations
 
-from autopar.api import evaluate, make_problem, solve
+from autopar.api import evaluate, evaluate_problem, layout_of, make_problem, solve, solve_problem
 from autopar.errors import InfeasibleError, InputError
 from autopar.loading import load_cluster, load_gpu, load_model
 from autopar.plan import Estimate, Layout
+from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult
 from autopar.specs import (
     ClusterSpec,
@@ -48,10 +49,14 @@ __all__ = [
     "TrainingSpec",
     "__version__",
     "evaluate",
+    "evaluate_problem",
+    "layout_of",
+    "load_cost_model",
     "load_cluster",
     "load_gpu",
     "load_model",
     "make_problem",
     "solve",
+    "solve_problem",
     "sweep",
 ]

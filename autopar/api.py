@@ -1,38 +1,35 @@
 """The Python API: ``solve``, ``evaluate`` (and ``sweep`` in ``autopar.sweep``), taking the CLI's
-options as keyword arguments (DESIGN §7)."""
+options as keyword arguments (DESIGN §7).
+
+One way through: options -> ``Problem`` (``make_problem``) -> ``Space`` (``build_space``) ->
+CP-SAT model and search (``autopar.solver``) -> estimates; when nothing fits, this module asks
+``autopar.explain`` why. Callers that also emit launcher configs build the ``Problem`` once and
+pass it on (``solve_problem``, ``evaluate_problem``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
+from autopar.axes import AXES, FREE_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.context import make_context
 from autopar.errors import InputError
 from autopar.estimate import estimate
+from autopar.explain import explain_infeasible
 from autopar.loading import load_cluster, load_model
 from autopar.plan import Estimate, Layout
-from autopar.rules import layout_rules, products
-from autopar.solver import SolveResult, run_solver
+from autopar.plugin import load_cost_model
+from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
-from autopar.specs import (
-    RECOMPUTE_MODES,
-    ZERO_STAGES,
-    GpuSpec,
-    ModelSpec,
-    Problem,
-    SearchOptions,
-    TrainingSpec,
-)
+from autopar.specs import GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
 from autopar.terms import CostModel
 
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
 """4 Mi tokens per step when no batch is given (1024 sequences of 4096 tokens)."""
-PIN_DIMS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum")
 
 
 def _modes(value: str | Sequence[str] | None, allowed: tuple, name: str, default: tuple) -> tuple:
@@ -94,13 +91,13 @@ def make_problem(
     allow_ep: bool = True,
     tp_within_node: bool = True,
     uneven_pipeline: bool = False,
-    max_mbs: int = 16,
-    max_vpp: int = 8,
     limits: dict[str, int] | None = None,
     **pins: int | None,
 ) -> Problem:
-    """A ``Problem`` from the CLI's options (``pins``: ``tp=8`` etc.; ``limits``: maxima)."""
-    unknown = set(pins) - set(PIN_DIMS)
+    """A ``Problem`` from the CLI's options (``pins``: ``tp=8`` etc. for the axes in
+    ``autopar.axes.SEARCH_AXES``; ``limits``: maxima, e.g. ``{"pp": 16, "vpp": 12}``, where a
+    limit on ``vpp`` or ``mbs`` replaces its search cap)."""
+    unknown = set(pins) - set(SEARCH_AXES)
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     spec_model = load_model(model)
@@ -127,37 +124,13 @@ def make_problem(
             tp_within_node=tp_within_node,
             uneven_pipeline=uneven_pipeline,
             pins=tuple((k, v) for k, v in pins.items() if v is not None),
-            maxima=tuple(sorted((limits or {}).items())),
-            max_mbs=max_mbs,
-            max_vpp=max_vpp,
+            maxima=tuple(sorted((k, v) for k, v in (limits or {}).items() if v is not None)),
         )
     except InputError as err:
         raise err.with_source(
             f"--{err.field.replace('_', '-')}" if err.field else "options"
         ) from None
-    problem = Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
-    check_splittable(problem)
-    return problem
-
-
-def check_splittable(problem: Problem) -> None:
-    """Bad input, not a search result: the GPUs and the batch cannot be split as
-    ``tp*pp*cp*dp`` and ``mbs*dp*grad_accum`` under the model's rules (e.g. 7 GPUs and 1024
-    sequences: dp must be 1 or 7, and 7 fits neither the batch nor the heads, layers or
-    sequence). Pins and limits are left out: a pin that conflicts is a search result,
-    explained as infeasible (exit 1) with the rule families it conflicts with."""
-    unpinned = dataclasses.replace(
-        problem, options=dataclasses.replace(problem.options, pins=(), maxima=())
-    )
-    space = build_space(unpinned)
-    if not len(space.pruned_grid(("tp", "pp", "cp", "mbs", "grad_accum"))["tp"]):
-        raise InputError(
-            f"a global batch of {problem.training.global_batch_sequences} sequences cannot be "
-            f"split as mbs*dp*grad_accum for any data-parallel size that "
-            f"{problem.training.num_gpus} GPUs allow (heads {problem.model.num_attention_heads}, "
-            f"layers {problem.model.num_layers}, sequence {problem.training.seq_len})",
-            source="--global-batch",
-        )
+    return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
 
 
 def _default_zero(framework: str) -> tuple[int, ...]:
@@ -166,23 +139,38 @@ def _default_zero(framework: str) -> tuple[int, ...]:
     return {"megatron": (0, 1), "torchtitan": (0, 3), "deepspeed": (0, 1)}.get(framework, (0, 1))
 
 
-def load_cost_model(spec: str | CostModel | None) -> CostModel:
-    """The default cost model, or ``module:attr`` naming a CostModel or a factory of one."""
-    if spec is None:
-        from cost_models.default import default_cost_model
-
-        return default_cost_model()
-    if isinstance(spec, CostModel):
-        return spec
-    module_name, _, attr = str(spec).partition(":")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr or "default_cost_model")
-    except (ImportError, AttributeError) as err:
-        raise InputError(f"cannot load {spec!r} ({err})", source="--cost-model") from None
-    obj = obj() if callable(obj) and not isinstance(obj, CostModel) else obj
-    if not isinstance(obj, CostModel):
-        raise InputError(f"{spec!r} is not an autopar.terms.CostModel", source="--cost-model")
-    return obj
+def solve_problem(
+    problem: Problem,
+    *,
+    top: int = 1,
+    time_limit: float = 10.0,
+    num_workers: int | None = None,
+    cost_model: str | CostModel | None = None,
+) -> SolveResult:
+    """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
+    fits, the result carries the explanation."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InputError(f"must be a positive integer, got {top!r}", source="--top")
+    deadline = time.perf_counter() + time_limit
+    cm = load_cost_model(cost_model)
+    ctx = make_context(problem)
+    space = build_space(problem)
+    result = solve_space(
+        space, ctx, cm, top_k=top, time_limit_s=time_limit, num_workers=num_workers
+    )
+    if result.status == "infeasible":
+        explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
+    elif result.status == "unknown":
+        explanation = {
+            "summary": "the time limit ran out before any layout was found; raise --time-limit",
+            "families": [],
+            "nearest_miss": None,
+            "suggestions": [],
+            "cut_short": True,
+        }
+    else:
+        return result
+    return dataclasses.replace(result, explanation=explanation)
 
 
 def solve(
@@ -195,98 +183,80 @@ def solve(
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
     ``make_problem``; ``status`` says whether it is proven optimal."""
-    if top < 1:
-        raise InputError(f"must be >= 1, got {top}", source="--top")
-    problem = make_problem(**options)
-    cm = load_cost_model(cost_model)
-    return run_solver(
-        problem,
-        make_context(problem),
-        cm,
-        top_k=top,
-        time_limit_s=time_limit,
+    return solve_problem(
+        make_problem(**options),
+        top=top,
+        time_limit=time_limit,
         num_workers=num_workers,
+        cost_model=cost_model,
     )
 
 
-def check_layout(problem: Problem, layout: Layout) -> None:
-    """Raise ``InputError`` naming the first rule ``layout`` breaks."""
-    row = {axis: np.array([value]) for axis, value in layout.grid_row().items()}
-    for product in products(problem):
-        total = int(np.prod([row[a][0] for a in product.axes]))
-        if total != product.total:
-            raise InputError(
-                f"breaks {product.text}: got {total}", source="layout", field=product.family
-            )
-    for rule in layout_rules(problem):
-        if rule.family != "pins and limits" and not bool(rule.check(row)[0]):
-            raise InputError(
-                f"breaks {rule.text} ({rule.source})", source="layout", field=rule.family
-            )
-
-
-def evaluate(
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    cp: int = 1,
-    ep: int = 1,
-    etp: int = 1,
-    vpp: int = 1,
-    mbs: int = 1,
-    recompute: str = "none",
-    zero: int = 1,
-    sequence_parallel: bool | None = None,
-    cost_model: str | CostModel | None = None,
-    **options: Any,
-) -> Estimate:
-    """Score one layout; ``dp`` and ``grad_accum`` follow from the GPU count and the batch."""
-    problem = make_problem(sequence_parallel=sequence_parallel, **options)
-    for name, value in (
-        ("tp", tp),
-        ("pp", pp),
-        ("cp", cp),
-        ("ep", ep),
-        ("etp", etp),
-        ("vpp", vpp),
-        ("mbs", mbs),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"must be a positive integer, got {value!r}", source=f"--{name}")
-    if recompute not in RECOMPUTE_MODES:
-        raise InputError(
-            f"must be one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}", source="--recompute"
-        )
-    if zero not in ZERO_STAGES:
-        raise InputError(f"must be one of 0, 1, 2, 3, got {zero!r}", source="--zero")
+def layout_of(problem: Problem, **values: Any) -> Layout:
+    """The layout ``evaluate`` scores: the given axis values (``Layout`` attribute names; the
+    others at their ``evaluate`` defaults), with ``dp`` and ``grad_accum`` from the products and
+    sequence parallelism on with TP unless the problem's options say otherwise. Raises
+    ``InputError`` naming the first rule the layout breaks."""
+    free = {axis.layout_attr: axis for axis in AXES if axis.name in FREE_AXES}
+    unknown = set(values) - set(free)
+    if unknown:
+        raise TypeError(f"unknown layout value(s): {', '.join(sorted(unknown))}")
+    chosen = {
+        attr: values.get(attr, axis.default_for_evaluate)
+        for attr, axis in free.items()
+        if axis.kind != "flag"
+    }
+    for attr, axis in free.items():
+        value = chosen.get(attr)
+        flag = f"--{attr.replace('_', '-')}"
+        if axis.kind == "size" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"must be a positive integer, got {value!r}", source=flag)
+        if axis.kind == "size" and value < 1:
+            raise InputError(f"must be a positive integer, got {value!r}", source=flag)
+        if axis.kind == "mode" and value not in axis.choices:
+            choices = ", ".join(map(str, axis.choices))
+            raise InputError(f"must be one of {choices}, got {value!r}", source=flag)
+    sp_option = problem.options.sequence_parallel
+    tp, pp, cp, mbs = chosen["tp"], chosen["pp"], chosen["cp"], chosen["mbs"]
     n, batch = problem.training.num_gpus, problem.training.global_batch_sequences
     if n % (tp * pp * cp):
         raise InputError(
-            f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus ({n})",
+            f"tp*pp*cp = {tp * pp * cp} does not divide the GPU count ({n})",
             source="layout",
             field="GPU count",
         )
     dp = n // (tp * pp * cp)
     if batch % (mbs * dp):
         raise InputError(
-            f"mbs*dp = {mbs * dp} does not divide global_batch ({batch})",
+            f"mbs*dp = {mbs * dp} does not divide the global batch ({batch})",
             source="layout",
             field="global batch",
         )
-    sp = tp > 1 if sequence_parallel is None else bool(sequence_parallel) and tp > 1
     layout = Layout(
-        tp=tp,
-        pp=pp,
+        **chosen,
         dp=dp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        vpp=vpp,
-        mbs=mbs,
         grad_accum=batch // (mbs * dp),
-        recompute=recompute,
-        zero=zero,
-        sequence_parallel=sp,
+        sequence_parallel=tp > 1 if sp_option is None else bool(sp_option) and tp > 1,
     )
-    check_layout(problem, layout)
+    broken = build_space(problem).broken_rule(layout.grid_row(), skip=("pins and limits",))
+    if broken is not None:
+        family, _, rule = broken.partition(": ")
+        raise InputError(rule, source="layout", field=family)
+    return layout
+
+
+def evaluate_problem(
+    problem: Problem, layout: Layout, *, cost_model: str | CostModel | None = None
+) -> Estimate:
+    """Score ``layout`` (from ``layout_of``) in ``problem`` with the cost model."""
     return estimate(layout, make_context(problem), load_cost_model(cost_model))
+
+
+def evaluate(*, cost_model: str | CostModel | None = None, **options: Any) -> Estimate:
+    """Score one layout: ``options`` are ``make_problem``'s plus the layout's values (``tp=8,
+    pp=4, vpp=5, recompute="selective", ...``); ``dp`` and ``grad_accum`` follow from the GPU
+    count and the batch."""
+    attrs = {axis.layout_attr for axis in AXES if axis.name in FREE_AXES and axis.kind != "flag"}
+    values = {k: options.pop(k) for k in list(options) if k in attrs}
+    problem = make_problem(**options)
+    return evaluate_problem(problem, layout_of(problem, **values), cost_model=cost_model)

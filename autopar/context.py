@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from autopar.comm import CollectiveModel
+from autopar.comm import CollectiveModel, DatasheetCollectives
 from autopar.errors import InputError
 from autopar.specs import Problem
 from autopar.terms import TermContext
 
 
-def datasheet_collectives(problem: Problem) -> CollectiveModel:
-    from cost_models.communication import DatasheetCollectives
-
-    return DatasheetCollectives(problem.cluster)
-
-
 def make_context(problem: Problem, *, comm: CollectiveModel | None = None) -> TermContext:
     """The context of ``problem``: collective times from ``comm``, else from the cluster's
     measured profile (``comm_profile``), else from the datasheet alpha-beta model."""
-    datasheet = datasheet_collectives(problem)
+    datasheet = DatasheetCollectives(problem.cluster)
     gemm = None
     if comm is None and problem.cluster.comm_profile_path:
         from autopar.calibration.profile import load_profile

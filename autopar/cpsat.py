@@ -1,8 +1,11 @@
-"""Build the CP-SAT model: layout variables, rules, products and the cost model as tables.
+"""Build the CP-SAT model (layout variables, rules, products and the cost model as tables) and
+the solver settings every solve uses.
 
 The objective is the cost model (DESIGN §3): every term is tabulated in numpy over its own axes
-(``Space.pruned_grid``) and linked to an integer value variable with ``add_allowed_assignments``;
-the step time is ``sum(step terms) + slots * sum(micro-batch terms)`` and the memory constraint
+(``Space.pruned_grid``) and enters the model as a table: one boolean per allowed row, channelled
+to the axes' value indicators (``_table``; the rules and products, which carry no values, are
+plain ``add_allowed_assignments`` tables). The step time is
+``sum(step terms) + slots * sum(micro-batch terms)`` and the memory constraint
 ``sum(static) + in_flight * sum(per micro-batch) <= capacity`` (``autopar.terms``). Each product
 ``slots * term`` is tabulated as one table over the union of both axes, and ``dp`` and
 ``grad_accum`` are derived from the free axes (``Space.key_axes``), so the model holds only tables
@@ -18,10 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from autopar.plan import GRID_AXES
+from autopar.axes import GRID_AXES
 from autopar.space import Space
 from autopar.terms import CostModel, TermContext
 
+SEED = 20240607
 US_PER_S = 1_000_000
 MAX_STEP_US = 10**15
 """Upper end of the step-time variable (31 years): any real layout is far below it."""
@@ -42,6 +46,24 @@ class VarMap:
     capacity_kib: int
     families: dict[str, cp_model.IntVar] = field(default_factory=dict)
     indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
+
+
+def make_solver(
+    *, time_limit_s: float, num_workers: int = 1, probing: bool = False
+) -> cp_model.CpSolver:
+    """A CP-SAT solver with autopar's settings: fixed seed; no presolve, since the tables arrive
+    reduced to their allowed rows and presolve spends seconds on the row booleans that the linear
+    relaxation does not need (benchmarks/solve_scaling.py has the before/after figures); probing
+    off for optimisation and on (``probing``) for proving infeasibility, which leans on it
+    (5-10x faster on the oracle's infeasible cases)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = num_workers
+    solver.parameters.random_seed = SEED
+    solver.parameters.max_time_in_seconds = max(0.0, time_limit_s)
+    solver.parameters.cp_model_presolve = False
+    if not probing:
+        solver.parameters.cp_model_probing_level = 0
+    return solver
 
 
 def _int_table(values: np.ndarray, scale: float, *, ceil: bool) -> np.ndarray:

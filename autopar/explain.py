@@ -10,61 +10,50 @@ Suggestions are candidate changes, each checked by solving the changed problem.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from autopar.cpsat import BYTES_PER_KIB, build_model
+from autopar.axes import RECOMPUTE_MODES, ZERO_STAGES
+from autopar.cpsat import BYTES_PER_KIB, build_model, make_solver
 from autopar.errors import InputError
 from autopar.plan import Layout
-from autopar.rules import layout_rules, products
-from autopar.space import build_space
-from autopar.specs import GIB, RECOMPUTE_MODES, ZERO_STAGES, Problem
+from autopar.space import Space, build_space
+from autopar.specs import GIB, Problem
 from autopar.terms import CostModel, TermContext
 
+CORE_TIME_S = 10.0
+MISS_TIME_S = 5.0
 CHECK_TIME_S = 1.0
 
 
-def _core_solver(time_limit_s: float) -> cp_model.CpSolver:
-    """For the infeasible core: one worker (assumptions need it), no presolve, and probing
-    kept on, since proving infeasibility leans on it (5-10x faster on the oracle's cases)."""
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.cp_model_presolve = False
-    return solver
+def _left(deadline: float, most_s: float) -> float:
+    return max(0.0, min(most_s, deadline - time.perf_counter()))
 
 
-def _search_solver(time_limit_s: float) -> cp_model.CpSolver:
-    """For finding layouts (nearest miss, suggestions): the settings of ``autopar.solver``."""
-    from autopar.solver import _solver
-
-    return _solver(time_limit_s=time_limit_s, num_workers=1)
-
-
-def _family_texts(problem: Problem, ctx: TermContext) -> dict[str, list[str]]:
+def _family_texts(space: Space, ctx: TermContext) -> dict[str, list[str]]:
     texts: dict[str, list[str]] = {}
-    for rule in (*products(problem), *layout_rules(problem)):
+    for rule in (*space.products, *space.all_rules):
         texts.setdefault(rule.family, []).append(rule.text)
     texts["memory"] = [f"per-GPU memory <= {ctx.cluster.usable_memory_bytes / GIB:.1f} GiB"]
     return texts
 
 
 def conflicting_families(
-    problem: Problem, ctx: TermContext, cost_model: CostModel
+    space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
 ) -> list[dict[str, Any]]:
     """The rule families in an infeasible core of the rules alone (memory capacity lifted),
     each with its rules as the user reads them."""
-    space = build_space(problem, prune=False)
-    model, vm = build_model(space, cost_model, ctx, explain=True)
-    solver = _core_solver(10.0)
+    model, vm = build_model(space.unpruned(), cost_model, ctx, explain=True)
+    solver = make_solver(time_limit_s=_left(deadline, CORE_TIME_S), probing=True)
     if solver.solve(model) != cp_model.INFEASIBLE:
         return []
     core = {
         model.proto.variables[i].name for i in solver.sufficient_assumptions_for_infeasibility()
     }
-    texts = _family_texts(problem, ctx)
+    texts = _family_texts(space, ctx)
     return [
         {"family": family, "rules": texts.get(family, [])}
         for family, literal in vm.families.items()
@@ -73,12 +62,14 @@ def conflicting_families(
 
 
 def nearest_memory_miss(
-    problem: Problem, ctx: TermContext, cost_model: CostModel
+    space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
 ) -> dict[str, Any] | None:
     """The smallest per-GPU footprint over all layouts the other rules allow."""
-    model, vm = build_model(build_space(problem), cost_model, ctx, memory_limit=False)
+    if not all(space.domains.values()):
+        return None
+    model, vm = build_model(space, cost_model, ctx, memory_limit=False)
     model.minimize(vm.memory_kib)
-    solver = _search_solver(5.0)
+    solver = make_solver(time_limit_s=_left(deadline, MISS_TIME_S))
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     layout = Layout.from_grid_row({a: int(solver.value(v)) for a, v in vm.axes.items()})
@@ -186,35 +177,55 @@ def _bigger_gpus(problem: Problem) -> list[tuple[str, Problem]]:
     return sorted(out, key=lambda c: c[1].cluster.gpu.memory_bytes)
 
 
-def _feasible(problem: Problem, ctx: TermContext, cost_model: CostModel) -> bool:
+def _feasible(
+    problem: Problem, ctx: TermContext, cost_model: CostModel, *, deadline: float
+) -> bool:
+    left = _left(deadline, CHECK_TIME_S)
+    if left <= 0:
+        return False
+    changed = dataclasses.replace(
+        ctx,
+        model=problem.model,
+        cluster=problem.cluster,
+        training=problem.training,
+        options=problem.options,
+    )
     try:
-        model, _ = build_model(
-            build_space(problem),
-            cost_model,
-            dataclasses.replace(
-                ctx,
-                model=problem.model,
-                cluster=problem.cluster,
-                training=problem.training,
-                options=problem.options,
-            ),
-        )
+        space = build_space(problem)
+        if not all(space.domains.values()):
+            return False
+        model, _ = build_model(space, cost_model, changed)
     except (InputError, ValueError):
         return False
-    return _search_solver(CHECK_TIME_S).solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    return make_solver(time_limit_s=left).solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel) -> dict[str, Any]:
+def explain_infeasible(
+    problem: Problem,
+    space: Space,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """Why ``space`` (of ``problem``) has no layout that fits, within ``deadline``
+    (``time.perf_counter()`` seconds; ``cut_short`` says when it ran out)."""
+    deadline = time.perf_counter() + 60.0 if deadline is None else deadline
     # With the capacity lifted, a layout exists: memory alone binds. Else the rules conflict.
-    miss = nearest_memory_miss(problem, ctx, cost_model)
+    miss = nearest_memory_miss(space, ctx, cost_model, deadline=deadline)
     if miss is not None:
-        families = [{"family": "memory", "rules": _family_texts(problem, ctx)["memory"]}]
+        families = [{"family": "memory", "rules": _family_texts(space, ctx)["memory"]}]
     else:
-        families = conflicting_families(problem, ctx, cost_model)
+        families = conflicting_families(space, ctx, cost_model, deadline=deadline)
     candidates = _candidates(problem, miss)
     if miss is not None:
         candidates += _bigger_gpus(problem)
-    suggestions = [change for change, changed in candidates if _feasible(changed, ctx, cost_model)]
+    suggestions = [
+        change
+        for change, changed in candidates
+        if _feasible(changed, ctx, cost_model, deadline=deadline)
+    ]
+    cut_short = time.perf_counter() >= deadline
     summary = (
         "no layout satisfies: "
         + "; ".join(f"{f['family']} ({', '.join(f['rules'])})" for f in families)
@@ -225,15 +236,16 @@ def explain_infeasible(problem: Problem, ctx: TermContext, cost_model: CostModel
         layout = Layout(**miss["layout"])
         summary += (
             f". The smallest per-GPU footprint is {miss['min_memory_bytes'] / GIB:.1f} GiB"
-            f" (TP={layout.tp} PP={layout.pp} CP={layout.cp} DP={layout.dp} "
-            f"mbs={layout.mbs} recompute={layout.recompute} ZeRO-{layout.zero}), above "
-            f"{miss['capacity_bytes'] / GIB:.1f} GiB"
+            f" ({layout.text()}), above {miss['capacity_bytes'] / GIB:.1f} GiB"
         )
     if suggestions:
         summary += ". Would fit: " + "; or ".join(suggestions[:3])
+    if cut_short:
+        summary += ". The time limit cut this explanation short (raise --time-limit)"
     return {
         "summary": summary,
         "families": families,
         "nearest_miss": miss,
         "suggestions": suggestions,
+        "cut_short": cut_short,
     }

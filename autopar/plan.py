@@ -1,106 +1,67 @@
 """Layouts and their estimates.
 
-Glossary of the canonical axes (used as names everywhere, like torchtitan's mesh axis names):
-
-- ``tp``: tensor-parallel size (Megatron ``--tensor-model-parallel-size``).
-- ``pp``: pipeline-parallel size (number of pipeline ranks).
-- ``vpp``: virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B.
-- ``cp``: context-parallel size (the sequence split over ranks, ring attention).
-- ``dp``: data-parallel size of the dense layers: ``num_gpus = tp * pp * cp * dp``.
-- ``ep``: expert-parallel size, carved out of ``dp * cp`` for the expert layers (Megatron
-  ``parallel_state.py``); ``etp``: tensor-parallel size inside the expert layers.
-- ``mbs``: micro-batch size in sequences.
-- ``grad_accum``: micro-batches per optimizer step on each DP rank
-  (``global_batch = mbs*dp*grad_accum``).
-- ``recompute``: activation recomputation: ``none``, ``selective`` (attention core), ``full``.
-- ``zero``: optimizer sharding over the DP·CP group: 0 none, 1 optimizer states (Megatron
-  distributed optimizer), 2 also gradients, 3 also parameters (FSDP).
-- ``sp``: sequence parallelism in the TP region (1 on, 0 off).
-
-Rank order is Megatron's default ``tp-cp-ep-dp-pp`` (TP fastest, PP slowest).
+``Layout`` is built from the axes table (``autopar.axes.AXES``, which also holds the glossary of
+the axes): one field per axis, under its ``Layout`` attribute name, with its default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autopar.specs import RECOMPUTE_MODES
+from autopar.axes import AXES, GRID_AXES
 
-# Axes of a cost-term grid; modes are integer codes there (recompute: index in RECOMPUTE_MODES).
-GRID_AXES: tuple[str, ...] = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "mbs",
-    "grad_accum",
-    "recompute",
-    "zero",
-    "sp",
-)
+_FIELD_TYPES = {"size": int, "mode": object, "flag": bool}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Layout:
-    """One parallel layout (see the module docstring for the axes)."""
+class _LayoutMethods:
+    """The methods of ``Layout`` (its fields come from ``AXES``)."""
 
-    tp: int
-    pp: int
-    dp: int
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-    vpp: int = 1
-    mbs: int = 1
-    grad_accum: int = 1
-    recompute: str = "none"
-    zero: int = 0
-    sequence_parallel: bool = False
+    __slots__ = ()
 
     def grid_row(self) -> dict[str, int]:
         """This layout as one row of a cost-term grid (integer codes for the modes)."""
-        return {
-            "tp": self.tp,
-            "pp": self.pp,
-            "dp": self.dp,
-            "cp": self.cp,
-            "ep": self.ep,
-            "etp": self.etp,
-            "vpp": self.vpp,
-            "mbs": self.mbs,
-            "grad_accum": self.grad_accum,
-            "recompute": RECOMPUTE_MODES.index(self.recompute),
-            "zero": self.zero,
-            "sp": int(self.sequence_parallel),
-        }
+        return {axis.name: axis.encode(getattr(self, axis.layout_attr)) for axis in AXES}
 
     @classmethod
-    def from_grid_row(cls, row: dict[str, int]) -> Layout:
-        return cls(
-            tp=int(row["tp"]),
-            pp=int(row["pp"]),
-            dp=int(row["dp"]),
-            cp=int(row["cp"]),
-            ep=int(row["ep"]),
-            etp=int(row["etp"]),
-            vpp=int(row["vpp"]),
-            mbs=int(row["mbs"]),
-            grad_accum=int(row["grad_accum"]),
-            recompute=RECOMPUTE_MODES[int(row["recompute"])],
-            zero=int(row["zero"]),
-            sequence_parallel=bool(row["sp"]),
-        )
+    def from_grid_row(cls, row: dict[str, Any]) -> Layout:
+        return cls(**{axis.layout_attr: axis.decode(row[axis.name]) for axis in AXES})
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
+    def text(self) -> str:
+        """The layout on one line, axes in table order (``TP=8 PP=4 VPP=5 CP=1 DP=32 ...``)."""
+        parts = []
+        for axis in AXES:
+            value = getattr(self, axis.layout_attr)
+            if axis.show == "always" or value != axis.default:
+                parts.append(axis.text(value))
+        return " ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+Layout = dataclasses.make_dataclass(
+    "Layout",
+    [
+        (axis.layout_attr, _FIELD_TYPES[axis.kind])
+        if axis.default is None
+        else (axis.layout_attr, _FIELD_TYPES[axis.kind], dataclasses.field(default=axis.default))
+        for axis in AXES
+    ],
+    bases=(_LayoutMethods,),
+    frozen=True,
+    slots=True,
+    kw_only=True,
+)
+Layout.__module__ = __name__  # make_dataclass takes module= only from Python 3.12
+Layout.__doc__ = "One parallel layout: a value for every axis of ``autopar.axes.AXES``."
+
+__all__ = ["GRID_AXES", "Estimate", "Layout"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +84,6 @@ class Estimate:
     ``optimizer`` (and ``other`` if a cost model adds one)."""
 
     def to_dict(self) -> dict[str, Any]:
-        layout = self.layout.to_dict()
         return {
             "fits": self.fits,
             "step_time_s": self.step_time_s,
@@ -133,18 +93,5 @@ class Estimate:
             "memory_bytes": dict(self.memory_bytes),
             "capacity_bytes": self.capacity_bytes,
             "time_s": dict(self.time_s),
-            "layout": {
-                "tp": layout["tp"],
-                "pp": layout["pp"],
-                "dp": layout["dp"],
-                "cp": layout["cp"],
-                "ep": layout["ep"],
-                "etp": layout["etp"],
-                "vpp": layout["vpp"],
-                "mbs": layout["mbs"],
-                "grad_accum": layout["grad_accum"],
-                "recompute": layout["recompute"],
-                "zero": layout["zero"],
-                "sequence_parallel": layout["sequence_parallel"],
-            },
+            "layout": self.layout.to_dict(),
         }

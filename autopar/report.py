@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.plan import Estimate
+from autopar.axes import AXES
+from autopar.plan import Estimate, Layout
 from autopar.specs import GIB
-from autopar.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
 
 
 def flat_row(estimate: Estimate) -> dict[str, Any]:
@@ -26,11 +26,16 @@ def flat_row(estimate: Estimate) -> dict[str, Any]:
         hfu=estimate.hfu,
         memory_gib=estimate.memory_bytes["total"] / GIB,
     )
-    for category in MEMORY_CATEGORIES:
-        row[f"memory_{category}_gib"] = estimate.memory_bytes.get(category, 0.0) / GIB
-    for category in TIME_CATEGORIES:
-        row[f"time_{category}_s"] = estimate.time_s.get(category, 0.0)
+    for category in _memory_categories(estimate):
+        row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB
+    for category, value in estimate.time_s.items():
+        row[f"time_{category}_s"] = value
     return row
+
+
+def _memory_categories(estimate: Estimate) -> list[str]:
+    """Every memory category the cost model filled, ``total`` excepted."""
+    return [c for c in estimate.memory_bytes if c != "total"]
 
 
 def estimates_frame(estimates: Sequence[Estimate]):
@@ -41,21 +46,7 @@ def estimates_frame(estimates: Sequence[Estimate]):
 
 
 def layout_text(estimate: Estimate) -> str:
-    lay = estimate.layout
-    parts = [f"TP={lay.tp}", f"PP={lay.pp}"]
-    if lay.vpp > 1:
-        parts.append(f"VPP={lay.vpp}")
-    parts += [f"CP={lay.cp}", f"DP={lay.dp}"]
-    if lay.ep > 1 or lay.etp > 1:
-        parts += [f"EP={lay.ep}", f"ETP={lay.etp}"]
-    parts += [
-        f"mbs={lay.mbs}",
-        f"grad_accum={lay.grad_accum}",
-        f"recompute={lay.recompute}",
-        f"ZeRO-{lay.zero}",
-        f"SP={'on' if lay.sequence_parallel else 'off'}",
-    ]
-    return " ".join(parts)
+    return estimate.layout.text()
 
 
 def _bar(fraction: float, width: int = 24) -> str:
@@ -74,36 +65,51 @@ def estimate_text(estimate: Estimate) -> str:
         f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
     ]
     capacity = estimate.capacity_bytes
-    for category in (*MEMORY_CATEGORIES, "total"):
-        value = estimate.memory_bytes.get(category, 0.0)
+    for category in (*_memory_categories(estimate), "total"):
+        value = estimate.memory_bytes[category]
         lines.append(f"  {category:<12} {value / GIB:8.2f} GiB  {_bar(value / capacity)}")
     lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB")
     lines.append("")
     lines.append("time per step")
     step = estimate.step_time_s
-    for category in TIME_CATEGORIES:
-        value = estimate.time_s.get(category, 0.0)
+    for category, value in estimate.time_s.items():
         lines.append(f"  {category:<12} {value:8.3f} s  {value / step:6.1%}  {_bar(value / step)}")
     lines.append("  (communication shown is what is not hidden behind compute)")
     return "\n".join(lines)
 
 
 def runners_up_text(estimates: Sequence[Estimate]) -> str:
-    header = (
-        f"{'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'CP':>3} {'DP':>5} {'EP':>3} {'mbs':>3} "
-        f"{'GA':>5} {'recompute':>9} {'ZeRO':>4} {'step s':>8} {'tok/s/GPU':>9} {'MFU':>6}"
-        f" {'GiB':>6}"
+    """One row per layout: every axis that varies or is not at its default, then the figures."""
+    axes = [
+        axis
+        for axis in AXES
+        if axis.show == "always"
+        or any(getattr(e.layout, axis.layout_attr) != axis.default for e in estimates)
+    ]
+    cells = [
+        ["#", *(axis.title for axis in axes), "step s", "tok/s/GPU", "MFU", "GiB"],
+        *(
+            [
+                str(i),
+                *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
+                f"{e.step_time_s:.3f}",
+                f"{e.tokens_per_s / e.layout.num_gpus:,.0f}",
+                f"{e.mfu:.1%}",
+                f"{e.memory_bytes['total'] / GIB:.1f}",
+            ]
+            for i, e in enumerate(estimates, 1)
+        ),
+    ]
+    widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
+    return "\n".join(
+        " ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells
     )
-    lines = [header]
-    for i, e in enumerate(estimates, 1):
-        lay = e.layout
-        lines.append(
-            f"{i:>2} {lay.tp:>3} {lay.pp:>3} {lay.vpp:>3} {lay.cp:>3} {lay.dp:>5} {lay.ep:>3} "
-            f"{lay.mbs:>3} {lay.grad_accum:>5} {lay.recompute:>9} {lay.zero:>4} "
-            f"{e.step_time_s:>8.3f} {e.tokens_per_s / lay.num_gpus:>9,.0f} {e.mfu:>6.1%} "
-            f"{e.memory_bytes['total'] / GIB:>6.1f}"
-        )
-    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
 
 
 def solve_text(result) -> str:
@@ -128,11 +134,9 @@ def explanation_text(result) -> str:
         lines.append(f"conflict     {family['family']}: {'; '.join(family['rules'])}")
     miss = explanation.get("nearest_miss")
     if miss:
-        lay = miss["layout"]
         lines.append(
             f"nearest miss {miss['min_memory_bytes'] / GIB:.1f} GiB per GPU at best, "
-            f"TP={lay['tp']} PP={lay['pp']} CP={lay['cp']} DP={lay['dp']} mbs={lay['mbs']} "
-            f"recompute={lay['recompute']} ZeRO-{lay['zero']} "
+            f"{Layout(**miss['layout']).text()} "
             f"(capacity {miss['capacity_bytes'] / GIB:.1f} GiB)"
         )
     suggestions = explanation.get("suggestions", [])

@@ -1,10 +1,13 @@
 """The layout rules (DESIGN §2), one table, each rule with its source and framework.
 
-A rule is a vectorised predicate over a few grid axes. The solver turns each rule into an
-allowed-assignments table over its axes (with one assumption literal per ``family`` when it
-explains infeasibility); the brute-force oracle and ``evaluate`` apply the same predicates. The two
-product rules (``num_gpus = tp*pp*cp*dp`` and ``global_batch = mbs*dp*grad_accum``) are not in this
-table: the solver writes them as multiplication equalities (``PRODUCTS``).
+A rule is a vectorised predicate over a few grid axes. ``autopar.space`` folds the single-axis
+rules into the axes' domains and filters the cost tables' rows with the others; the CP-SAT model
+also states each rule as an allowed-assignments table over its axes (with one assumption literal
+per ``family`` when it explains infeasibility). The brute-force oracle and ``evaluate`` apply the
+same predicates. The two product rules (``num_gpus = tp*pp*cp*dp`` and
+``global_batch = mbs*dp*grad_accum``) are not in this table: they live with the space
+(``autopar.space.products``), which derives ``dp`` and ``grad_accum`` from them, and the model
+states them as tables of the allowed factorisations.
 """
 
 from __future__ import annotations
@@ -29,37 +32,6 @@ class Rule:
     check: Callable[[Grid], np.ndarray]
     """Returns a boolean array: True where the rule holds."""
     source: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Product:
-    """``prod(axes) == total``."""
-
-    family: str
-    text: str
-    axes: tuple[str, ...]
-    total: int
-    source: str
-
-
-def products(problem: Problem) -> tuple[Product, ...]:
-    training = problem.training
-    return (
-        Product(
-            family="GPU count",
-            text=f"tp*pp*cp*dp == num_gpus ({training.num_gpus})",
-            axes=("tp", "pp", "cp", "dp"),
-            total=training.num_gpus,
-            source="Megatron initialize_model_parallel (parallel_state.py)",
-        ),
-        Product(
-            family="global batch",
-            text=f"mbs*dp*grad_accum == global_batch ({training.global_batch_sequences})",
-            axes=("mbs", "dp", "grad_accum"),
-            total=training.global_batch_sequences,
-            source="Megatron num_microbatches_calculator.py",
-        ),
-    )
 
 
 def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:

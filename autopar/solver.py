@@ -1,11 +1,14 @@
-"""Run CP-SAT: the optimum, the runners-up, and the status (DESIGN §3).
+"""Run CP-SAT on a space: the optimum, the runners-up, and the status (DESIGN §3).
 
 Determinism: the optimum's objective value is unique. The best layouts are then enumerated with
 a single worker under an objective bound (``objective <= optimum * (1 + slack)``, the slack
 widened until ``top_k`` layouts are in, DESIGN §3 "enumerate under an objective bound") and
-ordered by objective, then ``tie_key`` (smaller tp, then pp, cp, ep, etp, vpp; larger
-micro-batch; less recompute; lower ZeRO stage), so the same input gives the same answer and
-order whatever the worker count. Results are distinct layouts, best first.
+ordered by objective, then ``autopar.axes.tie_key`` (smaller tp, then pp, cp, ep, etp, vpp;
+larger micro-batch; less recompute; lower ZeRO stage), so the same input gives the same answer
+and order whatever the worker count. Results are distinct layouts, best first.
+
+This module only searches: when nothing fits, the caller (``autopar.api``) asks
+``autopar.explain`` why.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from autopar.cpsat import US_PER_S, VarMap, build_model
+from autopar.axes import tie_key
+from autopar.cpsat import US_PER_S, VarMap, build_model, make_solver
 from autopar.estimate import estimate_many
-from autopar.plan import GRID_AXES, Estimate, Layout
-from autopar.space import build_space
-from autopar.specs import Problem
+from autopar.plan import Estimate, Layout
+from autopar.space import Space
 from autopar.terms import CostModel, TermContext
 
 MAX_TIES = 64
@@ -30,25 +33,6 @@ TOP_K_SLACK = 0.005
 """First enumeration bound for the runners-up: objective <= optimum * (1 + 0.5%)."""
 TOP_K_MAX_SLACK = 64.0
 """Runners-up slower than 65x the optimum are not looked for."""
-SEED = 20240607
-
-
-def tie_key(row: dict[str, int]) -> tuple[int, ...]:
-    """The documented secondary order among layouts of equal predicted step time."""
-    return (
-        row["tp"],
-        row["pp"],
-        row["cp"],
-        row["ep"],
-        row["etp"],
-        row["vpp"],
-        -row["mbs"],
-        row["recompute"],
-        row["zero"],
-        row["sp"],
-        row["dp"],
-        row["grad_accum"],
-    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,19 +82,6 @@ def default_num_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _solver(*, time_limit_s: float, num_workers: int) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = num_workers
-    solver.parameters.random_seed = SEED
-    solver.parameters.max_time_in_seconds = time_limit_s
-    # No presolve and no probing: the tables arrive reduced to their allowed rows, and both spend
-    # seconds on the row booleans that the linear relaxation does not need
-    # (benchmarks/solve_scaling.py has the before/after figures).
-    solver.parameters.cp_model_presolve = False
-    solver.parameters.cp_model_probing_level = 0
-    return solver
-
-
 class _Collector(cp_model.CpSolverSolutionCallback):
     """Each solution's layout and integer objective, up to ``limit`` solutions."""
 
@@ -136,7 +107,7 @@ def _within(
     model.add(vm.objective <= bound).only_enforce_if(within)
     model.clear_assumptions()
     model.add_assumptions([within])
-    solver = _solver(time_limit_s=time_limit_s, num_workers=1)
+    solver = make_solver(time_limit_s=time_limit_s)
     solver.parameters.enumerate_all_solutions = True
     collector = _Collector(vm, limit)
     status = solver.solve(model, collector)
@@ -149,43 +120,56 @@ def _within(
 def _best_k(
     model: cp_model.CpModel, vm: VarMap, optimum: int, top_k: int, deadline: float
 ) -> list[dict[str, int]]:
-    """The ``top_k`` best layouts: enumerate all layouts within a slack of the proven optimum,
-    widening the slack until there are ``top_k`` of them (or none is left within 65x the
-    optimum), narrowing it when
-    the enumeration overflows; order by objective, then ``tie_key``."""
+    """The ``top_k`` best layouts (fewer only when fewer exist within 65x the optimum).
+
+    Enumerate every layout within a bound of the proven optimum: widen the bound (x4 slack)
+    while the enumeration completes with fewer than ``top_k``; once one overflows (more than
+    ``limit`` layouts, enumerated in no useful order), bisect between the last complete bound
+    and the overflowing one until an enumeration completes with ``top_k`` or more. Order by
+    objective, then ``tie_key``. When time runs out mid-bisection, the complete layouts come
+    first and the overflowing enumeration's best fill the rest.
+    """
     limit = max(MAX_TIES, 8 * top_k)
-    slack, best = TOP_K_SLACK, []
-    for _ in range(12):
-        bound = optimum + max(0, int(optimum * slack))
-        left = max(0.05, deadline - time.perf_counter())
+    low, high = optimum - 1, None  # all layouts <= low are known (none below the optimum)
+    known: list[tuple[int, dict[str, int]]] = []
+    overflow: list[tuple[int, dict[str, int]]] = []
+    slack = TOP_K_SLACK
+    for _ in range(40):
+        widening = high is None
+        bound = optimum + max(1, int(optimum * slack)) if widening else (low + high) // 2
+        left = deadline - time.perf_counter()
+        if left <= 0 or (high is not None and bound <= low):
+            break
         found, complete = _within(model, vm, bound, limit=limit, time_limit_s=left)
-        ranked = sorted(found, key=lambda f: (f[0], tie_key(f[1])))
         if complete:
-            best = ranked
-            if len(found) >= top_k or slack >= TOP_K_MAX_SLACK:
+            low, known = bound, found
+            if len(found) >= top_k or (high is None and slack >= TOP_K_MAX_SLACK):
                 break
             slack *= 4
         else:
-            best = best or ranked  # overflow: a narrower slack still holds the best ones
-            if slack <= TOP_K_SLACK / 64:
-                break
-            slack /= 4
-    return [row for _, row in best[:top_k]]
+            high, overflow = bound, found
+    ranked = sorted(known, key=lambda f: (f[0], tie_key(f[1])))
+    seen = {tuple(row.values()) for _, row in ranked}
+    extra = sorted(
+        (f for f in overflow if tuple(f[1].values()) not in seen),
+        key=lambda f: (f[0], tie_key(f[1])),
+    )
+    return [row for _, row in (ranked + extra)[:top_k]]
 
 
 def _optimise(model, vm, *, time_limit_s, num_workers):
     model.minimize(vm.objective)
-    solver = _solver(time_limit_s=time_limit_s, num_workers=num_workers)
+    solver = make_solver(time_limit_s=time_limit_s, num_workers=num_workers)
     status = solver.solve(model)
     return solver, status
 
 
 def _layouts_from_rows(rows: list[dict[str, int]]) -> list[Layout]:
-    return [Layout.from_grid_row({a: row[a] for a in GRID_AXES}) for row in rows]
+    return [Layout.from_grid_row(row) for row in rows]
 
 
-def run_solver(
-    problem: Problem,
+def solve_space(
+    space: Space,
     ctx: TermContext,
     cost_model: CostModel,
     *,
@@ -193,17 +177,20 @@ def run_solver(
     time_limit_s: float = 10.0,
     num_workers: int | None = None,
 ) -> SolveResult:
-    """Minimise the cost model's step time over the layouts ``problem`` allows."""
+    """Minimise the cost model's step time over the layouts of ``space``. When nothing fits,
+    the status is ``infeasible`` (proven) or ``unknown`` (time out), with no explanation."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
-    space = build_space(problem)
-    if not all(space.domains.values()):  # a pin or limit leaves an axis no value
-        return _no_solution(problem, ctx, cost_model, cp_model.INFEASIBLE, start, workers)
+    if not all(space.domains.values()):  # a rule, pin or limit leaves an axis no value
+        return _no_solution("infeasible", start, workers)
     model, vm = build_model(space, cost_model, ctx)
-    solver, status = _optimise(model, vm, time_limit_s=time_limit_s, num_workers=workers)
+    left = max(0.0, deadline - time.perf_counter())
+    solver, status = _optimise(model, vm, time_limit_s=left, num_workers=workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _no_solution(problem, ctx, cost_model, status, start, workers)
+        return _no_solution(
+            "infeasible" if status == cp_model.INFEASIBLE else "unknown", start, workers
+        )
     incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
     if status == cp_model.OPTIMAL:
         optimum = int(round(solver.objective_value))
@@ -220,28 +207,10 @@ def run_solver(
     )
 
 
-def _no_solution(problem, ctx, cost_model, status, start, workers) -> SolveResult:
-    from autopar.explain import explain_infeasible
-
-    if status == cp_model.INFEASIBLE:
-        explanation = explain_infeasible(problem, ctx, cost_model)
-        return SolveResult(
-            status="infeasible",
-            solve_time_s=time.perf_counter() - start,
-            layouts=(),
-            explanation=explanation,
-            num_workers=workers,
-        )
-    explanation = {
-        "summary": "the time limit ran out before any layout was found; raise --time-limit",
-        "families": [],
-        "nearest_miss": None,
-        "suggestions": [],
-    }
+def _no_solution(status: str, start: float, workers: int) -> SolveResult:
     return SolveResult(
-        status="unknown",
+        status=status,
         solve_time_s=time.perf_counter() - start,
         layouts=(),
-        explanation=explanation,
         num_workers=workers,
     )

@@ -1,48 +1,97 @@
-"""The candidate space: each axis's domain, and pruned grids over a few axes.
+"""The candidate space of a problem: each axis's domain, the two products, the rules, and pruned
+grids over a few axes.
 
-Domains come from the products (an axis of ``tp*pp*cp*dp == N`` divides ``N``) and the options
-(allowed modes, ``max_mbs``, ``max_vpp``). ``pruned_grid`` enumerates the Cartesian product of a few
-axes and keeps the rows that every rule over those axes allows and whose partial products divide
-their totals, so cost-term tables stay small even at 100k GPUs (DESIGN §3).
+Domains come from the axes table (``autopar.axes``: an axis of ``tp*pp*cp*dp == num_gpus``
+divides ``num_gpus``; allowed modes; the caps of ``vpp`` and ``mbs``). ``pruned_grid`` enumerates
+the Cartesian product of a few axes and keeps the rows that every rule over those axes allows and
+whose partial products divide their totals, so cost-term tables stay small even at 100k GPUs
+(DESIGN §3). A ``Space`` is built once per problem and carried to the CP-SAT model, the
+explanation and ``evaluate``'s layout check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.plan import GRID_AXES
-from autopar.rules import Product, Rule, layout_rules, products
-from autopar.specs import RECOMPUTE_MODES, Problem
+from autopar.axes import AXES, AXIS, GRID_AXES
+from autopar.rules import Rule, layout_rules
+from autopar.specs import Problem
 
 
-def divisors(n: int) -> tuple[int, ...]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return tuple(sorted({*small, *(n // d for d in small)}))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Product:
+    """``prod(axes) == total``: one of the two product rules (DESIGN §2)."""
+
+    family: str
+    text: str
+    axes: tuple[str, ...]
+    total: int
+    source: str
 
 
-DERIVED: dict[str, tuple[str, ...]] = {
-    # dp follows from the GPU count, grad_accum from the batch (the two products).
-    "dp": ("tp", "pp", "cp"),
-    "grad_accum": ("mbs", "dp"),
-}
+def products(problem: Problem) -> tuple[Product, ...]:
+    """The GPU-count and global-batch products; their derived axes (``dp``, ``grad_accum``) are
+    the ones whose ``Axis.derived_from`` names the others."""
+    training = problem.training
+    return (
+        Product(
+            family="GPU count",
+            text=f"tp*pp*cp*dp == GPUs ({training.num_gpus})",
+            axes=("tp", "pp", "cp", "dp"),
+            total=training.num_gpus,
+            source="Megatron initialize_model_parallel (parallel_state.py)",
+        ),
+        Product(
+            family="global batch",
+            text=f"mbs*dp*grad_accum == global batch ({training.global_batch_sequences})",
+            axes=("mbs", "dp", "grad_accum"),
+            total=training.global_batch_sequences,
+            source="Megatron num_microbatches_calculator.py",
+        ),
+    )
 
 
-@dataclass(frozen=True, slots=True)
+DERIVED: tuple[str, ...] = tuple(axis.name for axis in AXES if axis.derived_from)
+"""Axes fixed by a product, in table order (``dp`` before ``grad_accum``, which needs it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Space:
-    domains: dict[str, tuple[int, ...]]
+    """The domains, rules and products of one problem."""
+
+    domains: Mapping[str, tuple[int, ...]]
+    """Each axis's values; single-axis rules already applied (``unpruned_domains`` before)."""
     rules: tuple[Rule, ...]
+    """The rules over several axes (single-axis ones live in the pruned domains)."""
     products: tuple[Product, ...]
+    unpruned_domains: Mapping[str, tuple[int, ...]]
+    single_axis_rules: tuple[Rule, ...]
+
+    def unpruned(self) -> Space:
+        """This space with the single-axis rules as rules again, not folded into the domains
+        (for the infeasible core, whose assumption literals must see every rule)."""
+        return Space(
+            domains=self.unpruned_domains,
+            rules=(*self.single_axis_rules, *self.rules),
+            products=self.products,
+            unpruned_domains=self.unpruned_domains,
+            single_axis_rules=(),
+        )
+
+    @property
+    def all_rules(self) -> tuple[Rule, ...]:
+        return (*self.single_axis_rules, *self.rules)
 
     def free_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
-        """The axes that determine ``axes``: ``grad_accum`` is replaced by ``mbs, dp`` and ``dp``
-        by ``tp, pp, cp``, since the two products fix them."""
+        """The axes that determine ``axes``: each derived axis (``grad_accum``, ``dp``) is
+        replaced by the axes its product fixes it from."""
         need = set(axes)
-        for derived in ("grad_accum", "dp"):
+        for derived in reversed(DERIVED):
             if derived in need:
-                need = (need - {derived}) | set(DERIVED[derived])
+                need = (need - {derived}) | set(AXIS[derived].derived_from)
         return tuple(a for a in GRID_AXES if a in need)
 
     def key_axes(self, axes: Iterable[str]) -> tuple[str, ...]:
@@ -50,14 +99,17 @@ class Space:
         return tuple(a for a in self.free_axes(axes) if len(self.domains[a]) > 1)
 
     def pruned_grid(self, axes: Iterable[str]) -> dict[str, np.ndarray]:
-        """Rows over the free axes of ``axes`` (with the derived ``dp`` / ``grad_accum`` columns)
-        that every rule over those axes allows and that satisfy the products (DESIGN §3).
+        """Rows over the free axes of ``axes`` (with the derived columns they need) that every
+        rule over those axes allows and that satisfy the products (DESIGN §3).
 
         Built as a join, one axis at a time, filtering as soon as a rule's axes are all present,
         so the unpruned Cartesian product is never materialised.
         """
         axes = tuple(dict.fromkeys(axes))
-        derive = {"dp"} & set(axes) | ({"dp", "grad_accum"} if "grad_accum" in axes else set())
+        derive = {a for a in DERIVED if a in axes}
+        for derived in reversed(DERIVED):
+            if derived in derive:
+                derive |= {a for a in AXIS[derived].derived_from if a in DERIVED}
         grid: dict[str, np.ndarray] = {}
         applied: set[int] = set()
         size = 1
@@ -70,21 +122,22 @@ class Space:
             size = len(grid[axis])
         return grid
 
+    def _product_of(self, derived: str) -> Product:
+        return next(p for p in self.products if derived in p.axes)
+
     def _derive(self, grid: dict[str, np.ndarray], derive: set[str]) -> dict[str, np.ndarray]:
-        """Add ``dp`` (from tp, pp, cp) and ``grad_accum`` (from mbs, dp) once they follow."""
-        gpus, batch = self.products[0].total, self.products[1].total
-        if "dp" in derive and "dp" not in grid and {"tp", "pp", "cp"} <= set(grid):
-            model_parallel = grid["tp"] * grid["pp"] * grid["cp"]
-            ok = gpus % model_parallel == 0
-            dp = gpus // np.where(ok, model_parallel, 1)
-            grid = _rows_where(grid, ok & np.isin(dp, self.domains["dp"]))
-            grid["dp"] = gpus // (grid["tp"] * grid["pp"] * grid["cp"])
-        if "grad_accum" in derive and "grad_accum" not in grid and {"mbs", "dp"} <= set(grid):
-            per_step = grid["mbs"] * grid["dp"]
-            ok = batch % per_step == 0
-            accum = batch // np.where(ok, per_step, 1)
-            grid = _rows_where(grid, ok & np.isin(accum, self.domains["grad_accum"]))
-            grid["grad_accum"] = batch // (grid["mbs"] * grid["dp"])
+        """Add each derived axis (``total / product of the others``) once its inputs are in,
+        keeping the rows where it is a whole number in its domain."""
+        for derived in DERIVED:
+            inputs = AXIS[derived].derived_from
+            if derived not in derive or derived in grid or not set(inputs) <= set(grid):
+                continue
+            total = self._product_of(derived).total
+            others = np.prod([grid[a] for a in inputs], axis=0)
+            ok = total % others == 0
+            value = total // np.where(ok, others, 1)
+            grid = _rows_where(grid, ok & np.isin(value, self.domains[derived]))
+            grid[derived] = total // np.prod([grid[a] for a in inputs], axis=0)
         return grid
 
     def _filter(self, grid: dict[str, np.ndarray], applied: set[int]) -> dict[str, np.ndarray]:
@@ -101,50 +154,39 @@ class Space:
                 keep &= product.total % np.prod([grid[a] for a in inside], axis=0) == 0
         return _rows_where(grid, keep)
 
+    def broken_rule(self, row: Mapping[str, int], *, skip: Iterable[str] = ()) -> str | None:
+        """The first product or rule (outside the families in ``skip``) that a full layout
+        row breaks, as text with its source; ``None`` when it keeps them all."""
+        skip = set(skip)
+        for product in self.products:
+            total = int(np.prod([row[a] for a in product.axes]))
+            if product.family not in skip and total != product.total:
+                return f"{product.family}: breaks {product.text}: got {total}"
+        grid = {axis: np.array([value]) for axis, value in row.items()}
+        for rule in self.all_rules:
+            if rule.family not in skip and not bool(rule.check(grid)[0]):
+                return f"{rule.family}: breaks {rule.text} ({rule.source})"
+        return None
+
 
 def _rows_where(grid: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
     return {a: v[keep] for a, v in grid.items()}
 
 
-def _axis_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
-    training, options, model = problem.training, problem.options, problem.model
-    gpu_divisors = divisors(training.num_gpus)
-    batch_divisors = divisors(training.global_batch_sequences)
-    expert_divisors = divisors(model.num_experts) if model.is_moe else (1,)
-    return {
-        "tp": gpu_divisors,
-        "pp": tuple(d for d in gpu_divisors if d <= model.num_layers),
-        "cp": gpu_divisors,
-        "dp": gpu_divisors,
-        "ep": tuple(d for d in expert_divisors if training.num_gpus % d == 0),
-        "etp": tuple(d for d in gpu_divisors if d <= problem.cluster.gpus_per_node)
-        if model.is_moe
-        else (1,),
-        "vpp": tuple(range(1, options.max_vpp + 1)),
-        "mbs": tuple(d for d in batch_divisors if d <= options.max_mbs),
-        "grad_accum": batch_divisors,
-        "recompute": tuple(sorted(RECOMPUTE_MODES.index(m) for m in options.recompute)),
-        "zero": tuple(sorted(options.zero_stages)),
-        "sp": (0, 1),
-    }
-
-
-def build_space(problem: Problem, *, prune: bool = True) -> Space:
-    """The space of ``problem``; with ``prune`` the single-axis rules shrink the domains."""
+def build_space(problem: Problem) -> Space:
+    """The space of ``problem``: the axes' domains, with the single-axis rules folded in."""
     rules = layout_rules(problem)
-    domains = _axis_domains(problem)
-    if prune:
-        for rule in rules:
-            if len(rule.axes) == 1:
-                axis = rule.axes[0]
-                values = np.array(domains[axis], dtype=np.int64)
-                domains[axis] = tuple(int(v) for v in values[rule.check({axis: values})])
-        rules = tuple(rule for rule in rules if len(rule.axes) > 1)
-    return Space(domains=domains, rules=rules, products=products(problem))
-
-
-def iter_layout_rows(space: Space) -> Iterable[dict[str, int]]:
-    """Every full assignment allowed by the rules and products (the brute-force oracle's space)."""
-    grid = space.pruned_grid(GRID_AXES)
-    for i in range(len(grid["tp"])):
-        yield {a: int(grid[a][i]) for a in GRID_AXES}
+    unpruned = {axis.name: axis.values(problem) for axis in AXES}
+    domains = dict(unpruned)
+    single = tuple(rule for rule in rules if len(rule.axes) == 1)
+    for rule in single:
+        axis = rule.axes[0]
+        values = np.array(domains[axis], dtype=np.int64)
+        domains[axis] = tuple(int(v) for v in values[rule.check({axis: values})])
+    return Space(
+        domains=domains,
+        rules=tuple(rule for rule in rules if len(rule.axes) > 1),
+        products=products(problem),
+        unpruned_domains=unpruned,
+        single_axis_rules=single,
+    )

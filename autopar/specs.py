@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from autopar.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.errors import InputError
 
 MlpKind = Literal["swiglu", "gelu", "squared_relu"]
@@ -19,8 +20,6 @@ Framework = Literal["megatron", "torchtitan", "deepspeed"]
 MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
-ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 GIB = 1024**3
 
 
@@ -256,9 +255,6 @@ class TrainingSpec:
         return 4.0 if self.grad_precision == "fp32" else 2.0
 
 
-LAYOUT_DIMS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchOptions:
     """What the solver may choose: allowed features, pins and limits (DESIGN §1, §3)."""
@@ -281,11 +277,10 @@ class SearchOptions:
     tp_within_node: bool = True
     """Keep TP (and ETP·EP) inside one NVLink domain."""
     pins: tuple[tuple[str, int], ...] = ()
-    """Fixed values, e.g. ``(("tp", 8),)``."""
+    """Fixed values, e.g. ``(("tp", 8),)``, for axes in ``autopar.axes.SEARCH_AXES``."""
     maxima: tuple[tuple[str, int], ...] = ()
-    """Upper limits, e.g. ``(("pp", 16),)``."""
-    max_mbs: int = 16
-    max_vpp: int = 8
+    """Upper limits, e.g. ``(("pp", 16),)``; a limit on an axis with a search cap
+    (``Axis.cap``: vpp 8, mbs 16) replaces the cap."""
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
@@ -305,17 +300,9 @@ class SearchOptions:
         if not self.zero_stages:
             raise InputError("at least one ZeRO stage must be allowed", field="zero")
         for dim, value in (*self.pins, *self.maxima):
-            if dim not in LAYOUT_DIMS:
+            if dim not in SEARCH_AXES:
                 raise InputError(f"unknown layout dimension {dim!r}", field=dim)
             _positive(value, dim)
-        _positive(self.max_mbs, "max_mbs")
-        _positive(self.max_vpp, "max_vpp")
-
-    def pin(self, dim: str) -> int | None:
-        return dict(self.pins).get(dim)
-
-    def maximum(self, dim: str) -> int | None:
-        return dict(self.maxima).get(dim)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

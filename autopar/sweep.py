@@ -8,6 +8,7 @@ With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` al
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from autopar import api
+from autopar.axes import AXES
 from autopar.errors import InputError
 from autopar.plan import Estimate
 from autopar.specs import GIB, GpuSpec
@@ -25,34 +27,8 @@ SECONDS_PER_HOUR = 3_600.0
 NAN = float("nan")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SweepRow:
-    """One grid point: its inputs, the solver status and the best layout's figures (NaN when no
-    layout was found)."""
-
-    gpus: int
-    gpu: str
-    seq_len: int
-    status: str
-    tp: float = NAN
-    pp: float = NAN
-    vpp: float = NAN
-    cp: float = NAN
-    dp: float = NAN
-    ep: float = NAN
-    etp: float = NAN
-    mbs: float = NAN
-    grad_accum: float = NAN
-    recompute: str | None = None
-    zero: float = NAN
-    sequence_parallel: bool | None = None
-    step_time_s: float = NAN
-    tokens_per_s: float = NAN
-    tokens_per_s_per_gpu: float = NAN
-    mfu: float = NAN
-    memory_gib: float = NAN
-    days_to_train: float = NAN
-    cost: float = NAN
+class _SweepRowMethods:
+    __slots__ = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN becomes ``None``."""
@@ -60,6 +36,40 @@ class SweepRow:
             k: (None if isinstance(v, float) and math.isnan(v) else v)
             for k, v in asdict(self).items()
         }
+
+
+_POINT_FIELDS = [("gpus", int), ("gpu", str), ("seq_len", int), ("status", str)]
+_FIGURE_FIELDS = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "mfu",
+    "memory_gib",
+    "days_to_train",
+    "cost",
+)
+SweepRow = dataclasses.make_dataclass(
+    "SweepRow",
+    [
+        *_POINT_FIELDS,
+        # One column per layout axis (``autopar.axes.AXES``): sizes as floats (NaN when no
+        # layout was found), modes and flags as their value (None then).
+        *(
+            (axis.layout_attr, float, dataclasses.field(default=NAN))
+            if axis.kind == "size"
+            else (axis.layout_attr, object, dataclasses.field(default=None))
+            for axis in AXES
+        ),
+        *((name, float, dataclasses.field(default=NAN)) for name in _FIGURE_FIELDS),
+    ],
+    bases=(_SweepRowMethods,),
+    frozen=True,
+    slots=True,
+    kw_only=True,
+)
+SweepRow.__module__ = __name__  # make_dataclass takes module= only from Python 3.12
+SweepRow.__doc__ = """One grid point: its inputs, the solver status, the best layout (one column per
+axis) and its figures (NaN when no layout was found)."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SweepRow))
@@ -128,18 +138,7 @@ def _row(
         gpu=gpu,
         seq_len=seq_len,
         status=status,
-        tp=lay.tp,
-        pp=lay.pp,
-        vpp=lay.vpp,
-        cp=lay.cp,
-        dp=lay.dp,
-        ep=lay.ep,
-        etp=lay.etp,
-        mbs=lay.mbs,
-        grad_accum=lay.grad_accum,
-        recompute=lay.recompute,
-        zero=lay.zero,
-        sequence_parallel=lay.sequence_parallel,
+        **lay.to_dict(),
         step_time_s=best.step_time_s,
         tokens_per_s=best.tokens_per_s,
         tokens_per_s_per_gpu=best.tokens_per_s / gpus,

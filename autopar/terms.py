@@ -1,8 +1,11 @@
 """The pluggable cost-model interface (STYLE §2.3) and its float evaluation.
 
 A cost model is a frozen ``CostModel``: plain tuples of terms, each a small frozen dataclass with a
-``name`` (unit suffix), a ``category`` (where it shows in a breakdown), ``depends_on`` (grid axes
-from ``autopar.plan.GRID_AXES``) and a pure, vectorised ``evaluate(grid, ctx)``.
+``name`` (unit suffix), a ``category`` (where it shows in a breakdown; a new category gets its
+own row), ``depends_on`` (grid axes from ``autopar.axes.GRID_AXES``) and a pure, vectorised
+``evaluate(grid, ctx)``. ``CostModel`` checks its terms when it is built: every declared axis
+exists, and each term evaluates on a grid that holds only its declared axes (a term that reads
+an axis it did not declare would be tabulated wrongly by the solver).
 
 The step time and the peak memory of a layout are composed from the terms as
 
@@ -18,15 +21,20 @@ two sums, so the CP-SAT objective *is* the cost model (DESIGN §3).
 
 from __future__ import annotations
 
+import difflib
+import functools
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from autopar.comm import CollectiveModel
-from autopar.plan import GRID_AXES, Layout
-from autopar.specs import ClusterSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.axes import AXIS, GRID_AXES
+from autopar.comm import CollectiveModel, DatasheetCollectives
+from autopar.errors import InputError
+from autopar.plan import Layout
+from autopar.specs import ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 
 Grid = Mapping[str, np.ndarray]
 
@@ -107,6 +115,10 @@ class CostModel:
     """Micro-batches whose activations the most loaded rank holds at its peak (dimensionless)."""
     flops: FlopCounter
 
+    def __post_init__(self) -> None:
+        for term in self.all_terms():
+            _check_term(term)
+
     def all_terms(self) -> tuple[CostTerm | ResourceTerm, ...]:
         return (
             *self.step_terms,
@@ -116,6 +128,137 @@ class CostModel:
             *self.microbatch_memory_terms,
             self.in_flight,
         )
+
+
+class _DeclaredGrid(dict):
+    """A grid that names the axis a term reads without declaring it."""
+
+    def __init__(self, term_name: str, columns: dict[str, np.ndarray]) -> None:
+        super().__init__(columns)
+        self.term_name = term_name
+
+    def __missing__(self, axis: str) -> np.ndarray:
+        raise InputError(
+            f"reads grid axis {axis!r} but depends_on declares only {tuple(self)}",
+            source=f"cost term {self.term_name}",
+            field="depends_on",
+        )
+
+
+SAMPLE_VALUES: dict[str, tuple[int, ...]] = {
+    "tp": (1, 2),
+    "pp": (1, 2),
+    "dp": (1, 2),
+    "cp": (1, 2),
+    "ep": (1, 2),
+    "etp": (1, 2),
+    "vpp": (1, 2),
+    "mbs": (1, 2),
+    "grad_accum": (2, 4),
+}
+"""Values a term is evaluated on when its cost model is checked; other axes take every grid
+value of their ``Axis`` (recompute modes, ZeRO stages, SP off/on) or 1 and 2."""
+
+
+def _sample_grid(axes: tuple[str, ...]) -> dict[str, np.ndarray]:
+    if not axes:
+        return {}
+    columns = [SAMPLE_VALUES.get(a) or tuple(range(len(AXIS[a].choices) or 2)) for a in axes]
+    rows = np.array(list(itertools.product(*columns)), dtype=np.int64).reshape(-1, len(axes))
+    return {a: rows[:, i] for i, a in enumerate(axes)}
+
+
+@functools.cache
+def _sample_contexts() -> tuple[TermContext, ...]:
+    """A dense and an MoE model on an H100-like node: enough to run every branch a term takes
+    on the axes (the check reads which axes a term uses, not its values)."""
+    gpu = GpuSpec(
+        name="sample",
+        memory_bytes=80 * 2**30,
+        peak_bf16_flop_per_s=989e12,
+        peak_fp8_flop_per_s=1979e12,
+        hbm_bytes_per_s=3.35e12,
+        nvlink_bytes_per_s=450e9,
+        nic_bytes_per_s=50e9,
+        gpus_per_node=8,
+    )
+    cluster = ClusterSpec(gpu=gpu, gpus_per_node=8)
+    training = TrainingSpec(num_gpus=64, global_batch_sequences=64, seq_len=1024)
+    dense = ModelSpec(
+        name="sample-dense",
+        num_layers=4,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        ffn_hidden_size=512,
+        vocab_size=1024,
+    )
+    moe = ModelSpec(
+        name="sample-moe",
+        num_layers=4,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        ffn_hidden_size=512,
+        vocab_size=1024,
+        num_experts=8,
+        experts_per_token=2,
+        moe_ffn_hidden_size=128,
+        shared_expert_ffn_hidden_size=128,
+    )
+    return tuple(
+        TermContext(
+            model=model,
+            cluster=cluster,
+            training=training,
+            options=SearchOptions(),
+            comm=DatasheetCollectives(cluster),
+        )
+        for model in (dense, moe)
+    )
+
+
+def _check_term(term: CostTerm | ResourceTerm) -> None:
+    """Raise ``InputError`` if ``term`` declares an unknown axis or reads an undeclared one
+    (once per distinct term: frozen terms are hashable, and the check is memoised)."""
+    try:
+        hash(term)
+    except TypeError:
+        _check_term_now(term)
+    else:
+        _check_term_once(term)
+
+
+@functools.cache
+def _check_term_once(term: CostTerm | ResourceTerm) -> None:
+    _check_term_now(term)
+
+
+def _check_term_now(term: CostTerm | ResourceTerm) -> None:
+    name = getattr(term, "name", type(term).__name__)
+    depends_on = tuple(getattr(term, "depends_on", ()))
+    for axis in depends_on:
+        if axis not in AXIS:
+            close = difflib.get_close_matches(str(axis), GRID_AXES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(
+                f"unknown grid axis {axis!r} (axes: {', '.join(GRID_AXES)}){hint}",
+                source=f"cost term {name}",
+                field="depends_on",
+            )
+    axes = tuple(dict.fromkeys(depends_on))
+    for ctx in _sample_contexts():
+        grid = _sample_grid(axes)
+        size = len(next(iter(grid.values()))) if grid else 1
+        values = np.asarray(term.evaluate(_DeclaredGrid(name, grid), ctx), dtype=np.float64)
+        try:
+            np.broadcast_to(values, (size,))
+        except ValueError:
+            raise InputError(
+                f"evaluate returned shape {values.shape} for a grid of {size} rows",
+                source=f"cost term {name}",
+                field="evaluate",
+            ) from None
 
 
 def grid_of(layouts: list[Layout]) -> dict[str, np.ndarray]:
@@ -161,7 +304,8 @@ def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndar
 
 
 def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dict[str, np.ndarray]:
-    """Seconds per category; the pipeline bubble is ``(slots - grad_accum)`` micro-batch times."""
+    """Seconds per category (``TIME_CATEGORIES``, then any other category a term names); the
+    pipeline bubble is ``(slots - grad_accum)`` micro-batch times."""
     size = len(next(iter(grid.values())))
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in TIME_CATEGORIES}
     slots = np.broadcast_to(cost_model.slots.evaluate(grid, ctx), (size,))
@@ -177,6 +321,8 @@ def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dic
 def memory_breakdown_bytes(
     cost_model: CostModel, grid: Grid, ctx: TermContext
 ) -> dict[str, np.ndarray]:
+    """Bytes per category (``MEMORY_CATEGORIES``, then any other category a term names) and
+    their ``total``."""
     size = len(next(iter(grid.values())))
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in MEMORY_CATEGORIES}
     in_flight = np.broadcast_to(cost_model.in_flight.evaluate(grid, ctx), (size,))

@@ -23,10 +23,10 @@ import numpy as np
 
 from autopar.bench.gemm import GemmShape, merge_into_file, model_gemm_shapes, run_gemm_bench
 from autopar.calibration.profile import CommProfile
+from autopar.comm import DatasheetCollectives
 from autopar.loading import load_cluster, load_model
 from autopar.specs import SearchOptions, TrainingSpec
 from autopar.terms import TermContext
-from cost_models.communication import DatasheetCollectives
 from cost_models.compute import gemm_time_s
 
 MODELS = ("llama-3-8b", "llama-3-70b", "gpt3-175b")

@@ -19,10 +19,11 @@ import time
 
 import numpy as np
 
-from autopar.api import load_cost_model, make_problem
+from autopar.api import make_problem
+from autopar.axes import GRID_AXES
 from autopar.context import make_context
-from autopar.plan import GRID_AXES
-from autopar.solver import run_solver
+from autopar.plugin import load_cost_model
+from autopar.solver import solve_space
 from autopar.space import build_space
 from autopar.terms import memory_bytes, step_time_s
 
@@ -60,7 +61,7 @@ def run_case(
     solve_s = []
     for _ in range(repeat):
         start = time.perf_counter()
-        result = run_solver(problem, ctx, cost_model, num_workers=workers)
+        result = solve_space(build_space(problem), ctx, cost_model, num_workers=workers)
         solve_s.append(time.perf_counter() - start)
     brute_s, brute_best = brute_force_s(problem, ctx, cost_model)
     best = result.best.step_time_s if result.layouts else float("inf")

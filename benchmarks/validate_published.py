@@ -17,7 +17,8 @@ throughput definition (they differ, see ``published/README.md``):
 
 What a row leaves out is filled by per-source assumptions (``ASSUMPTIONS`` below, printed with the
 output); rows that cannot be modelled are listed with the reason. The predictions come from
-``cost_models.default_cost_model`` with ``DatasheetCollectives``; nothing is fitted per row.
+``cost_models.default_cost_model`` with ``autopar.comm.DatasheetCollectives``; nothing is
+fitted per row.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from autopar.comm import DatasheetCollectives
 from autopar.estimate import estimate
 from autopar.loading import load_gpu
 from autopar.plan import Layout
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 from autopar.terms import TermContext
-from cost_models import DatasheetCollectives, default_cost_model
+from cost_models import default_cost_model
 from cost_models.flops import model_flop_per_sequence
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,13 +1,13 @@
 """autopar's default cost model: pure numpy terms (DESIGN §4, STYLE §2.3).
 
-``default_cost_model()`` returns the ``autopar.terms.CostModel``; ``DatasheetCollectives`` is the
-datasheet alpha-beta ``CollectiveModel`` used when no measured communication profile is given.
+``default_cost_model()`` returns the ``autopar.terms.CostModel``. This package depends on the
+core (``autopar.terms``, ``autopar.comm``, ``autopar.specs``); the core never imports it: it
+finds the default model through the ``autopar.cost_models`` entry point (``pyproject.toml``).
 """
 
 from __future__ import annotations
 
-from cost_models.communication import DatasheetCollectives
-from cost_models.default import DEFAULT, default_cost_model
+from cost_models.default import default_cost_model
 from cost_models.flops import TransformerFlops
 
-__all__ = ["DEFAULT", "DatasheetCollectives", "TransformerFlops", "default_cost_model"]
+__all__ = ["TransformerFlops", "default_cost_model"]

@@ -1,24 +1,9 @@
-"""Collective times from the datasheet, and the TP / CP / DP / EP communication terms.
+"""The TP and CP communication terms.
 
-``DatasheetCollectives`` is the alpha-beta model behind ``autopar.comm.CollectiveModel`` when no
-measured profile is given (``autopar/calibration/`` fits one from nccl-tests logs and replaces it
-through ``ctx.comm``). Sizes follow the nccl-tests conventions of ``autopar.comm``.
-
-Bandwidth of a group that spans ``nodes`` nodes with ``k = ranks / nodes`` members per node:
-
-- one node: NVLink, ``nvlink_bytes_per_s * NVLINK_EFFICIENCY`` of bus bandwidth;
-- several nodes, ring collectives: each member drives its own NIC (rail-aligned DGX/HGX nodes,
-  one NIC per GPU, NCCL opens one ring per NIC), so the bus bandwidth is
-  ``min(NVLink, k * nic_bytes_per_s * NIC_EFFICIENCY)``: a DP group with one rank per node gets
-  one NIC, a group with all eight GPUs of each node gets eight;
-- all-to-all: each rank sends ``(k-1)/n`` of its buffer over NVLink and ``(n-k)/n`` through its
-  own NIC, concurrently: the slower of the two;
-- send/recv: one NVLink or one NIC.
-
-Time = latency + size * busbw_factor / bandwidth (nccl-tests ``busbw = algbw * f(n)``, the
-factor from ``autopar.comm.bus_bandwidth_factor``). Latency: one cluster latency per intra-node
-ring step ``(k-1)`` plus one per inter-node tree level ``ceil(log2(nodes))`` (NCCL switches to
-tree / NVLS-tree algorithms across nodes at scale), doubled for all-reduce.
+Collective times come from ``ctx.comm`` (``autopar.comm.CollectiveModel``): the datasheet
+alpha-beta model ``autopar.comm.DatasheetCollectives`` by default, or a profile fitted from
+nccl-tests logs (``autopar/calibration/``). Sizes follow the nccl-tests conventions of
+``autopar.comm``.
 """
 
 from __future__ import annotations
@@ -27,61 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.comm import bus_bandwidth_factor
-from autopar.specs import ClusterSpec
 from autopar.terms import Grid, TermContext
 from cost_models.compute import FLASH_BACKWARD_SLOWDOWN, attention_core_time_s
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import kv_size, stage_layers
 
-NVLINK_EFFICIENCY = 0.80
-"""Achievable fraction of per-direction NVLink bandwidth as NCCL bus bandwidth: nccl-tests
-all_reduce on DGX A100 peaks near 230-240 GB/s of 300, on DGX H100 near 360-380 of 450."""
-NIC_EFFICIENCY = 0.90
-"""Achievable fraction of the NIC line rate: nccl-tests across HDR/NDR InfiniBand reach ~90%
-(e.g. ~22-23 GB/s per 200 Gb/s HDR port)."""
 BYTES_BF16 = 2.0
-BYTES_FP32 = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class DatasheetCollectives:
-    """Alpha-beta collective times from the GPU datasheet (module docstring)."""
-
-    cluster: ClusterSpec
-
-    def time_s(
-        self,
-        collective: str,
-        size_bytes: np.ndarray,
-        *,
-        num_ranks: np.ndarray,
-        num_nodes: np.ndarray,
-    ) -> np.ndarray:
-        size = np.asarray(size_bytes, dtype=np.float64)
-        n = np.maximum(np.asarray(num_ranks, dtype=np.float64), 1.0)
-        nodes = np.clip(np.asarray(num_nodes, dtype=np.float64), 1.0, n)
-        per_node = n / nodes
-        gpu = self.cluster.gpu
-        nvlink = gpu.nvlink_bytes_per_s * NVLINK_EFFICIENCY
-        nic = gpu.nic_bytes_per_s * NIC_EFFICIENCY
-        inter = nodes > 1.0
-        latency = self.cluster.intra_node_latency_s * (
-            per_node - 1.0
-        ) + self.cluster.inter_node_latency_s * np.ceil(np.log2(nodes))
-        if collective == "all_to_all":
-            wire = np.maximum(size * (per_node - 1.0) / n / nvlink, size * (n - per_node) / n / nic)
-        elif collective == "send_recv":
-            wire = size / np.where(inter, nic, nvlink)
-            latency = np.where(
-                inter, self.cluster.inter_node_latency_s, self.cluster.intra_node_latency_s
-            )
-        else:
-            bandwidth = np.where(inter, np.minimum(nvlink, per_node * nic), nvlink)
-            wire = size * bus_bandwidth_factor(collective, n) / bandwidth
-            latency = latency * (2.0 if collective == "all_reduce" else 1.0)
-        return np.where((n <= 1.0) | (size <= 0.0), 0.0, latency + wire)
 
 
 def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
@@ -91,7 +28,9 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
 TP_OVERLAP_EXPOSED = 0.25
 """Share of TP collectives left exposed with Megatron ``--tp-comm-overlap`` (Transformer Engine
 userbuffers pipeline the all-gather / reduce-scatter with the adjacent GEMM chunks; the first
-and last chunks and the SM contention stay visible). Calibrated on the 2024 Megatron / NeMo rows."""
+and last chunks and the SM contention stay visible). A fixed engineering estimate, not fitted
+(benchmarks/README.md lists it among the fixed constants); it moves only the rows that ran with
+TP overlap (the 2024 Megatron README and NeMo 24.07 rows)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

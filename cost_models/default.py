@@ -92,4 +92,7 @@ def default_cost_model(
     )
 
 
-DEFAULT = default_cost_model()
+def megatron_compatible_cost_model() -> CostModel:
+    """The default terms with Megatron's ``theoretical_memory_usage.py`` memory arithmetic
+    (``--cost-model megatron-compatible``)."""
+    return default_cost_model(megatron_compatible=True)

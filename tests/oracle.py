@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.plan import GRID_AXES
+from autopar.axes import GRID_AXES
 from autopar.space import build_space
 from autopar.specs import Problem
 from autopar.terms import CostModel, TermContext, memory_bytes, step_time_s

@@ -62,19 +62,9 @@ CASES = [
     ("unknown preset", lambda p: ["--model", "llama-70"], ["--model", "did you mean"]),
     ("unknown gpu", lambda p: ["--model", "llama-8b", "--gpu", "h1000"], ["--gpu"]),
     (
-        "gpus vs batch",
-        lambda p: ["--model", "llama-70b", "--gpus", "7"],
-        ["--global-batch", "7 GPUs"],
-    ),
-    (
         "bad grad precision",
         lambda p: ["--model", "llama-8b", "--grad-precision", "fp16"],
         ["--grad-precision", "fp32 or bf16"],
-    ),
-    (
-        "batch cannot split",
-        lambda p: ["--model", "llama-8b", "--gpus", "7", "--global-batch", "3"],
-        ["--global-batch", "7 GPUs"],
     ),
     ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["num_gpus", "positive"]),
     ("bad precision", lambda p: ["--model", "llama-8b", "--precision", "fp4"], ["precision"]),
@@ -138,7 +128,8 @@ def test_conflicting_pins_exit_1_naming_the_families(runner) -> None:
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "Traceback" not in result.output
-    explanation = json.loads(result.output)["explanation"]
+    explanation = json.loads(result.stdout)["explanation"]
+    assert result.stderr.count("\n") == 1 and "GPU count" in result.stderr
     families = {f["family"] for f in explanation["families"]}
     assert {"GPU count", "pins and limits"} <= families
     assert "drop the pins and limits" in explanation["suggestions"]
@@ -160,3 +151,16 @@ def test_memory_bound_problem_exits_1_with_nearest_miss(runner) -> None:
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "nearest miss" in result.output and "binding: memory" in result.output
     assert "--gpus 256" in result.output
+
+
+def test_gpus_that_cannot_split_the_batch_are_an_explained_infeasibility(runner) -> None:
+    """7 GPUs and 1024 sequences: dp must be 1 or 7, and neither splits the model's heads and
+    the batch. A search result (exit 1) whose explanation names the binding products, and, for
+    a GPU count near a working one, the change that fits."""
+    result = runner.invoke(app, ["solve", "--model", "llama-70b", "--gpus", "7"])
+    assert result.exit_code == 1, result.output
+    assert "GPU count" in result.output and "global batch" in result.output
+    near = runner.invoke(app, ["solve", "--model", "llama-8b", "--gpus", "1021", "-f", "json"])
+    assert near.exit_code == 1, near.output
+    explanation = json.loads(near.stdout)["explanation"]
+    assert any("--gpus 1024" in change for change in explanation["suggestions"])

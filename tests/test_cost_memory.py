@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autopar.comm import DatasheetCollectives
 from autopar.estimate import estimate
 from autopar.plan import Layout
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 from autopar.terms import TermContext
-from cost_models import DatasheetCollectives, default_cost_model
+from cost_models import default_cost_model
 from cost_models.memory import DenseParamMemory, layer_activation_bytes_per_token
 from cost_models.pipeline import InFlightMicrobatches
 

@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autopar.api import load_cost_model
 from autopar.context import make_context
 from autopar.plan import Layout
-from autopar.rules import layout_rules, products
-from autopar.solver import run_solver
+from autopar.plugin import load_cost_model
+from autopar.solver import solve_space
+from autopar.space import build_space
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
 from tests.oracle import oracle_min_s
 from tests.toy_cost_model import toy_cost_model
@@ -48,7 +48,7 @@ def random_problem(seed: int) -> Problem:
         global_batch_sequences=int(gpus * rng.choice([1, 2, 4]) * rng.choice([1, 3])),
         seq_len=int(rng.choice([512, 1024, 2048])),
     )
-    options = SearchOptions(max_mbs=4, max_vpp=3, zero_stages=(0, 1, 3))
+    options = SearchOptions(maxima=(("mbs", 4), ("vpp", 3)), zero_stages=(0, 1, 3))
     return Problem(
         model=model,
         cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpu.gpus_per_node),
@@ -61,15 +61,12 @@ def assert_valid(problem: Problem, layout: Layout) -> None:
     t = problem.training
     assert layout.tp * layout.pp * layout.cp * layout.dp == t.num_gpus
     assert layout.mbs * layout.dp * layout.grad_accum == t.global_batch_sequences
-    row = {k: np.array([v]) for k, v in layout.grid_row().items()}
-    for rule in layout_rules(problem):
-        assert rule.check(row)[0], rule.text
-    assert len(products(problem)) == 2
+    assert build_space(problem).broken_rule(layout.grid_row()) is None
 
 
 def check_against_oracle(problem: Problem, cost_model) -> None:
     ctx = make_context(problem)
-    result = run_solver(problem, ctx, cost_model, top_k=3, num_workers=2)
+    result = solve_space(build_space(problem), ctx, cost_model, top_k=3, num_workers=2)
     loose = oracle_min_s(problem, ctx, cost_model)
     strict = oracle_min_s(problem, ctx, cost_model, margin_bytes=MIB)
     if result.status == "infeasible":
@@ -108,8 +105,10 @@ def _llama(gpus: int = 64, memory_gib: float | None = None, **options) -> Proble
     return problem
 
 
-def _solve(problem: Problem, **kwargs):
-    return run_solver(problem, make_context(problem), load_cost_model(None), **kwargs)
+def _solve(problem: Problem, *, top_k: int = 1, **kwargs):
+    from autopar.api import solve_problem
+
+    return solve_problem(problem, top=top_k, **kwargs)
 
 
 def test_more_memory_never_makes_the_optimum_worse() -> None:

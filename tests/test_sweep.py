@@ -17,7 +17,7 @@ from autopar.solver import SolveResult
 from autopar.sweep import COLUMNS, SweepResult
 
 FRAME_COLUMNS = [
-    "gpus", "gpu", "seq_len", "status", "tp", "pp", "vpp", "cp", "dp", "ep", "etp", "mbs",
+    "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
     "grad_accum", "recompute", "zero", "sequence_parallel", "step_time_s", "tokens_per_s",
     "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost",
 ]  # fmt: skip

@@ -1,10 +1,17 @@
-"""Options shared by every command (``--gpus``, ``--model``, ...), declared once."""
+"""Options shared by every command (``--gpus``, ``--model``, ...), declared once, and the layout
+options generated from the axes table (``autopar.axes``): ``solve``'s pins (``--tp 8``) and
+limits (``--max-pp 16``), ``evaluate``'s layout values (``--tp 8 --recompute full``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 import typer
+
+from autopar.axes import AXES, FREE_AXES, Axis
 
 Model = Annotated[
     str,
@@ -82,3 +89,70 @@ UnevenPipeline = Annotated[
         "--decoder-first/last-pipeline-num-layers).",
     ),
 ]
+
+
+def _option(name: str, kind: type, default: Any, help_text: str) -> inspect.Parameter:
+    flag = "--" + name.replace("_", "-")
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[kind, typer.Option(flag, help=help_text)],
+    )
+
+
+def _evaluate_option(axis: Axis) -> inspect.Parameter:
+    default = axis.default_for_evaluate
+    if axis.kind == "mode":
+        kind = type(axis.choices[0])
+        choices = ", ".join(map(str, axis.choices))
+        return _option(axis.layout_attr, kind, default, f"{axis.description} ({choices}).")
+    return _option(axis.layout_attr, int, default, axis.description)
+
+
+def axis_options(command: Literal["solve", "evaluate"]) -> list[inspect.Parameter]:
+    """The layout options of ``command``: for ``solve``, a pin and a limit per searchable axis;
+    for ``evaluate``, a value per free axis (``dp`` and ``grad_accum`` follow from the products;
+    sequence parallelism has its own on/off flag)."""
+    if command == "evaluate":
+        return [
+            _evaluate_option(axis)
+            for axis in AXES
+            if axis.name in FREE_AXES and axis.kind != "flag"
+        ]
+    out = []
+    for axis in AXES:
+        if not axis.searchable:
+            continue
+        out.append(_option(axis.name, int | None, None, f"Pin {axis.title}: {axis.description}"))
+        cap = f" (default {axis.cap})" if axis.cap else ""
+        out.append(_option(f"max_{axis.name}", int | None, None, f"Largest {axis.title}{cap}."))
+    return out
+
+
+def with_axis_options(command: Literal["solve", "evaluate"]) -> Callable:
+    """Give a command function, which takes ``**axis_values``, the options of ``axis_options``:
+    typer reads the generated signature; the function receives the values as keywords."""
+    extra = axis_options(command)
+    names = [p.name for p in extra]
+
+    def decorate(func: Callable) -> Callable:
+        signature = inspect.signature(func, eval_str=True)
+        params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            axis_values = {name: kwargs.pop(name) for name in names if name in kwargs}
+            return func(*args, **kwargs, **axis_values)
+
+        wrapper.__signature__ = signature.replace(parameters=[*params, *extra])
+        return wrapper
+
+    return decorate
+
+
+def pins_and_limits(axis_values: dict[str, Any]) -> tuple[dict[str, int | None], dict[str, int]]:
+    """``solve``'s generated options split into pins (``tp=8``) and limits (``{"pp": 16}``)."""
+    pins = {k: v for k, v in axis_values.items() if not k.startswith("max_")}
+    limits = {k[4:]: v for k, v in axis_values.items() if k.startswith("max_") and v is not None}
+    return pins, limits

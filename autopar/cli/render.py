@@ -53,13 +53,7 @@ def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
-def render_estimate(
-    estimate: Estimate,
-    fmt: str,
-    *,
-    framework: str = "megatron",
-    problem: Problem | None = None,
-) -> str:
+def render_estimate(estimate: Estimate, fmt: str, *, problem: Problem | None = None) -> str:
     _check(fmt)
     if fmt == "json":
         return to_json(estimate.to_dict())
@@ -70,13 +64,7 @@ def render_estimate(
     return estimate_text(estimate)
 
 
-def render_solve(
-    result,
-    fmt: str,
-    *,
-    framework: str = "megatron",
-    problem: Problem | None = None,
-) -> str:
+def render_solve(result, fmt: str, *, problem: Problem | None = None) -> str:
     _check(fmt)
     if fmt == "json":
         return to_json(result.to_dict())

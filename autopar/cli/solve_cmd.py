@@ -11,15 +11,12 @@ from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
 from autopar.cli.render import render_solve
-from autopar.emit import EMITTERS
-
-Pin = Annotated[int | None, typer.Option(help="Pin this dimension.")]
-Limit = Annotated[int | None, typer.Option(help="Upper limit for this dimension.")]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("solve")
     @guarded
+    @o.with_axis_options("solve")
     def solve(
         model: o.Model,
         gpus: o.Gpus,
@@ -34,22 +31,6 @@ def register(app: typer.Typer) -> None:
         grad_precision: o.GradPrecision = "fp32",
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
-        tp: Pin = None,
-        pp: Pin = None,
-        cp: Pin = None,
-        ep: Pin = None,
-        etp: Pin = None,
-        vpp: Pin = None,
-        dp: Pin = None,
-        mbs: Pin = None,
-        grad_accum: Pin = None,
-        max_tp: Limit = None,
-        max_pp: Limit = None,
-        max_cp: Limit = None,
-        max_ep: Limit = None,
-        max_dp: Limit = None,
-        max_vpp: Annotated[int, typer.Option(help="Largest virtual pipeline size tried.")] = 8,
-        max_mbs: Annotated[int, typer.Option(help="Largest micro-batch tried.")] = 16,
         recompute: Annotated[
             str, typer.Option(help="Allowed recompute modes: none,selective,full or any.")
         ] = "any",
@@ -76,34 +57,14 @@ def register(app: typer.Typer) -> None:
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
         format: o.Format = "table",
         output: o.Output = None,
+        **axis_values: int | None,
     ) -> None:
         """Find the fastest layout that fits, proven optimal by CP-SAT."""
-        limits = {
-            k: v
-            for k, v in (
-                ("tp", max_tp),
-                ("pp", max_pp),
-                ("cp", max_cp),
-                ("ep", max_ep),
-                ("dp", max_dp),
-            )
-            if v is not None
-        }
-        common = o.common(locals())
-        result = api.solve(
-            **common,
-            tp=tp,
-            pp=pp,
-            cp=cp,
-            ep=ep,
-            etp=etp,
-            vpp=vpp,
-            dp=dp,
-            mbs=mbs,
-            grad_accum=grad_accum,
+        pins, limits = o.pins_and_limits(axis_values)
+        problem = api.make_problem(
+            **o.common(locals()),
+            **pins,
             limits=limits,
-            max_vpp=max_vpp,
-            max_mbs=max_mbs,
             recompute=recompute,
             zero=zero,
             sequence_parallel=sequence_parallel,
@@ -112,16 +73,22 @@ def register(app: typer.Typer) -> None:
             allow_ep=expert_parallel,
             tp_within_node=tp_within_node,
             uneven_pipeline=uneven_pipeline,
+        )
+        result = api.solve_problem(
+            problem,
             top=top,
             time_limit=time_limit,
             num_workers=num_workers,
             cost_model=cost_model,
         )
-        problem = api.make_problem(**common) if format in EMITTERS else None
-        emit(render_solve(result, format, framework=framework, problem=problem), output)
+        emit(render_solve(result, format, problem=problem), output)
         if result.status in ("infeasible", "unknown"):
-            if format == "table" and result.explanation:
-                families = [f["family"] for f in result.explanation["families"]]
+            explanation = result.explanation or {}
+            if format == "table":
+                families = [f["family"] for f in explanation.get("families", [])]
                 binds = f"binding: {', '.join(families)}" if families else "no layout found"
-                typer.echo(f"autopar: {result.status}: {binds} (explanation above)", err=True)
+                line = f"{binds} (explanation above)"
+            else:
+                line = explanation.get("summary", "no layout found")
+            typer.echo(f"autopar: {result.status}: {line}", err=True)
             raise typer.Exit(EXIT_INFEASIBLE)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from autopar import api
+from autopar.axes import AXES
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
@@ -52,6 +53,8 @@ def _number(text: str | None, flag: str) -> float | None:
 def _cell(value: object, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
     if isinstance(value, float):
         return format(value, fmt)
     return str(value)
@@ -63,16 +66,7 @@ _TABLE = (
     ("gpu", "GPU", ""),
     ("seq_len", "seq", ""),
     ("status", "status", ""),
-    ("tp", "TP", ".0f"),
-    ("pp", "PP", ".0f"),
-    ("vpp", "VPP", ".0f"),
-    ("cp", "CP", ".0f"),
-    ("dp", "DP", ".0f"),
-    ("ep", "EP", ".0f"),
-    ("mbs", "mbs", ".0f"),
-    ("grad_accum", "GA", ".0f"),
-    ("recompute", "recompute", ""),
-    ("zero", "ZeRO", ".0f"),
+    *((axis.layout_attr, axis.title, ".0f") for axis in AXES),
     ("step_time_s", "step s", ".3f"),
     ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
     ("mfu", "MFU", ".1%"),
