@@ -250,7 +250,15 @@ def _check_term_now(term: CostTerm | ResourceTerm) -> None:
     for ctx in _sample_contexts():
         grid = _sample_grid(axes)
         size = len(next(iter(grid.values()))) if grid else 1
-        values = np.asarray(term.evaluate(_DeclaredGrid(name, grid), ctx), dtype=np.float64)
+        try:
+            values = np.asarray(term.evaluate(_DeclaredGrid(name, grid), ctx), dtype=np.float64)
+        except KeyError as err:  # a term that copied the grid before reading a missing axis
+            axis = err.args[0] if err.args else "?"
+            raise InputError(
+                f"reads grid axis {axis!r} but depends_on declares only {axes}",
+                source=f"cost term {name}",
+                field="depends_on",
+            ) from None
         try:
             np.broadcast_to(values, (size,))
         except ValueError:

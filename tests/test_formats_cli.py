@@ -7,7 +7,6 @@ import io
 import json
 import shlex
 import tomllib
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -18,9 +17,8 @@ import autopar
 from autopar.cli import app
 from autopar.cli.render import FORMATS, render_estimate, render_solve
 from autopar.errors import InputError
+from autopar.schema import schema
 from autopar.solver import SolveResult
-
-SCHEMAS = Path(autopar.__file__).parent / "schemas"
 
 # Pins make the solve take well under a second.
 SOLVE = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2 --top 2"
@@ -28,7 +26,7 @@ EVALUATE = "evaluate --model llama-70b --gpus 64 --seq-len 4096 --global-batch 6
 
 
 def _schema(name: str) -> dict:
-    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    return schema(name)
 
 
 def _validator(name: str) -> jsonschema.protocols.Validator:

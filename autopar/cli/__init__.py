@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from autopar.cli import calibrate, estimate_cmd, presets_cmd, solve_cmd, sweep_cmd
+from autopar.cli import calibrate, estimate_cmd, presets_cmd, schema_cmd, solve_cmd, sweep_cmd
 from autopar.cli.errors import run_guarded
 
 app = typer.Typer(
@@ -34,13 +34,14 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """autopar: solve | evaluate | sweep | calibrate | bench | models | gpus."""
+    """autopar: solve | evaluate | sweep | calibrate | bench | models | gpus | schema."""
 
 
 solve_cmd.register(app)
 estimate_cmd.register(app)
 presets_cmd.register(app)
 sweep_cmd.register(app)
+schema_cmd.register(app)
 
 
 calibrate.register(app)

@@ -1,0 +1,192 @@
+"""The shape of the code (issue 10): one-way imports, the cost-model seam, axes declared once."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autopar
+from autopar.axes import AXES, GRID_AXES, SEARCH_AXES
+from autopar.cli import app
+from autopar.errors import InputError
+from autopar.plan import Layout
+from autopar.plugin import cost_model_names, load_cost_model
+from autopar.report import estimate_text, flat_row, runners_up_text
+from autopar.terms import CostModel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node, less the bodies of ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    """Module -> the ``autopar`` / ``cost_models`` modules it imports at run time (any depth in
+    the file, functions included)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((REPO / package).rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        names: set[str] = set()
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+                names |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+        out[module] = {n for n in names if n.split(".")[0] in ("autopar", "cost_models")}
+    return out
+
+
+def test_the_core_never_imports_the_cost_models() -> None:
+    offenders = {
+        module: sorted(n for n in names if n.startswith("cost_models"))
+        for module, names in _imports("autopar").items()
+    }
+    assert {m: n for m, n in offenders.items() if n} == {}
+
+
+def test_the_core_import_graph_has_no_circle() -> None:
+    graph = _imports("autopar")
+    modules = set(graph)
+    edges = {m: {n for n in names if n in modules and n != m} for m, names in graph.items()}
+    # the package __init__ files re-export; a circle through them is not a design circle
+    edges = {m: {n for n in ns if n not in ("autopar", "autopar.cli")} for m, ns in edges.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in edges.get(node, ()):
+            if state.get(nxt) == 1:
+                raise AssertionError(" -> ".join([*path, node, nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+
+
+def test_layout_fields_grid_and_schema_follow_the_axes_table() -> None:
+    attrs = [axis.layout_attr for axis in AXES]
+    assert [f.name for f in dataclasses.fields(Layout)] == attrs
+    layout = Layout(tp=2, pp=4, dp=8, vpp=3, recompute="full", zero=1, sequence_parallel=True)
+    assert list(layout.grid_row()) == list(GRID_AXES)
+    assert Layout.from_grid_row(layout.grid_row()) == layout
+    assert "VPP=3" in layout.text() and "ZeRO-1" in layout.text() and "EP" not in layout.text()
+    assert {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum"} == set(SEARCH_AXES)
+
+
+def test_every_axis_has_cli_options_and_a_schema_entry(runner) -> None:
+    solve_help = runner.invoke(app, ["solve", "--help"], terminal_width=200).output
+    evaluate_help = runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output
+    for name in SEARCH_AXES:
+        flag = "--" + name.replace("_", "-")
+        assert flag in solve_help and f"--max-{name.replace('_', '-')}" in solve_help
+    for flag in ("--tp", "--pp", "--cp", "--ep", "--etp", "--vpp", "--mbs", "--recompute"):
+        assert flag in evaluate_help
+    schema = json.loads(runner.invoke(app, ["schema", "evaluate"]).stdout)
+    assert schema["properties"]["layout"]["required"] == [axis.layout_attr for axis in AXES]
+
+
+def test_runners_up_table_shows_axes_that_vary() -> None:
+    result = autopar.solve(
+        model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256, top=6, tp=4, ep=2
+    )
+    header = runners_up_text(result.layouts).splitlines()[0].split()
+    assert {"EP", "SP", "VPP", "recompute", "ZeRO"} <= set(header)
+
+
+@pytest.mark.parametrize("top", [3, 5, 10, 20])
+def test_top_n_returns_n_layouts_when_n_exist(top: int) -> None:
+    result = autopar.solve(model="llama-8b", gpus=64, seq_len=4096, global_batch=256, top=top)
+    assert result.status == "optimal" and len(result.layouts) == top
+    times = [e.step_time_s for e in result.layouts]
+    assert times == sorted(times)
+    assert len({e.layout for e in result.layouts}) == top
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _CheckpointStall:
+    """A constant per-step time in a category the default model does not have."""
+
+    name: str = "checkpoint_stall_s"
+    category: str = "checkpoint"
+    depends_on: tuple[str, ...] = ()
+    seconds: float = 0.25
+
+    def evaluate(self, grid, ctx) -> np.ndarray:
+        return np.asarray(self.seconds)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Scratch:
+    """Per-GPU bytes in a new memory category, scaled by TP (declared)."""
+
+    name: str = "scratch_bytes"
+    category: str = "scratch"
+    depends_on: tuple[str, ...] = ("tp",)
+
+    def evaluate(self, grid, ctx) -> np.ndarray:
+        return 2.0 * 2**30 / np.asarray(grid["tp"], dtype=np.float64)
+
+
+def test_a_new_category_is_a_row_of_every_breakdown() -> None:
+    base = load_cost_model(None)
+    model = dataclasses.replace(
+        base,
+        name="with-extras",
+        step_terms=(*base.step_terms, _CheckpointStall()),
+        static_memory_terms=(*base.static_memory_terms, _Scratch()),
+    )
+    estimate = autopar.evaluate(
+        model="llama-8b", gpus=8, seq_len=4096, global_batch=64, tp=2, cost_model=model
+    )
+    assert estimate.time_s["checkpoint"] == pytest.approx(0.25)
+    assert estimate.memory_bytes["scratch"] == pytest.approx(2**30)
+    parts = sum(v for k, v in estimate.memory_bytes.items() if k != "total")
+    assert parts == pytest.approx(estimate.memory_bytes["total"])
+    assert sum(estimate.time_s.values()) == pytest.approx(estimate.step_time_s)
+    text = estimate_text(estimate)
+    assert "checkpoint" in text and "scratch" in text
+    row = flat_row(estimate)
+    assert "time_checkpoint_s" in row and "memory_scratch_gib" in row
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _ReadsUndeclared:
+    name: str = "sneaky_s"
+    category: str = "compute"
+    depends_on: tuple[str, ...] = ("tp",)
+
+    def evaluate(self, grid, ctx) -> np.ndarray:
+        return np.asarray(grid["tp"], dtype=np.float64) * np.asarray(grid["pp"])
+
+
+def test_cost_model_rejects_unknown_and_undeclared_axes() -> None:
+    base = load_cost_model(None)
+    with pytest.raises(InputError, match="did you mean 'tp'"):
+        typo = dataclasses.replace(_Scratch(), depends_on=("tpp",))
+        dataclasses.replace(base, step_terms=(typo,))
+    with pytest.raises(InputError, match="reads grid axis 'pp'"):
+        dataclasses.replace(base, step_terms=(*base.step_terms, _ReadsUndeclared()))
+    assert isinstance(dataclasses.replace(base, step_terms=base.step_terms), CostModel)
+
+
+def test_cost_models_are_found_by_name_and_bad_names_are_input_errors() -> None:
+    assert {"default", "megatron-compatible"} <= set(cost_model_names())
+    assert load_cost_model("megatron-compatible").name == "megatron-compatible"
+    for bad in ("nonexistent", ":", "json:loads", "no_such_module:x", "autopar.axes:nothing"):
+        with pytest.raises(InputError):
+            load_cost_model(bad)

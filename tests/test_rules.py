@@ -1,0 +1,120 @@
+"""Each layout rule, on its own: one layout the framework accepts and one it rejects.
+
+The brute-force oracle checks the solver against the same rule predicates it encodes, so it
+cannot catch a wrong rule; these pairs can. Each pair is taken from the framework's own check
+(the rule's ``source``): Megatron-LM ``arguments.py`` / ``transformer_config.py`` /
+``parallel_state.py``, torchtitan's ``parallel_dims.py``, DeepSpeed's pipe engine. A new rule
+needs a pair here: ``test_every_rule_has_a_pair`` fails otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import autopar
+from autopar.rules import Rule, layout_rules
+
+BASE_ROW: dict[str, int] = {
+    "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1,
+    "grad_accum": 1, "recompute": 0, "zero": 0, "sp": 0,
+}  # fmt: skip
+
+LLAMA_70B = {"model": "llama-70b", "gpus": 64}
+MIXTRAL = {"model": "mixtral-8x7b", "gpus": 64}
+TITAN = {"model": "llama-8b", "gpus": 64, "framework": "torchtitan"}
+DEEPSPEED = {"model": "llama-8b", "gpus": 64, "framework": "deepspeed"}
+UNEVEN = {"model": "llama-3.1-405b", "gpus": 1024, "uneven_pipeline": True}
+PINNED = {"model": "llama-8b", "gpus": 64, "tp": 2, "limits": {"pp": 4}, "allow_cp": False}
+
+# (family, rule text fragment): problem options, a row the framework accepts, one it rejects.
+CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
+    # Megatron transformer_config.py: num_attention_heads % tensor_model_parallel_size == 0
+    ("attention heads vs TP", "num_attention_heads"): (LLAMA_70B, {"tp": 8}, {"tp": 3}),
+    # tensor_parallel/layers.py divide(ffn_hidden_size, tp) asserts divisibility
+    ("FFN vs TP", "ffn_hidden_size"): (LLAMA_70B, {"tp": 4}, {"tp": 3}),
+    # arguments.py: num_layers % pipeline_model_parallel_size == 0 (80 layers)
+    ("layers vs PP", "% pp == 0"): (LLAMA_70B, {"pp": 5}, {"pp": 3}),
+    # arguments.py: num_layers_per_virtual_pipeline_stage must split each stage's layers
+    ("layers vs PP", "% (pp*vpp) == 0"): (LLAMA_70B, {"pp": 4, "vpp": 5}, {"pp": 4, "vpp": 3}),
+    # --decoder-first/last-pipeline-num-layers: 126 = 15 + 6*16 + 15 at pp 8; pp 128 leaves
+    # the middle 126 stages a layer each and nothing for the first and last
+    ("layers vs PP", "splits over pp"): (UNEVEN, {"pp": 8}, {"pp": 128}),
+    ("layers vs PP", "uneven: vpp == 1"): (UNEVEN, {"pp": 7, "vpp": 2}, {"pp": 8, "vpp": 2}),
+    # Megatron replicates KV heads when tp > query groups (8 groups: tp 16 ok, tp 3 not)
+    ("KV heads vs TP", "or tp % num_key_value_heads"): (LLAMA_70B, {"tp": 16}, {"tp": 3}),
+    # torchtitan: tp must divide n_kv_heads (8): tp 16 rejected
+    ("KV heads vs TP", "num_key_value_heads (8) % tp == 0"): (TITAN, {"tp": 8}, {"tp": 16}),
+    ("dense model", "without experts"): (LLAMA_70B, {}, {"ep": 2}),
+    # arguments.py: num_experts % expert_model_parallel_size == 0 (8 experts)
+    ("experts vs EP", "num_experts"): (MIXTRAL, {"ep": 8}, {"ep": 3}),
+    ("expert FFN vs ETP", "moe_ffn_hidden_size"): (MIXTRAL, {"etp": 2}, {"etp": 3}),
+    # parallel_state.py: world size divisible by etp * ep * pp
+    ("expert grid", "etp*ep*pp"): (MIXTRAL, {"ep": 8, "pp": 8}, {"ep": 8, "pp": 4, "etp": 3}),
+    # arguments.py: seq_length % (2 * context_parallel_size) == 0 (load-balanced chunks)
+    ("sequence vs CP", "(2*cp)"): (LLAMA_70B, {"cp": 4}, {"cp": 3}),
+    # sequence parallelism splits the sequence over TP ranks
+    ("sequence vs TP", "sequence parallelism"): (
+        LLAMA_70B,
+        {"tp": 8, "sp": 1},
+        {"tp": 8, "cp": 1024, "sp": 1},
+    ),
+    ("sequence parallel", "sp on iff tp > 1"): (LLAMA_70B, {"tp": 2, "sp": 1}, {"tp": 2, "sp": 0}),
+    ("interleaved schedule", "needs pp > 1"): (LLAMA_70B, {"pp": 2, "vpp": 2}, {"vpp": 2}),
+    # schedules.py: interleaving needs num_microbatches % pipeline size == 0
+    ("interleaved schedule", "grad_accum % pp"): (
+        LLAMA_70B,
+        {"pp": 4, "vpp": 2, "grad_accum": 8},
+        {"pp": 4, "vpp": 2, "grad_accum": 6},
+    ),
+    ("framework features", "torchtitan: FSDP"): (TITAN, {"zero": 3}, {"zero": 1}),
+    ("framework features", "DeepSpeed: no context"): (DEEPSPEED, {"pp": 2}, {"cp": 2}),
+    ("framework features", "DeepSpeed: ZeRO-2/3"): (
+        DEEPSPEED,
+        {"pp": 2, "zero": 1},
+        {"pp": 2, "zero": 2},
+    ),
+    ("NVLink domain", "tp <= gpus_per_node"): (LLAMA_70B, {"tp": 8}, {"tp": 16}),
+    ("NVLink domain", "etp*ep"): (MIXTRAL, {"ep": 8}, {"ep": 8, "etp": 2}),
+    ("pins and limits", "tp == 2"): (PINNED, {"tp": 2}, {"tp": 4}),
+    ("pins and limits", "pp <= 4"): (PINNED, {"pp": 4}, {"pp": 8}),
+    ("pins and limits", "cp == 1"): (PINNED, {}, {"cp": 2}),
+}
+
+PROBLEMS = (LLAMA_70B, MIXTRAL, TITAN, DEEPSPEED, UNEVEN, PINNED)
+
+
+def _rules(options: dict[str, Any]) -> tuple[Rule, ...]:
+    return layout_rules(autopar.make_problem(**options))
+
+
+def _find(options: dict[str, Any], family: str, fragment: str) -> Rule:
+    found = [r for r in _rules(options) if r.family == family and fragment in r.text]
+    assert len(found) == 1, (family, fragment, [r.text for r in _rules(options)])
+    return found[0]
+
+
+def _holds(rule: Rule, overrides: dict[str, int]) -> bool:
+    row = {**BASE_ROW, **overrides}
+    return bool(rule.check({a: np.array([row[a]]) for a in rule.axes})[0])
+
+
+@pytest.mark.parametrize("key", list(CASES), ids=[f"{f}: {t}" for f, t in CASES])
+def test_rule_accepts_and_rejects(key: tuple[str, str]) -> None:
+    options, good, bad = CASES[key]
+    rule = _find(options, *key)
+    assert rule.source, "every rule cites its source"
+    assert _holds(rule, good), f"{rule.text} should accept {good}"
+    assert not _holds(rule, bad), f"{rule.text} should reject {bad}"
+
+
+def test_every_rule_has_a_pair() -> None:
+    missing = [
+        (rule.family, rule.text)
+        for options in PROBLEMS
+        for rule in _rules(options)
+        if not any(rule.family == f and t in rule.text for f, t in CASES)
+    ]
+    assert missing == []
