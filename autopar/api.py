@@ -127,9 +127,8 @@ def make_problem(
             maxima=tuple(sorted((k, v) for k, v in (limits or {}).items() if v is not None)),
         )
     except InputError as err:
-        raise err.with_source(
-            f"--{err.field.replace('_', '-')}" if err.field else "options"
-        ) from None
+        flag = {"num_gpus": "gpus"}.get(err.field or "", err.field or "")
+        raise err.with_source(f"--{flag.replace('_', '-')}" if flag else "options") from None
     return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
 
 
@@ -218,14 +217,14 @@ def layout_of(problem: Problem, **values: Any) -> Layout:
             raise InputError(f"must be one of {choices}, got {value!r}", source=flag)
     sp_option = problem.options.sequence_parallel
     tp, pp, cp, mbs = chosen["tp"], chosen["pp"], chosen["cp"], chosen["mbs"]
-    n, batch = problem.training.num_gpus, problem.training.global_batch_sequences
-    if n % (tp * pp * cp):
+    num_gpus, batch = problem.training.num_gpus, problem.training.global_batch_sequences
+    if num_gpus % (tp * pp * cp):
         raise InputError(
-            f"tp*pp*cp = {tp * pp * cp} does not divide the GPU count ({n})",
+            f"tp*pp*cp = {tp * pp * cp} does not divide the GPU count ({num_gpus})",
             source="layout",
             field="GPU count",
         )
-    dp = n // (tp * pp * cp)
+    dp = num_gpus // (tp * pp * cp)
     if batch % (mbs * dp):
         raise InputError(
             f"mbs*dp = {mbs * dp} does not divide the global batch ({batch})",

@@ -89,13 +89,13 @@ def _gpu_counts(problem: Problem, miss: dict[str, Any] | None) -> list[int]:
     """GPU counts worth trying: the nearest multiples of a node, and, when memory binds, the
     power-of-two multiples of the current count that would spread the nearest miss thin enough
     (model states shrink about linearly with the GPUs that share them)."""
-    n, node = problem.training.num_gpus, problem.cluster.gpus_per_node
-    counts = {max(node, n // node * node), (n // node + 1) * node, 2 * n}
+    num_gpus, node = problem.training.num_gpus, problem.cluster.gpus_per_node
+    counts = {max(node, num_gpus // node * node), (num_gpus // node + 1) * node, 2 * num_gpus}
     if miss is not None:
         ratio = miss["min_memory_bytes"] / miss["capacity_bytes"]
         first = int(np.ceil(np.log2(max(ratio, 1.0))))
-        counts |= {n * 2**k for k in range(max(first, 1), first + 3)}
-    return sorted(counts - {n})
+        counts |= {num_gpus * 2**k for k in range(max(first, 1), first + 3)}
+    return sorted(counts - {num_gpus})
 
 
 def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str, Problem]]:
@@ -125,14 +125,16 @@ def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str
             )
         )
     relaxed = out[0][1] if out and out[0][0].startswith("allow every") else None
-    for n in _gpu_counts(problem, miss):
-        out.append((f"use {n} GPUs (--gpus {n})", _with_training(problem, num_gpus=n)))
+    for num_gpus in _gpu_counts(problem, miss):
+        out.append(
+            (f"use {num_gpus} GPUs (--gpus {num_gpus})", _with_training(problem, num_gpus=num_gpus))
+        )
         if relaxed is not None:
-            flags = f"--gpus {n} --recompute any --zero any"
+            flags = f"--gpus {num_gpus} --recompute any --zero any"
             out.append(
                 (
-                    f"use {n} GPUs and allow every recompute mode and ZeRO stage ({flags})",
-                    _with_training(relaxed, num_gpus=n),
+                    f"use {num_gpus} GPUs and allow every recompute mode and ZeRO stage ({flags})",
+                    _with_training(relaxed, num_gpus=num_gpus),
                 )
             )
     batches = {t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}
@@ -156,8 +158,8 @@ def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str
 
 def _round_batch(training) -> int:
     """The nearest global batch that is a multiple of num_gpus (every DP size then divides it)."""
-    n = training.num_gpus
-    return max(n, round(training.global_batch_sequences / n) * n)
+    num_gpus = training.num_gpus
+    return max(num_gpus, round(training.global_batch_sequences / num_gpus) * num_gpus)
 
 
 def _bigger_gpus(problem: Problem) -> list[tuple[str, Problem]]:

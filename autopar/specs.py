@@ -275,7 +275,7 @@ class SearchOptions:
     ``ceil(L/pp)`` layers and the first and last the rest (Megatron
     ``--decoder-first/last-pipeline-num-layers``; no interleaving then)."""
     tp_within_node: bool = True
-    """Keep TP (and ETP·EP) inside one NVLink domain."""
+    """Keep TP (and ETP·EP) inside one NVLink domain (``NVLink domain`` rules)."""
     pins: tuple[tuple[str, int], ...] = ()
     """Fixed values, e.g. ``(("tp", 8),)``, for axes in ``autopar.axes.SEARCH_AXES``."""
     maxima: tuple[tuple[str, int], ...] = ()

@@ -176,11 +176,11 @@ def sweep(
             )
     points = list(itertools.product(gpu_list, seq_list, gpus_list))
     rows: list[SweepRow] = []
-    for done, (g, s, n) in enumerate(points, 1):
-        result = api.solve(gpus=n, gpu=g, seq_len=s, top=1, **options)
+    for done, (gpu_type, seq, num_gpus) in enumerate(points, 1):
+        result = api.solve(gpus=num_gpus, gpu=gpu_type, seq_len=seq, top=1, **options)
         best = result.layouts[0] if result.layouts else None
-        name = _gpu_name(g, options.get("cluster"))
-        row = _row(n, name, s, result.status, best, train_tokens, gpu_hour_cost)
+        name = _gpu_name(gpu_type, options.get("cluster"))
+        row = _row(num_gpus, name, seq, result.status, best, train_tokens, gpu_hour_cost)
         rows.append(row)
         if progress is not None:
             progress(done, len(points), row)

@@ -145,25 +145,21 @@ class _DeclaredGrid(dict):
         )
 
 
-SAMPLE_VALUES: dict[str, tuple[int, ...]] = {
-    "tp": (1, 2),
-    "pp": (1, 2),
-    "dp": (1, 2),
-    "cp": (1, 2),
-    "ep": (1, 2),
-    "etp": (1, 2),
-    "vpp": (1, 2),
-    "mbs": (1, 2),
-    "grad_accum": (2, 4),
-}
-"""Values a term is evaluated on when its cost model is checked; other axes take every grid
-value of their ``Axis`` (recompute modes, ZeRO stages, SP off/on) or 1 and 2."""
+def _sample_values(axis: str) -> tuple[int, ...]:
+    """Values an axis takes when a term is checked: every mode of a mode axis, both values of a
+    flag, 1 and 2 for a size (2 and 4 micro-batches, so that pipelines fill)."""
+    spec = AXIS[axis]
+    if spec.kind == "mode":
+        return tuple(range(len(spec.choices)))
+    if spec.kind == "flag":
+        return (0, 1)
+    return (2, 4) if axis == "grad_accum" else (1, 2)
 
 
 def _sample_grid(axes: tuple[str, ...]) -> dict[str, np.ndarray]:
     if not axes:
         return {}
-    columns = [SAMPLE_VALUES.get(a) or tuple(range(len(AXIS[a].choices) or 2)) for a in axes]
+    columns = [_sample_values(a) for a in axes]
     rows = np.array(list(itertools.product(*columns)), dtype=np.int64).reshape(-1, len(axes))
     return {a: rows[:, i] for i, a in enumerate(axes)}
 

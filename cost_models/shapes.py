@@ -95,14 +95,3 @@ def dense_block_params(model: ModelSpec) -> int:
         + model.num_moe_layers * moe_layer_non_expert_params(model)
         + norm_params(model)
     )
-
-
-def total_params(model: ModelSpec) -> int:
-    """All parameters (unpadded vocabulary), for reports and tests."""
-    embedding = model.vocab_size * model.hidden_size
-    output = 0 if model.tied_embeddings else embedding
-    positions = (
-        model.max_position_embeddings * model.hidden_size * int(model.learned_position_embeddings)
-    )
-    experts = model.num_moe_layers * expert_params(model)
-    return dense_block_params(model) + experts + embedding + output + positions

@@ -91,17 +91,6 @@ _RATIO_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LogMeta:
-    """What a log says (or its name says) about the run; ``notes`` records every inference."""
-
-    collective: str
-    num_ranks: int
-    num_nodes: int
-    gpu: str | None
-    notes: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _Header:
     keys: tuple[str, ...]
     """Leading columns before the first ``time``: size, count, type, [redop], [root]."""

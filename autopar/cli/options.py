@@ -60,7 +60,11 @@ Framework = Annotated[
 ]
 CostModelOpt = Annotated[
     str | None,
-    typer.Option("--cost-model", help="module:attr of a CostModel (default: cost_models.default)."),
+    typer.Option(
+        "--cost-model",
+        help="A registered cost model (default, megatron-compatible) or module:attr "
+        "(docs/cost-models.md).",
+    ),
 ]
 Format = Annotated[
     str, typer.Option("--format", "-f", help="table, json, csv, megatron, torchtitan or deepspeed.")
