@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.axes import AXES, FREE_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.axes import GIVEN_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.context import make_context
 from autopar.errors import InputError
 from autopar.estimate import estimate
@@ -196,18 +196,16 @@ def layout_of(problem: Problem, **values: Any) -> Layout:
     others at their ``evaluate`` defaults), with ``dp`` and ``grad_accum`` from the products and
     sequence parallelism on with TP unless the problem's options say otherwise. Raises
     ``InputError`` naming the first rule the layout breaks."""
-    free = {axis.layout_attr: axis for axis in AXES if axis.name in FREE_AXES}
-    unknown = set(values) - set(free)
+    given = {axis.layout_attr: axis for axis in GIVEN_AXES}
+    unknown = set(values) - set(given)
     if unknown:
         raise TypeError(f"unknown layout value(s): {', '.join(sorted(unknown))}")
-    chosen = {
-        attr: values.get(attr, axis.default_for_evaluate)
-        for attr, axis in free.items()
-        if axis.kind != "flag"
-    }
-    for attr, axis in free.items():
-        value = chosen.get(attr)
+    chosen = {attr: values.get(attr, axis.default_for_evaluate) for attr, axis in given.items()}
+    for attr, axis in given.items():
+        value = chosen[attr]
         flag = f"--{attr.replace('_', '-')}"
+        if axis.kind == "flag" and not isinstance(value, bool):
+            raise InputError(f"must be true or false, got {value!r}", source=flag)
         if axis.kind == "size" and (isinstance(value, bool) or not isinstance(value, int)):
             raise InputError(f"must be a positive integer, got {value!r}", source=flag)
         if axis.kind == "size" and value < 1:
@@ -255,7 +253,7 @@ def evaluate(*, cost_model: str | CostModel | None = None, **options: Any) -> Es
     """Score one layout: ``options`` are ``make_problem``'s plus the layout's values (``tp=8,
     pp=4, vpp=5, recompute="selective", ...``); ``dp`` and ``grad_accum`` follow from the GPU
     count and the batch."""
-    attrs = {axis.layout_attr for axis in AXES if axis.name in FREE_AXES and axis.kind != "flag"}
+    attrs = {axis.layout_attr for axis in GIVEN_AXES}
     values = {k: options.pop(k) for k in list(options) if k in attrs}
     problem = make_problem(**options)
     return evaluate_problem(problem, layout_of(problem, **values), cost_model=cost_model)

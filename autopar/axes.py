@@ -81,6 +81,9 @@ class Axis:
     """Tie-break among layouts of equal step time: +1 smaller first, -1 larger first."""
     searchable: bool = True
     """``solve`` takes ``--<name>`` (pin) and ``--max-<name>`` (limit) for it."""
+    given: bool = True
+    """``evaluate`` takes a value for it (``--tp 8``, ``--recompute full``); false for ``sp``,
+    which follows TP and ``--sequence-parallel/--no-sequence-parallel``."""
     show: Literal["always", "changed"] = "always"
     """When the short layout text shows it: always, or only when it differs from ``default``."""
     label: str = "{title}={value}"
@@ -260,6 +263,7 @@ AXES: tuple[Axis, ...] = (
         default=False,
         domain=lambda p: (0, 1),
         searchable=False,
+        given=False,
     ),
 )
 
@@ -270,6 +274,8 @@ SEARCH_AXES: tuple[str, ...] = tuple(axis.name for axis in AXES if axis.searchab
 """The axes ``solve`` can pin (``--tp 8``) or limit (``--max-tp 8``)."""
 FREE_AXES: tuple[str, ...] = tuple(axis.name for axis in AXES if not axis.derived_from)
 """The axes that no product rule fixes: the ones a layout is chosen by."""
+GIVEN_AXES: tuple[Axis, ...] = tuple(a for a in AXES if a.name in FREE_AXES and a.given)
+"""The axes ``evaluate`` takes values for (``dp``, ``grad_accum`` and ``sp`` follow)."""
 
 
 def tie_key(row: dict[str, int]) -> tuple[int, ...]:

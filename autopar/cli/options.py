@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from autopar.axes import AXES, FREE_AXES, Axis
+from autopar.axes import AXES, GIVEN_AXES, Axis
 
 Model = Annotated[
     str,
@@ -97,6 +97,8 @@ UnevenPipeline = Annotated[
 
 def _option(name: str, kind: type, default: Any, help_text: str) -> inspect.Parameter:
     flag = "--" + name.replace("_", "-")
+    if kind is bool:
+        flag = f"{flag}/--no-{flag[2:]}"
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
@@ -111,19 +113,16 @@ def _evaluate_option(axis: Axis) -> inspect.Parameter:
         kind = type(axis.choices[0])
         choices = ", ".join(map(str, axis.choices))
         return _option(axis.layout_attr, kind, default, f"{axis.description} ({choices}).")
-    return _option(axis.layout_attr, int, default, axis.description)
+    kind = bool if axis.kind == "flag" else int
+    return _option(axis.layout_attr, kind, default, axis.description)
 
 
 def axis_options(command: Literal["solve", "evaluate"]) -> list[inspect.Parameter]:
     """The layout options of ``command``: for ``solve``, a pin and a limit per searchable axis;
-    for ``evaluate``, a value per free axis (``dp`` and ``grad_accum`` follow from the products;
-    sequence parallelism has its own on/off flag)."""
+    for ``evaluate``, a value per given axis (``dp`` and ``grad_accum`` follow from the
+    products; sequence parallelism has its own on/off flag)."""
     if command == "evaluate":
-        return [
-            _evaluate_option(axis)
-            for axis in AXES
-            if axis.name in FREE_AXES and axis.kind != "flag"
-        ]
+        return [_evaluate_option(axis) for axis in GIVEN_AXES]
     out = []
     for axis in AXES:
         if not axis.searchable:
