@@ -66,9 +66,9 @@ def assert_valid(problem: Problem, layout: Layout) -> None:
 
 def check_against_oracle(problem: Problem, cost_model) -> None:
     ctx = make_context(problem)
-    result = solve_space(build_space(problem), ctx, cost_model, top_k=3, num_workers=2)
-    loose = oracle_min_s(problem, ctx, cost_model)
-    strict = oracle_min_s(problem, ctx, cost_model, margin_bytes=MIB)
+    space = build_space(problem)  # one space for the solver and the oracle
+    result = solve_space(space, ctx, cost_model, top_k=3, num_workers=2)
+    loose, strict = oracle_min_s(space, ctx, cost_model, margins_bytes=(0.0, MIB))
     if result.status == "infeasible":
         assert strict == float("inf"), f"oracle found {strict} s for {problem}"
         return
