@@ -21,6 +21,7 @@ two sums, so the CP-SAT objective *is* the cost model (DESIGN §3).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import itertools
@@ -189,14 +190,9 @@ def _sample_contexts() -> tuple[TermContext, ...]:
         ffn_hidden_size=512,
         vocab_size=1024,
     )
-    moe = ModelSpec(
+    moe = dataclasses.replace(
+        dense,
         name="sample-moe",
-        num_layers=4,
-        hidden_size=256,
-        num_attention_heads=8,
-        num_kv_heads=2,
-        ffn_hidden_size=512,
-        vocab_size=1024,
         num_experts=8,
         experts_per_token=2,
         moe_ffn_hidden_size=128,
