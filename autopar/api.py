@@ -19,12 +19,14 @@ from autopar.context import make_context
 from autopar.errors import InputError
 from autopar.estimate import estimate
 from autopar.explain import explain_infeasible
-from autopar.loading import load_cluster, load_model
+from autopar.inputs import inputs_dict
+from autopar.loading import load_cluster, load_model, load_stack
 from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
-from autopar.specs import GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.stack import StackSpec, with_overrides
 from autopar.terms import CostModel
 
 DEFAULT_SEQ_LEN = 4096
@@ -81,8 +83,21 @@ def make_problem(
     global_batch_tokens: int | None = None,
     seq_len: int = DEFAULT_SEQ_LEN,
     precision: str = "bf16",
-    grad_precision: str = "fp32",
+    grad_precision: str | None = None,
     framework: str = "megatron",
+    stack: str | StackSpec | None = None,
+    flash_attention: bool | None = None,
+    tp_comm_overlap: bool | None = None,
+    overlap_grad_reduce: bool | None = None,
+    overlap_param_gather: bool | None = None,
+    pp_comm_overlap: bool | None = None,
+    cp_comm_type: str | None = None,
+    ep_comm_overlap: bool | None = None,
+    fp8_recipe: str | None = None,
+    fp8_gemms: str | Sequence[str] | None = None,
+    cross_entropy_fusion: bool | None = None,
+    dropout: bool | None = None,
+    memory_reserve_gib: float | None = None,
     recompute: str | Sequence[str] | None = None,
     zero: str | Sequence[int] | None = None,
     sequence_parallel: bool | None = None,
@@ -96,7 +111,11 @@ def make_problem(
 ) -> Problem:
     """A ``Problem`` from the CLI's options (``pins``: ``tp=8`` etc. for the axes in
     ``autopar.axes.SEARCH_AXES``; ``limits``: maxima, e.g. ``{"pp": 16, "vpp": 12}``, where a
-    limit on ``vpp`` or ``mbs`` replaces its search cap)."""
+    limit on ``mbs`` replaces its search cap).
+
+    ``stack`` names the training stack (``autopar stacks``; default ``DEFAULT_STACK``); the
+    switch arguments (``flash_attention`` ... ``memory_reserve_gib``, and ``grad_precision`` for
+    the stack's ``grad_reduce_dtype``) override it one by one."""
     unknown = set(pins) - set(SEARCH_AXES)
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -104,13 +123,32 @@ def make_problem(
     spec_cluster = load_cluster(
         gpu=gpu, cluster_file=cluster, gpus_per_node=gpus_per_node, comm_profile=comm_profile
     )
+    spec_stack = load_stack(stack)
+    switches = dict(
+        flash_attention=flash_attention,
+        tp_comm_overlap=tp_comm_overlap,
+        overlap_grad_reduce=overlap_grad_reduce,
+        overlap_param_gather=overlap_param_gather,
+        pp_comm_overlap=pp_comm_overlap,
+        cp_comm_type=cp_comm_type,
+        ep_comm_overlap=ep_comm_overlap,
+        fp8_recipe=fp8_recipe,
+        fp8_gemms=fp8_gemms,
+        cross_entropy_fusion=cross_entropy_fusion,
+        dropout=dropout,
+        grad_reduce_dtype=grad_precision,
+        memory_reserve_gib=memory_reserve_gib,
+    )
     try:
+        spec_stack = with_overrides(spec_stack, switches)
+        spec_cluster = _with_reserve(spec_cluster, spec_stack, flag_given=memory_reserve_gib)
         training = TrainingSpec(
             num_gpus=gpus,
-            grad_precision=grad_precision,
+            grad_precision=spec_stack.grad_reduce_dtype,
             seq_len=seq_len,
             precision=precision,
             global_batch_sequences=_global_batch(global_batch, global_batch_tokens, seq_len),
+            stack=spec_stack,
         )
         spec_cluster.gpu.peak_flop_per_s(precision)
         options = SearchOptions(
@@ -127,9 +165,27 @@ def make_problem(
             maxima=tuple(sorted((k, v) for k, v in (limits or {}).items() if v is not None)),
         )
     except InputError as err:
-        flag = {"num_gpus": "gpus"}.get(err.field or "", err.field or "")
+        renamed = {"num_gpus": "gpus", "grad_reduce_dtype": "grad_precision"}
+        flag = renamed.get(err.field or "", err.field or "")
         raise err.with_source(f"--{flag.replace('_', '-')}" if flag else "options") from None
     return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
+
+
+def _with_reserve(
+    cluster: ClusterSpec, stack: StackSpec, *, flag_given: float | None
+) -> ClusterSpec:
+    """The memory each GPU keeps free: ``--memory-reserve-gib``, else the cluster file's
+    ``memory_reserve_gib``, else the stack's. Below 0 or above the GPU's memory is bad input."""
+    if flag_given is None and cluster.memory_reserve_bytes:
+        return cluster
+    reserve_gib = stack.memory_reserve_gib
+    if reserve_gib * GIB > cluster.gpu.memory_bytes:
+        raise InputError(
+            f"must be at most the GPU's memory ({cluster.gpu.memory_bytes / GIB:.1f} GiB), "
+            f"got {reserve_gib:g}",
+            field="memory_reserve_gib",
+        )
+    return dataclasses.replace(cluster, memory_reserve_bytes=int(round(reserve_gib * GIB)))
 
 
 def _default_zero(framework: str) -> tuple[int, ...]:
@@ -157,6 +213,8 @@ def solve_problem(
     result = solve_space(
         space, ctx, cm, top_k=top, time_limit_s=time_limit, num_workers=num_workers
     )
+    inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
+    result = dataclasses.replace(result, inputs=inputs)
     if result.status == "infeasible":
         explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     elif result.status == "unknown":

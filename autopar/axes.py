@@ -74,7 +74,7 @@ class Axis:
     domain: Callable[[Problem], tuple[int, ...]]
     """The grid values a problem allows before any rule (``values`` applies the upper bound)."""
     cap: int | None = None
-    """Largest value searched when the user gives no ``--max-<name>`` (vpp 8, mbs 16)."""
+    """Largest value searched when the user gives no ``--max-<name>`` (mbs 16)."""
     derived_from: tuple[str, ...] = ()
     """Axes that fix this one through a product rule (``dp`` from ``tp, pp, cp``)."""
     prefer: int = 1
@@ -154,6 +154,16 @@ def _etp_domain(p: Problem) -> tuple[int, ...]:
     return tuple(d for d in divisors(p.training.num_gpus) if d <= node)
 
 
+def _vpp_domain(p: Problem) -> tuple[int, ...]:
+    """Every virtual-stage count that gives whole layers per virtual stage for one of the
+    pipeline sizes (a divisor of ``ceil(L/pp)``, or of ``L/2 + 1`` at PP 2:
+    ``rules.uneven_split_ok``); the pipeline-split rules pair each with its ``pp``. No default
+    cap (Nemotron-4 340B ran VP 12 at PP 8); ``--max-vpp`` limits it."""
+    layers = p.model.num_layers
+    counts = {-(-layers // pp) for pp in _pp_domain(p)} | {layers // 2 + 1}
+    return tuple(sorted({d for count in counts for d in divisors(count)}))
+
+
 def _recompute_domain(p: Problem) -> tuple[int, ...]:
     return tuple(sorted(RECOMPUTE_MODES.index(m) for m in p.options.recompute))
 
@@ -208,8 +218,7 @@ AXES: tuple[Axis, ...] = (
         title="VPP",
         description="Virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B.",
         default=1,
-        domain=lambda p: tuple(range(1, p.model.num_layers + 1)),
-        cap=8,
+        domain=_vpp_domain,
         show="changed",
     ),
     Axis(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.inputs import inputs_dict
 from autopar.plan import Estimate, Layout
 from autopar.terms import (
     CostModel,
@@ -28,6 +29,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     peak_flop_per_s = ctx.cluster.gpu.peak_flop_per_s(ctx.training.precision)
     capacity = float(ctx.cluster.usable_memory_bytes)
     tokens = ctx.training.global_batch_tokens
+    inputs = inputs_dict(ctx.model, ctx.cluster, ctx.training, comm=ctx.comm)
     out = []
     for i, layout in enumerate(layouts):
         gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step_s[i]
@@ -42,6 +44,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
                 memory_bytes={k: float(v[i]) for k, v in memory.items()},
                 capacity_bytes=capacity,
                 time_s={k: float(v[i]) for k, v in times.items()},
+                inputs=inputs,
             )
         )
     return out

@@ -20,6 +20,7 @@ import yaml
 
 from autopar.errors import InputError
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
+from autopar.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
 
 MODEL_KEYS: dict[str, str] = {
     # HF key -> ModelSpec field
@@ -110,7 +111,10 @@ GPU_KEYS: tuple[str, ...] = (
     "nvlink_gb_per_s",
     "nic_gb_per_s",
     "gpus_per_node",
+    "gemm_efficiency",
+    "fp8_gemm_efficiency",
 )
+GPU_OPTIONAL_KEYS: tuple[str, ...] = ("gemm_efficiency", "fp8_gemm_efficiency")
 CLUSTER_KEYS: tuple[str, ...] = (
     "gpu",
     "gpus_per_node",
@@ -344,7 +348,7 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
         if key not in GPU_KEYS:
             raise _unknown_key(key, list(GPU_KEYS))
     for key in GPU_KEYS[3:]:
-        if key not in data:
+        if key not in data and key not in GPU_OPTIONAL_KEYS:
             raise InputError("required key is missing", field=key)
     fp8 = data["peak_fp8_tflop_per_s"]
     return GpuSpec(
@@ -357,6 +361,10 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
         nvlink_bytes_per_s=_number(data, "nvlink_gb_per_s") * 1e9,
         nic_bytes_per_s=_number(data, "nic_gb_per_s") * 1e9,
         gpus_per_node=_integer(data, "gpus_per_node"),
+        gemm_efficiency=_number(data, "gemm_efficiency") if "gemm_efficiency" in data else None,
+        fp8_gemm_efficiency=_number(data, "fp8_gemm_efficiency")
+        if "fp8_gemm_efficiency" in data
+        else None,
     )
 
 
@@ -448,3 +456,31 @@ def preset_text(kind: str, name: str) -> str:
         _resolve(kind, name, "--show")  # raises with a suggestion
         raise InputError(f"no preset named {name!r}", source="--show")
     return path.read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# training stacks (issue 11)
+
+
+def load_stack(name_or_path: str | StackSpec | None) -> StackSpec:
+    """A stack preset name (``nemo-24.07``) or a YAML file with ``StackSpec`` keys; ``None`` is
+    ``autopar.stack.DEFAULT_STACK``. An unknown name exits 2 listing the presets."""
+    if isinstance(name_or_path, StackSpec):
+        return name_or_path
+    name = DEFAULT_STACK if name_or_path is None else str(name_or_path)
+    path = preset_path("stacks", name)
+    if path is None:
+        candidate = Path(name)
+        if candidate.suffix not in (".yaml", ".yml", ".json") and not candidate.exists():
+            known = ", ".join(preset_names("stacks"))
+            raise InputError(
+                f"no stack preset or file named {name!r}; known: {known}", source="--stack"
+            )
+        if not candidate.is_file():
+            known = ", ".join(preset_names("stacks"))
+            raise InputError(f"file not found; known stacks: {known}", source=str(candidate))
+        path = candidate
+    try:
+        return stack_from_mapping(read_mapping(path), name=path.stem)
+    except InputError as err:
+        raise err.with_source(str(path)) from None

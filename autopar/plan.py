@@ -82,9 +82,12 @@ class Estimate:
     time_s: dict[str, float]
     """``compute``, ``bubble``, ``tp_comm``, ``pp_comm``, ``dp_comm``, ``cp_comm``, ``ep_comm``,
     ``optimizer`` (and ``other`` if a cost model adds one)."""
+    inputs: dict[str, Any] | None = None
+    """The assumptions behind the estimate (``autopar.inputs``), echoed in every output."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
             "fits": self.fits,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,

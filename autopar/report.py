@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.axes import AXES
+from autopar.inputs import inputs_text
 from autopar.plan import Estimate, Layout
 from autopar.specs import GIB
 
@@ -56,7 +57,8 @@ def _bar(fraction: float, width: int = 24) -> str:
 
 def estimate_text(estimate: Estimate) -> str:
     """The layout, headline figures, and memory and time breakdowns."""
-    lines = [
+    lines = [f"inputs       {inputs_text(estimate.inputs)}"] if estimate.inputs else []
+    lines += [
         f"layout       {layout_text(estimate)}",
         f"step time    {estimate.step_time_s:.3f} s   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
@@ -68,7 +70,9 @@ def estimate_text(estimate: Estimate) -> str:
     for category in (*_memory_categories(estimate), "total"):
         value = estimate.memory_bytes[category]
         lines.append(f"  {category:<12} {value / GIB:8.2f} GiB  {_bar(value / capacity)}")
-    lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB")
+    reserve = (estimate.inputs or {}).get("memory_reserve_bytes") or 0
+    kept = f"  (after {reserve / GIB:.2f} GiB reserve)" if reserve else ""
+    lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB{kept}")
     lines.append("")
     lines.append("time per step")
     step = estimate.step_time_s
@@ -130,6 +134,8 @@ def explanation_text(result) -> str:
     """Why nothing fits: the conflicting rule families, the nearest miss, the changes that fit."""
     explanation = result.explanation or {}
     lines = [f"status       {result.status}"]
+    if getattr(result, "inputs", None):
+        lines.append(f"inputs       {inputs_text(result.inputs)}")
     for family in explanation.get("families", []):
         lines.append(f"conflict     {family['family']}: {'; '.join(family['rules'])}")
     miss = explanation.get("nearest_miss")

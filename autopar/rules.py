@@ -38,14 +38,78 @@ def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     return np.asarray(b) % np.asarray(a) == 0
 
 
-def uneven_split_ok(num_layers: int, pp: np.ndarray) -> np.ndarray:
-    """Megatron's ``--decoder-first/last-pipeline-num-layers``: the ``pp - 2`` middle stages hold
-    ``m = ceil(L/pp)`` layers each and the first and last stages share the rest, at least one
-    and at most ``m`` each (``(L - first - last) % (pp - 2) == 0``, ``arguments.py``)."""
-    pp = np.asarray(pp)
-    m = np.ceil(num_layers / pp)
+def uneven_split_ok(num_layers: int, pp: np.ndarray, vpp: np.ndarray | int = 1) -> np.ndarray:
+    """Whether Megatron can split ``num_layers`` over ``pp`` ranks of ``vpp`` virtual stages with
+    the middle ranks holding ``m = ceil(L/pp)`` layers (``PipelineSplit`` for the flags).
+
+    - Even: ``L % (pp*vpp) == 0`` (``get_num_layers_to_build``, transformer_block.py L183-205).
+    - ``--account-for-embedding/loss-in-pipeline-split``: the embedding and/or the loss count as a
+      layer, ``L + k = pp*m`` with ``k`` in 1..2 and ``m % vpp == 0``; the first (last) virtual
+      stage builds one layer fewer (transformer_config.py L2370-2415; transformer_block.py
+      L185-201; with interleaving ``--num-virtual-stages-per-pipeline-rank``, arguments.py
+      L953-977).
+      With ``pp == 2`` and ``L`` even both ends account: ``(L/2 + 1) % vpp == 0``.
+    - ``--decoder-first/last-pipeline-num-layers F, Lst``: ``(L - F - Lst)`` over the ``pp - 2``
+      middle ranks, ``m`` each; ``F``, ``Lst`` and ``m`` divisible by ``vpp``, ``F, Lst >= 1``
+      (transformer_config.py L2294-2368): ``rest = L - (pp-2)*m`` with ``rest % vpp == 0`` and
+      ``2*vpp <= rest <= 2*m``.
+    """
+    pp = np.asarray(pp, dtype=np.int64)
+    vpp = np.broadcast_to(np.asarray(vpp, dtype=np.int64), pp.shape)
+    m = -(-num_layers // np.maximum(pp, 1))
+    whole = m % vpp == 0
+    extra = pp * m - num_layers
+    accounted = (extra >= 1) & (extra <= 2)
     rest = num_layers - np.maximum(pp - 2, 0) * m
-    return (pp == 1) | ((pp >= 2) & (rest >= 2) & (rest <= 2 * m))
+    ends = (rest % vpp == 0) & (rest >= 2 * vpp) & (rest <= 2 * m)
+    even = num_layers % (pp * vpp) == 0
+    # pp = 2 and L even: both ends account for one slot, (L+2)/2 per rank, L/2 layers built.
+    two = (pp == 2) & (num_layers % 2 == 0) & ((m + 1) % vpp == 0)
+    return np.where(pp == 1, vpp == 1, even | two | (whole & (accounted | ends)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSplit:
+    """How Megatron-LM is told to split ``num_layers`` over ``pp`` ranks of ``vpp`` chunks (the
+    flags ``autopar.emit`` writes): nothing for an even split, else the embedding/loss
+    accounting flags, else first/last stage layer counts (``uneven_split_ok``)."""
+
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+    def megatron_flags(self, vpp: int) -> list[str]:
+        flags = []
+        if self.account_for_embedding:
+            flags.append("--account-for-embedding-in-pipeline-split")
+        if self.account_for_loss:
+            flags.append("--account-for-loss-in-pipeline-split")
+        if self.first_stage_layers is not None:
+            flags.append(f"--decoder-first-pipeline-num-layers {self.first_stage_layers}")
+            flags.append(f"--decoder-last-pipeline-num-layers {self.last_stage_layers}")
+        if vpp > 1:
+            flags.append(f"--num-virtual-stages-per-pipeline-rank {vpp}")
+        return flags
+
+
+def pipeline_split(num_layers: int, pp: int, vpp: int = 1) -> PipelineSplit | None:
+    """The Megatron split of ``uneven_split_ok`` for one ``(pp, vpp)``; ``None`` if there is none.
+    One extra slot goes to the embedding: the first stage holds the most activations in flight
+    (``cost_models.pipeline.first_stage_layers``)."""
+    if not bool(uneven_split_ok(num_layers, np.array([pp]), vpp)[0]):
+        return None
+    if pp == 1 or num_layers % (pp * vpp) == 0:
+        return PipelineSplit()
+    m = -(-num_layers // pp)
+    extra = pp * m - num_layers
+    if pp == 2 and num_layers % 2 == 0 and (m + 1) % vpp == 0:
+        return PipelineSplit(account_for_embedding=True, account_for_loss=True)
+    if m % vpp == 0 and extra in (1, 2):
+        return PipelineSplit(account_for_embedding=True, account_for_loss=extra == 2)
+    rest = num_layers - (pp - 2) * m
+    first = (rest // 2) // vpp * vpp
+    return PipelineSplit(first_stage_layers=first, last_stage_layers=rest - first)
 
 
 def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
@@ -72,14 +136,15 @@ def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
             text=f"num_layers ({layers}) splits over pp: evenly, or ceil(L/pp) per middle stage",
             axes=("pp",),
             check=lambda g: uneven_split_ok(layers, g["pp"]),
-            source="Megatron arguments.py (--decoder-first/last-pipeline-num-layers)",
+            source="Megatron transformer_config.py (uneven PP, account-for-embedding/loss)",
         ),
         Rule(
             family="layers vs PP",
-            text=f"num_layers ({layers}) % (pp*vpp) == 0 with interleaving (uneven: vpp == 1)",
+            text=f"num_layers ({layers}) splits into whole layers per virtual stage (pp*vpp)",
             axes=("pp", "vpp"),
-            check=lambda g: _divides(g["pp"] * g["vpp"], layers) | (g["vpp"] == 1),
-            source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
+            check=lambda g: uneven_split_ok(layers, g["pp"], g["vpp"]),
+            source="Megatron transformer_block.py get_num_layers_to_build; arguments.py "
+            "(--num-virtual-stages-per-pipeline-rank)",
         ),
     ]
 
@@ -169,6 +234,7 @@ def _sequence_rules(problem: Problem) -> list[Rule]:
         return g["sp"] == wanted.astype(np.int64)
 
     return [
+        *_cp_comm_rules(problem),
         Rule(
             family="sequence vs CP",
             text=f"seq_len ({seq}) % (2*cp) == 0 (cp > 1)",
@@ -192,6 +258,34 @@ def _sequence_rules(problem: Problem) -> list[Rule]:
             check=sp_choice,
             source="Megatron recommends --sequence-parallel with tp > 1",
         ),
+    ]
+
+
+def _cp_comm_rules(problem: Problem) -> list[Rule]:
+    """All-to-all CP (``a2a``; the in-node part of ``a2a+p2p``) moves whole heads: the query and
+    key/value heads of a TP rank must divide over its all-to-all group (Transformer Engine
+    ``AttnFuncWithCPAndQKVOA2A`` asserts it). ``p2p`` has no such rule."""
+    kind = problem.training.stack.cp_comm_type
+    if kind == "p2p":
+        return []
+    heads, kv = problem.model.num_attention_heads, problem.model.num_kv_heads
+    node = problem.cluster.gpus_per_node
+
+    def ok(g: Grid) -> np.ndarray:
+        tp, cp = g["tp"], g["cp"]
+        a2a = cp if kind == "a2a" else np.maximum(np.minimum(cp, node // tp), 1)
+        local_kv = np.maximum(kv // tp, 1)
+        return (cp == 1) | (((heads // tp) % a2a == 0) & (local_kv % a2a == 0))
+
+    return [
+        Rule(
+            family="heads vs CP all-to-all",
+            text=f"heads/tp ({heads}/tp) and kv heads/tp ({kv}/tp) divide over the CP "
+            f"all-to-all ({kind})",
+            axes=("tp", "cp"),
+            check=ok,
+            source="Transformer Engine attention.py AttnFuncWithCPAndQKVOA2A",
+        )
     ]
 
 

@@ -48,6 +48,8 @@ class SolveResult:
     explanation: dict[str, Any] | None = None
     num_workers: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    inputs: dict[str, Any] | None = None
+    """The assumptions behind the answer (``autopar.inputs``)."""
 
     @property
     def best(self) -> Estimate:
@@ -68,6 +70,7 @@ class SolveResult:
             "gap": self.gap,
             "layouts": [estimate.to_dict() for estimate in self.layouts],
             "explanation": self.explanation,
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 
     def to_frame(self):

@@ -12,6 +12,7 @@ from typing import Literal
 
 from autopar.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.errors import InputError
+from autopar.stack import StackSpec
 
 MlpKind = Literal["swiglu", "gelu", "squared_relu"]
 Precision = Literal["bf16", "fp8"]
@@ -163,9 +164,18 @@ class GpuSpec:
     gpus_per_node: int
     """GPUs that share the NVLink domain (8 on DGX/HGX, 72 on GB200 NVL72)."""
     description: str = ""
+    gemm_efficiency: float | None = None
+    """Measured fraction of the BF16 peak that training GEMMs sustain (``None``: the cost model's
+    calibrated default); Hopper presets carry the value measured on an H200."""
+    fp8_gemm_efficiency: float | None = None
+    """The same for FP8 GEMMs against the FP8 peak."""
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory_gib")
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
+                raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
         _positive(self.gpus_per_node, "gpus_per_node")
         for name in (
             "peak_bf16_flop_per_s",
@@ -208,7 +218,12 @@ class ClusterSpec:
         _positive(self.gpus_per_node, "gpus_per_node")
         _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
         _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
-        _non_negative(self.memory_reserve_bytes, "memory_reserve_bytes")
+        _non_negative(self.memory_reserve_bytes, "memory_reserve_gib")
+        if self.memory_reserve_bytes > self.gpu.memory_bytes:
+            raise InputError(
+                f"must be at most the GPU's memory ({self.gpu.memory_bytes / GIB:.1f} GiB)",
+                field="memory_reserve_gib",
+            )
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -229,6 +244,8 @@ class TrainingSpec:
     """Gradient buffer and reduction: ``fp32`` is Megatron-LM's bf16 default (it forces
     ``--accumulate-allreduce-grads-in-fp32``); ``bf16`` is NeMo's ``grad_reduce_in_fp32=False``
     and torchtitan's FSDP ``reduce_dtype`` bf16: half the gradient memory and DP traffic."""
+    stack: StackSpec = field(default_factory=lambda: StackSpec(name="megatron-lm"))
+    """The software stack the job runs on (``autopar.stack``): overlaps, FP8 recipe, dropout."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")
@@ -242,6 +259,8 @@ class TrainingSpec:
             raise InputError(
                 f"must be fp32 or bf16, got {self.grad_precision!r}", field="grad_precision"
             )
+        if not isinstance(self.stack, StackSpec):
+            raise InputError(f"must be a StackSpec, got {self.stack!r}", field="stack")
         if self.optimizer != "adam":
             raise InputError(f"only 'adam' is modelled, got {self.optimizer!r}", field="optimizer")
 
@@ -272,15 +291,16 @@ class SearchOptions:
     allow_ep: bool = True
     uneven_pipeline: bool = False
     """Allow a pipeline size that does not divide the layers: the middle stages take
-    ``ceil(L/pp)`` layers and the first and last the rest (Megatron
-    ``--decoder-first/last-pipeline-num-layers``; no interleaving then)."""
+    ``ceil(L/pp)`` layers and the first and last the rest, with or without interleaving
+    (Megatron ``--account-for-embedding/loss-in-pipeline-split`` or
+    ``--decoder-first/last-pipeline-num-layers``; ``autopar.rules.uneven_split_ok``)."""
     tp_within_node: bool = True
     """Keep TP (and ETP·EP) inside one NVLink domain (``NVLink domain`` rules)."""
     pins: tuple[tuple[str, int], ...] = ()
     """Fixed values, e.g. ``(("tp", 8),)``, for axes in ``autopar.axes.SEARCH_AXES``."""
     maxima: tuple[tuple[str, int], ...] = ()
     """Upper limits, e.g. ``(("pp", 16),)``; a limit on an axis with a search cap
-    (``Axis.cap``: vpp 8, mbs 16) replaces the cap."""
+    (``Axis.cap``: mbs 16) replaces the cap."""
 
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:

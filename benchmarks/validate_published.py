@@ -13,12 +13,19 @@ throughput definition (they differ, see ``published/README.md``):
 - Megatron-LM README 2024 (``mlm_readme2024_*``): model TFLOP/s from Megatron's
   ``num_floating_point_operations`` (= Eq. 7 for these GPT models), or the MFU for the
   strong-scaling rows;
-- NeMo 24.07 (``nemo2407_*``): tokens/s/GPU: ``step = gbs * seq_len / (tokens_per_s_gpu * n)``.
+- NeMo 24.07 (``nemo2407_*``) and Megatron-Bridge (``mbridge_*``, NeMo 25.09-26.06 containers,
+  dense rows): tokens/s/GPU: ``step = gbs * seq_len / (tokens_per_s_gpu * n)``.
+
+Each row is evaluated with the training stack it ran on (``STACKS``, presets in
+``autopar/presets/stacks/``): the 2021-2022 Megatron-LM runs with ``megatron-2021``, the 2024
+README runs with ``megatron-core-0.8``, NeMo 24.07 with ``nemo-24.07``, Megatron-Bridge with
+``megatron-bridge-25.09``.
 
 What a row leaves out is filled by per-source assumptions (``ASSUMPTIONS`` below, printed with the
 output); rows that cannot be modelled are listed with the reason. The predictions come from
 ``cost_models.default_cost_model`` with ``autopar.comm.DatasheetCollectives``; nothing is
-fitted per row.
+fitted per row. Errors are reported per precision (BF16: the A100 and 2024 H100 rows; FP8: NeMo
+and Megatron-Bridge).
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ import pandas as pd
 
 from autopar.comm import DatasheetCollectives
 from autopar.estimate import estimate
-from autopar.loading import load_gpu
+from autopar.loading import load_gpu, load_stack
 from autopar.plan import Layout
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.stack import StackSpec
 from autopar.terms import TermContext
 from cost_models import default_cost_model
 from cost_models.flops import model_flop_per_sequence
@@ -64,6 +72,12 @@ Assumptions per source (what the rows do not state):
   with BF16 gradients (``grad_sync_dtype=bf16`` in NeMo's H100 perf configs);
   flash attention (BF16 attention core); TP and DP overlap on; model dims from NeMo's configs
   where the table has none (MODEL_DIMS).
+- mbridge (H100, NeMo 25.09-26.06, dense Llama rows): FP8 with current scaling (the 25.11
+  table says FP8-CS; 25.09 does not say, 26.x says FP8); mbs / vp / cp as printed; no
+  recompute; SP on; distributed optimizer (DDP rows) or FSDP = ZeRO-3 ("FSDP column=8");
+  Llama 3.1 405B's 126 layers at PP 8 x VP 8 with the embedding and the loss counted as
+  pipeline layers (Megatron-Bridge's Llama 3.1 405B recipe sets
+  account_for_embedding/loss_in_pipeline_split).
 """
 
 MODEL_DIMS: dict[str, dict[str, object]] = {
@@ -98,8 +112,11 @@ class Case:
     gpu: GpuSpec
     training: TrainingSpec
     layout: Layout
-    switches: dict
     measured_step_s: float
+
+    @property
+    def precision(self) -> str:
+        return self.training.precision
 
 
 def _int(value: object, default: int | None = None) -> int | None:
@@ -117,6 +134,7 @@ def source_of(row_id: str) -> str:
         "kor22",
         "mlm_readme2024",
         "nemo2407",
+        "mbridge",
     ):
         if row_id.startswith(prefix):
             return prefix
@@ -168,8 +186,27 @@ def narayanan_vpp(layers: int, pp: int) -> int:
     return 3 if per_stage % 3 == 0 else 2 if per_stage % 2 == 0 else 1
 
 
-A100_2021 = dict(flash_attention=False, tp_comm_overlap=False, dp_comm_overlap=False)
-H100_2024 = dict(flash_attention=True, tp_comm_overlap=True, dp_comm_overlap=True)
+STACKS: dict[str, str] = {
+    "nar21_t1": "megatron-2021",
+    "nar21_t2": "megatron-2021",
+    "nar21_gpt3": "megatron-2021",
+    "mlm_readme2021": "megatron-2021",
+    "kor22": "megatron-2021",
+    "mlm_readme2024": "megatron-core-0.8",
+    "nemo2407": "nemo-24.07",
+    "mbridge": "megatron-bridge-25.09",
+}
+"""The training stack each source ran on (``autopar/presets/stacks/``)."""
+
+
+def stack_of(source: str) -> StackSpec:
+    return load_stack(STACKS[source])
+
+
+def training_spec(source: str, **fields) -> TrainingSpec:
+    """A ``TrainingSpec`` on the source's stack, its gradient dtype from the stack."""
+    stack = stack_of(source)
+    return TrainingSpec(stack=stack, grad_precision=stack.grad_reduce_dtype, **fields)
 
 
 def build_2021(row: pd.Series, source: str) -> Case | str:
@@ -215,9 +252,8 @@ def build_2021(row: pd.Series, source: str) -> Case | str:
         source=source,
         model=model,
         gpu=load_gpu("a100-80gb"),
-        training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
+        training=training_spec(source, num_gpus=n, global_batch_sequences=gbs, seq_len=s),
         layout=layout,
-        switches=A100_2021,
         measured_step_s=measured,
     )
 
@@ -240,7 +276,7 @@ def build_kor22(row: pd.Series, source: str) -> Case | str:
         seq_len=s,
         learned_positions=True,
     )
-    training = TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s)
+    training = training_spec(source, num_gpus=n, global_batch_sequences=gbs, seq_len=s)
     match = re.search(r"iteration ([\d.]+) s|to ([\d.]+) seconds", str(row["notes"]))
     if match:
         measured = float(match.group(1) or match.group(2))
@@ -265,7 +301,6 @@ def build_kor22(row: pd.Series, source: str) -> Case | str:
         gpu=load_gpu("a100-80gb"),
         training=training,
         layout=layout,
-        switches=A100_2021,
         measured_step_s=measured,
     )
 
@@ -311,9 +346,8 @@ def build_mlm2024(row: pd.Series, source: str) -> Case | str:
         source=source,
         model=model,
         gpu=load_gpu("h100-sxm"),
-        training=TrainingSpec(num_gpus=n, global_batch_sequences=gbs, seq_len=s),
+        training=training_spec(source, num_gpus=n, global_batch_sequences=gbs, seq_len=s),
         layout=layout,
-        switches=H100_2024,
         measured_step_s=measured,
     )
 
@@ -359,9 +393,9 @@ def build_nemo(row: pd.Series, source: str) -> Case | str:
         sequence_parallel=tp > 1,
     )
     # NeMo's H100 perf configs sync gradients in BF16 (NeMo-Framework-Launcher
-    # examples/training/*/h100/*.sh: ``+training.model.optim.grad_sync_dtype=bf16``).
-    training = TrainingSpec(
-        num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8", grad_precision="bf16"
+    # examples/training/*/h100/*.sh: ``+training.model.optim.grad_sync_dtype=bf16``): the stack.
+    training = training_spec(
+        source, num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8"
     )
     return Case(
         row_id=row["id"],
@@ -370,8 +404,45 @@ def build_nemo(row: pd.Series, source: str) -> Case | str:
         gpu=load_gpu("h100-sxm"),
         training=training,
         layout=layout,
-        switches=H100_2024,
         measured_step_s=measured,
+    )
+
+
+def build_mbridge(row: pd.Series, source: str) -> Case | str:
+    """Megatron-Bridge performance summary archive, dense H100 pre-training rows (§18)."""
+    if _int(row["ep"], 1) > 1 or not _int(row["layers"]):
+        return "MoE row (issue 12's model families)"
+    match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
+    if not match:
+        return "no tokens/s/GPU"
+    model = nemo_model(row)
+    s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
+    tp, pp, cp, mbs = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1), _int(row["mbs"])
+    dp = n // (tp * pp * cp)
+    fsdp = "FSDP column=" in str(row["dist_optimizer"])
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        vpp=_int(row["vpp"], 1),
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="none",
+        zero=3 if fsdp else 1,
+        sequence_parallel=tp > 1,
+    )
+    training = training_spec(
+        source, num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8"
+    )
+    return Case(
+        row_id=row["id"],
+        source=source,
+        model=model,
+        gpu=load_gpu("h100-sxm"),
+        training=training,
+        layout=layout,
+        measured_step_s=gbs * s / (float(match.group(1)) * n),
     )
 
 
@@ -383,6 +454,7 @@ BUILDERS = {
     "kor22": build_kor22,
     "mlm_readme2024": build_mlm2024,
     "nemo2407": build_nemo,
+    "mbridge": build_mbridge,
 }
 
 
@@ -405,11 +477,12 @@ def predict(case: Case) -> dict[str, float]:
         options=SearchOptions(),
         comm=DatasheetCollectives(cluster),
     )
-    result = estimate(case.layout, ctx, default_cost_model(**case.switches))
+    result = estimate(case.layout, ctx, default_cost_model())
     return {
         "predicted_s": result.step_time_s,
         "mfu": result.mfu,
         "memory_gib": result.memory_bytes["total"] / GIB,
+        "fits": result.fits,
         **{f"{k}_s": v for k, v in result.time_s.items()},
     }
 
@@ -429,6 +502,8 @@ def validate(csv_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             {
                 "id": case.row_id,
                 "source": case.source,
+                "precision": case.precision,
+                "stack": case.training.stack.name,
                 "gpus": case.training.num_gpus,
                 "layout": f"tp{lay.tp} pp{lay.pp} v{lay.vpp} cp{lay.cp} dp{lay.dp} mbs{lay.mbs} "
                 f"ga{lay.grad_accum} {lay.recompute}",
@@ -446,7 +521,13 @@ def summary(table: pd.DataFrame) -> dict[str, float]:
         "rows": float(len(table)),
         "median_abs_error_pct": float(np.median(errors)),
         "max_abs_error_pct": float(errors.max()),
+        "median_error_pct": float(np.median(table["error_pct"])),
     }
+
+
+def summary_by_precision(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """``summary`` of the BF16 rows and of the FP8 rows (issue 11 targets each separately)."""
+    return {p: summary(rows) for p, rows in table.groupby("precision")}
 
 
 def markdown(frame: pd.DataFrame) -> str:
@@ -471,6 +552,7 @@ def main() -> None:
         "error_pct",
         "mfu",
         "memory_gib",
+        "fits",
     ]
     shown = table[columns].round(
         {"measured_s": 3, "predicted_s": 3, "error_pct": 1, "mfu": 3, "memory_gib": 1}
@@ -481,8 +563,17 @@ def main() -> None:
         f"\nrows modelled: {int(stats['rows'])}  median |error|: "
         f"{stats['median_abs_error_pct']:.1f}%  max |error|: {stats['max_abs_error_pct']:.1f}%"
     )
+    for precision, stats in summary_by_precision(table).items():
+        print(
+            f"{precision}: rows {int(stats['rows'])}  median |error| "
+            f"{stats['median_abs_error_pct']:.1f}%  max |error| {stats['max_abs_error_pct']:.1f}%  "
+            f"signed median {stats['median_error_pct']:+.1f}%"
+        )
     by_source = table.groupby("source")["error_pct"].agg(
-        lambda e: f"median {np.median(np.abs(e)):.1f}% max {np.max(np.abs(e)):.1f}%"
+        lambda e: (
+            f"median {np.median(np.abs(e)):.1f}% max {np.max(np.abs(e)):.1f}% "
+            f"signed {np.median(e):+.1f}%"
+        )
     )
     print(by_source.to_string())
     print(f"\nskipped ({len(skipped)}):")

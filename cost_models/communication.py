@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.terms import Grid, TermContext
-from cost_models.compute import FLASH_BACKWARD_SLOWDOWN, attention_core_time_s
+from cost_models.compute import FLASH_BACKWARD_SLOWDOWN, flash_block_time_s, memory_time_s
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.placement import group_num_nodes
-from cost_models.shapes import kv_size, stage_layers
+from cost_models.shapes import kv_size, query_size, stage_layers
+from cost_models.switches import switch
 
 BYTES_BF16 = 2.0
 
@@ -44,8 +45,9 @@ class TpCommTime:
     name: str = "tp_comm_s"
     category: str = "tp_comm"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", "sp")
-    overlap: bool = False
-    """Megatron ``--tp-comm-overlap``: only ``TP_OVERLAP_EXPOSED`` of the time stays exposed."""
+    overlap: bool | None = None
+    """Megatron ``--tp-comm-overlap``: only ``TP_OVERLAP_EXPOSED`` of the time stays exposed;
+    ``None``: as the stack says (``StackSpec.tp_comm_overlap``)."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
@@ -57,43 +59,155 @@ class TpCommTime:
         forward = np.where(grid["sp"] == 1, 2.0 * (ag + rs), 2.0 * ar)
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         per_layer = forward * (2.0 + recompute)
-        exposed = TP_OVERLAP_EXPOSED if self.overlap else 1.0
+        exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
         return exposed * stage_layers(ctx.model.num_layers, pp) * per_layer
+
+
+CP_STEP_OVERHEAD_S = 15e-6
+"""Fixed cost of one ring step of context-parallel attention, per layer, forward (twice in
+backward): each step launches its own flash-attention kernel on a sub-block, waits on the P2P
+stream's event and rescales the partial output with the running log-sum-exp (Transformer Engine
+``AttnFuncWithCPAndKVP2P`` loop, ~3 kernels and a stream sync: launch and sync latencies of 5 us
+each on H100). Not fitted. With the small-block efficiency of the sub-blocks it is why CP loses
+at short sequences."""
+
+
+CP_CORRECTION_BYTES = 10.0
+"""HBM bytes per output element per ring step for merging a block's partial attention output
+into the running result: read the BF16 block output (2) and read-modify-write the FP32
+accumulator (8) (Transformer Engine ``flash_attn_fwd_out_correction``); backward does the same
+for dQ and for the dK/dV that travel with K and V (``AttnFuncWithCPAndKVP2P.backward``)."""
+
+
+def _core_block_s(
+    model,
+    *,
+    queries: np.ndarray,
+    keys: np.ndarray,
+    heads: np.ndarray,
+    mbs: np.ndarray,
+    causal,
+    ctx: TermContext,
+) -> np.ndarray:
+    """Forward flash attention of one ``queries x keys`` block of ``heads`` heads, ``mbs``
+    sequences: two GEMMs ``(q x d) @ (d x k)`` and ``(q x k) @ (k x d)``, half of each when the
+    block is causal (on its diagonal)."""
+    one = flash_block_time_s(queries, keys, model.kv_channels, ctx=ctx, fp8=False)
+    return mbs * heads * one * np.where(causal, 1.0, 2.0)
+
+
+def ring_attention_s(
+    model,
+    *,
+    tp: np.ndarray,
+    cp: np.ndarray,
+    mbs: np.ndarray,
+    seq_len: int,
+    ctx: TermContext,
+    num_nodes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) extra time of one layer's P2P ring attention over ``cp`` ranks, over
+    the attention core that ``DenseComputeTime`` charges (Transformer Engine
+    ``AttnFuncWithCPAndKVP2P``; Megatron ``--cp-comm-type p2p``).
+
+    Load balancing: the sequence is cut into ``2*cp`` chunks of ``c = s/(2cp)`` tokens and rank
+    ``i`` holds chunks ``i`` and ``2cp-1-i`` (Megatron ``get_batch_on_this_cp_rank``), so every
+    ring step does the same work: step 0 the causal ``2c x 2c`` block, steps 1..cp-1 a full
+    ``2c x c`` (or ``c x 2c``) block. While a block computes, the next rank's K and V (``2c``
+    tokens of ``2*kv/tp`` BF16 elements) arrive; only a transfer longer than its block is
+    exposed. Backward sends K, V and their gradients (twice the bytes) against blocks
+    ``2*FLASH_BACKWARD_SLOWDOWN`` times as long. Each step costs ``CP_STEP_OVERHEAD_S`` and the
+    merge of its partial output (``CP_CORRECTION_BYTES``), and the sub-blocks run at the (lower)
+    efficiency of their smaller shapes."""
+    heads = model.num_attention_heads / tp
+    c = seq_len / (2.0 * cp)
+    diagonal = _core_block_s(
+        model, queries=2 * c, keys=2 * c, heads=heads, mbs=mbs, causal=True, ctx=ctx
+    )
+    block = _core_block_s(model, queries=2 * c, keys=c, heads=heads, mbs=mbs, causal=False, ctx=ctx)
+    charged = _core_block_s(
+        model, queries=seq_len / cp, keys=seq_len, heads=heads, mbs=mbs, causal=True, ctx=ctx
+    )
+    small_blocks = np.maximum(diagonal + (cp - 1.0) * block - charged, 0.0)
+    kv_bytes = mbs * 2.0 * c * 2.0 * kv_size(model) / tp * BYTES_BF16
+    ranks = np.where(cp > 1, 2.0, 1.0)
+    send = ctx.comm.time_s("send_recv", kv_bytes, num_ranks=ranks, num_nodes=num_nodes)
+    backward_block = 2.0 * FLASH_BACKWARD_SLOWDOWN * block
+    local = mbs * 2.0 * c
+    merge_f = memory_time_s(CP_CORRECTION_BYTES * local * query_size(model) / tp, ctx)
+    merge_b = memory_time_s(
+        CP_CORRECTION_BYTES * local * (query_size(model) + 2 * kv_size(model)) / tp, ctx
+    )
+    forward = (cp - 1.0) * (np.maximum(send - block, 0.0) + CP_STEP_OVERHEAD_S + merge_f)
+    backward = (cp - 1.0) * (
+        np.maximum(2.0 * send - backward_block, 0.0) + 2 * CP_STEP_OVERHEAD_S + merge_b
+    )
+    busy = cp > 1
+    return (
+        np.where(busy, forward + small_blocks, 0.0),
+        np.where(busy, backward + 2.0 * FLASH_BACKWARD_SLOWDOWN * small_blocks, 0.0),
+    )
+
+
+def ulysses_s(
+    model,
+    *,
+    tp: np.ndarray,
+    a2a: np.ndarray,
+    tokens: np.ndarray,
+    ctx: TermContext,
+    num_nodes: np.ndarray,
+) -> np.ndarray:
+    """Forward + backward time of one layer's all-to-all context parallelism over ``a2a`` ranks
+    (DeepSpeed-Ulysses, Jacobs et al. 2023; Transformer Engine ``AttnFuncWithCPAndQKVOA2A``):
+    Q, K, V are exchanged from sequence-sharded to head-sharded before the attention core and the
+    output back after it; backward does the same with the gradients. Each rank sends its
+    ``tokens`` of ``(q + 2kv)/tp`` and ``q/tp`` BF16 elements. Not overlapped."""
+    q, kv = query_size(model), kv_size(model)
+    qkv = ctx.comm.time_s(
+        "all_to_all", tokens * (q + 2 * kv) / tp * BYTES_BF16, num_ranks=a2a, num_nodes=num_nodes
+    )
+    out = ctx.comm.time_s(
+        "all_to_all", tokens * q / tp * BYTES_BF16, num_ranks=a2a, num_nodes=num_nodes
+    )
+    return 2.0 * (qkv + out)
+
+
+def hierarchical_a2a_size(cp: np.ndarray, tp: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """The all-to-all part of ``a2a+p2p`` (Megatron ``--hierarchical-context-parallel-sizes``):
+    the CP ranks inside one NVLink domain, ``min(cp, gpus_per_node / tp)``; the ring spans the
+    rest."""
+    return np.maximum(np.minimum(cp, np.floor(gpus_per_node / tp)), 1.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CpCommTime:
-    """Context-parallel ring attention, one stage, one micro-batch (Megatron-Core
-    ``ring_attention`` / Transformer Engine ``AttnFuncWithCPAndKVP2P``): ``cp-1`` steps, each
-    passing this rank's K and V chunk (``2*mbs*s/cp*kv/tp`` elements) to the next rank, forward;
-    backward passes K, V and their gradients (twice the bytes). Each step overlaps with the
-    attention of one chunk; only the excess is exposed. CP stride is ``tp``."""
+    """Context parallelism of one stage, one micro-batch, per the stack's ``cp_comm_type``:
+    ``p2p`` ring (``ring_attention_s``), ``a2a`` (``ulysses_s``) or ``a2a+p2p`` (all-to-all
+    inside the node, ring across: ``hierarchical_a2a_size``). CP ranks are ``tp`` apart. Full
+    recompute repeats the forward."""
 
     name: str = "cp_comm_s"
     category: str = "cp_comm"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute")
-    flash_attention: bool = True
+    flash_attention: bool | None = None
+    """Kept for compatibility: CP attention is always the fused (flash) kernel."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
-        model, s = ctx.model, ctx.training.seq_len
+        model, s, node = ctx.model, ctx.training.seq_len, ctx.cluster.gpus_per_node
+        kind = ctx.training.stack.cp_comm_type
+        a2a = {"p2p": np.ones_like(cp), "a2a": cp}.get(kind)
+        if a2a is None:
+            a2a = hierarchical_a2a_size(cp, tp, node)
+        ring = cp / a2a
         tokens = mbs * s / cp
-        chunk = 2.0 * tokens * kv_size(model) / tp * BYTES_BF16
-        nodes = group_num_nodes(cp, tp, ctx.cluster.gpus_per_node)
-        step = ctx.comm.time_s("send_recv", chunk, num_ranks=2.0 * (cp > 1), num_nodes=nodes)
-        core = attention_core_time_s(
-            model,
-            tokens=tokens,
-            seq_len=s,
-            tp=tp,
-            mbs=mbs,
-            flash_attention=self.flash_attention,
-            ctx=ctx,
-        )
-        core_step = core / np.maximum(cp, 1.0)
-        forward = (cp - 1.0) * np.maximum(step - core_step, 0.0)
-        backward = (cp - 1.0) * np.maximum(
-            2.0 * step - 2.0 * FLASH_BACKWARD_SLOWDOWN * core_step, 0.0
+        a2a_nodes = group_num_nodes(a2a, tp, node)
+        ring_nodes = group_num_nodes(ring, tp * a2a, node)
+        exchange = ulysses_s(model, tp=tp, a2a=a2a, tokens=tokens, ctx=ctx, num_nodes=a2a_nodes)
+        ring_f, ring_b = ring_attention_s(
+            model, tp=tp * a2a, cp=ring, mbs=mbs, seq_len=s, ctx=ctx, num_nodes=ring_nodes
         )
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
-        return stage_layers(model.num_layers, pp) * (forward * (1.0 + recompute) + backward)
+        per_layer = (exchange / 2.0 + ring_f) * (1.0 + recompute) + exchange / 2.0 + ring_b
+        return stage_layers(model.num_layers, pp) * np.where(cp > 1, per_layer, 0.0)

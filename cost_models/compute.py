@@ -17,10 +17,12 @@ GEMM FLOPs (data and weight gradients) and 2 x the elementwise bytes; the flash-
 backward is slower per FLOP than its forward (FLASH_BACKWARD_SLOWDOWN). Recompute adds one forward
 of the layer (full) or of the attention core (selective).
 
-Precision: FP8 runs the linear-layer GEMMs at the FP8 peak and pays the casts (bytes); the
-attention core stays in BF16 (Transformer Engine's default FP8 recipe, NeMo 24.07 / Megatron-Core
-r0.8 era). A measured GEMM profile (``ctx.gemm.gemm_flop_per_s(m, n, k, dtype)``) replaces the
-efficiency curve when one is given.
+Precision: FP8 runs the GEMMs the stack lists (``StackSpec.fp8_gemms``: by default the four
+linear layers of a block; the attention core with ``attention``, the output layer with
+``logits``) at the FP8 peak times ``FP8_GEMM_EFFICIENCY`` and pays the quantisation of their
+inputs and output gradients in HBM bytes, per recipe (``FP8_CAST_BYTES``). A measured GEMM
+profile (``ctx.gemm.gemm_flop_per_s(m, n, k, dtype)``) replaces the efficiency curve when one is
+given.
 """
 
 from __future__ import annotations
@@ -33,14 +35,26 @@ from autopar.specs import ModelSpec
 from autopar.terms import Grid, TermContext
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from cost_models.shapes import kv_size, padded_vocab, query_size, stage_layers
+from cost_models.switches import fp8_gemm, switch
 
 GEMM_EFFICIENCY = 0.85
 """Fraction of the datasheet dense peak a large GEMM sustains in training (clocks under load,
 epilogues, launch gaps). Calibrated on data/published (benchmarks/README.md)."""
-FP8_GEMM_EFFICIENCY = 0.60
-"""The same for FP8 GEMMs against the FP8 peak: the main loop halves but operand scaling, the
-epilogue and the BF16 output do not, so FP8 GEMMs run ~1.4x BF16 rather than 2x (Transformer
-Engine GEMM benchmarks on H100 show 1.3-1.5x). Calibrated on the NeMo 24.07 FP8 rows."""
+H200_FP8_TO_BF16_EFFICIENCY = 0.891
+"""Measured, not fitted: on one H200 (``benchmarks/data/h200_gemm_profile.yaml``, 563 shapes of
+real models per dtype), the efficiency this module's roofline needs to reproduce each measured
+GEMM (FLOP time = measured time - operand traffic time, over peak x shape factor) has median
+0.662 for FP8 (against the 1,979 TFLOP/s FP8 peak) and 0.743 for BF16 (against 989): FP8 GEMMs
+reach 0.891 of BF16's fraction of peak (the main loop halves; scaling, epilogue and the BF16
+output do not). ``tests/test_fp8.py`` recomputes it from the profile."""
+FP8_GEMM_EFFICIENCY = GEMM_EFFICIENCY * H200_FP8_TO_BF16_EFFICIENCY
+"""FP8 GEMM efficiency against the FP8 peak, for every GPU: the calibrated BF16 efficiency
+times the measured H200 FP8:BF16 ratio (the same roofline model on both sides)."""
+BLOCKWISE_GEMM_SLOWDOWN = 1.10
+"""Blockwise FP8 (1x128 activation and 128x128 weight scales, DeepSeek-V3 style) on Hopper
+applies the scales in the main loop (promotion to FP32 on CUDA cores every 128 of K): DeepGEMM
+reports ~1,550 TFLOP/s on H800 against ~1,700 for tensor-wise cuBLAS FP8 GEMMs of the same
+shapes. MXFP8 on Blackwell scales in hardware (no slowdown)."""
 GEMM_HALF_DIM = 32.0
 """GEMM dimension at which that dimension alone halves the efficiency (tile size order: cuBLAS
 tiles are 64-256 wide). Calibrated on data/published."""
@@ -58,13 +72,46 @@ SCORE_ELEMENTWISE_BYTES = 13.0
 """Bytes per attention-score element, forward, when scores are materialised (no flash
 attention): scaled-masked softmax read 2 + write 2, dropout read 2 + write 2 + mask 1, the two
 batched GEMMs write the scores 2 and read the probabilities 2 (Megatron fused softmax path)."""
-FP8_CAST_BYTES = 3.0
-"""Bytes per GEMM-input element to cast BF16 -> FP8 (read 2, write 1), forward inputs and backward
-output gradients (Transformer Engine delayed scaling; weights are cast once per step)."""
-LOSS_BYTES_PER_LOGIT = 16.0
-"""Vocab-parallel cross entropy, forward + backward: logits read as BF16 and FP32 softmax written
-and read back, gradient written (Megatron ``cross_entropy.py``)."""
+FP8_CAST_BYTES: dict[str, float] = {
+    "delayed": 4.0,
+    "current": 6.0,
+    "blockwise": 4.0,
+    "mxfp8": 4.0,
+}
+"""HBM bytes per element to quantise a BF16 GEMM operand for forward and backward use: read 2,
+write the row-wise FP8 copy 1 and the column-wise (transposed) copy 1 that Hopper's TN-only FP8
+GEMMs need for the weight gradient (Transformer Engine ``cast_transpose``). Current (tensor-wise)
+scaling first needs the tensor's amax, one more read of 2 B (TE ``Float8CurrentScalingQuantizer``
+computes amax, then casts). Blockwise and MXFP8 compute block scales in the cast pass (scale
+bytes are 1/128 and 1/32 of the data). Weights are quantised once per step (TE caches them over
+micro-batches: ``is_first_microbatch``) and not counted."""
+FP8_FUSED_CAST_BYTES = 1.0
+"""With delayed scaling the scale is known before the tensor is produced, so LayerNorm (QKV,
+FC1 inputs) and the MLP activation (FC2 input) write FP8 directly (TE ``LayerNormLinear``,
+``LayerNormMLP``): only the extra transposed copy (1 B) remains."""
+FUSED_PRODUCERS: frozenset[str] = frozenset({"qkv", "fc1", "fc2"})
+LOSS_BYTES_PER_LOGIT = 52.0
+"""HBM bytes per logit of Megatron's unfused vocab-parallel cross entropy, forward + backward
+(``megatron/core/tensor_parallel/cross_entropy.py``): BF16 -> FP32 copy (read 2, write 4), max
+(read 4), subtract max (read 4, write 4), exp (read 4, write 4), sum (read 4), normalise to the
+softmax kept for backward (read 4, write 4); backward scales it in place (read 4, write 4) and
+casts the gradient to BF16 (read 4, write 2)."""
+FUSED_LOSS_BYTES_PER_LOGIT = 8.0
+"""The same with a fused cross entropy (``StackSpec.cross_entropy_fusion``): the BF16 logits read
+twice forward (online max and sum), once backward, and the BF16 gradient written (2 B each)."""
 BYTES_BF16 = 2.0
+
+
+def gemm_efficiency(ctx: TermContext, *, fp8: bool) -> float:
+    """Fraction of the dense peak a large GEMM sustains: the GPU preset's measured value where it
+    has one (``GpuSpec.gemm_efficiency``: Hopper, from the H200 profile), else
+    ``GEMM_EFFICIENCY``; FP8 scales it by the measured FP8:BF16 ratio
+    (``H200_FP8_TO_BF16_EFFICIENCY``) unless the preset measured FP8 too."""
+    gpu = ctx.cluster.gpu
+    bf16 = gpu.gemm_efficiency or GEMM_EFFICIENCY
+    if not fp8:
+        return bf16
+    return gpu.fp8_gemm_efficiency or bf16 * H200_FP8_TO_BF16_EFFICIENCY
 
 
 def gemm_time_s(
@@ -89,7 +136,9 @@ def gemm_time_s(
         # A measured GEMM already pays its own operand traffic: wall time is FLOPs / rate.
         return flop / np.asarray(measured, dtype=np.float64)
     shape = (m / (m + GEMM_HALF_DIM)) * (n / (n + GEMM_HALF_DIM)) * (k / (k + GEMM_HALF_DIM))
-    eff = FP8_GEMM_EFFICIENCY if fp8 else GEMM_EFFICIENCY
+    eff = gemm_efficiency(ctx, fp8=fp8)
+    if fp8 and ctx.training.stack.fp8_recipe == "blockwise":
+        eff = eff / BLOCKWISE_GEMM_SLOWDOWN
     rate = gpu.peak_flop_per_s("fp8" if fp8 else "bf16") * eff * shape
     in_bytes = 1.0 if fp8 else BYTES_BF16
     traffic = in_bytes * (m * k + k * n) + BYTES_BF16 * m * n
@@ -106,20 +155,33 @@ def memory_time_s(num_bytes: np.ndarray, ctx: TermContext) -> np.ndarray:
     )
 
 
-def linear_time_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext) -> np.ndarray:
-    """Forward of one linear layer: the GEMM plus, in FP8, the cast of its input."""
-    fp8 = ctx.training.precision == "fp8"
-    cast = memory_time_s(FP8_CAST_BYTES * m * k, ctx) if fp8 else 0.0
-    return gemm_time_s(m, n, k, ctx=ctx, fp8=fp8) + cast
+def cast_bytes_per_element(ctx: TermContext, gemm: str, *, forward: bool) -> float:
+    """HBM bytes to quantise one element of ``gemm``'s input (forward) or output gradient
+    (backward) for the stack's FP8 recipe; 0 when ``gemm`` runs in BF16."""
+    if not fp8_gemm(ctx, gemm):
+        return 0.0
+    recipe = ctx.training.stack.fp8_recipe
+    if forward and recipe == "delayed" and gemm in FUSED_PRODUCERS:
+        return FP8_FUSED_CAST_BYTES
+    return FP8_CAST_BYTES[recipe]
+
+
+def linear_time_s(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
+) -> np.ndarray:
+    """Forward of one linear layer (``gemm`` names it for the stack's FP8 choice): the GEMM and,
+    in FP8, the quantisation of its input."""
+    cast = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=True) * m * k, ctx)
+    return gemm_time_s(m, n, k, ctx=ctx, fp8=fp8_gemm(ctx, gemm)) + cast
 
 
 def linear_backward_time_s(
-    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
 ) -> np.ndarray:
-    """Backward of one linear layer: data + weight gradient GEMMs and, in FP8, the gradient cast."""
-    fp8 = ctx.training.precision == "fp8"
-    cast = memory_time_s(FP8_CAST_BYTES * m * n, ctx) if fp8 else 0.0
-    return 2.0 * gemm_time_s(m, n, k, ctx=ctx, fp8=fp8) + cast
+    """Backward of one linear layer: data + weight gradient GEMMs and, in FP8, the quantisation
+    of the output gradient."""
+    cast = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=False) * m * n, ctx)
+    return 2.0 * gemm_time_s(m, n, k, ctx=ctx, fp8=fp8_gemm(ctx, gemm)) + cast
 
 
 def attention_core_time_s(
@@ -140,11 +202,33 @@ def attention_core_time_s(
     heads = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
     queries = tokens / mbs
     batch = mbs * heads
-    one = gemm_time_s(queries, seq_len, d, ctx=ctx, fp8=False, measured_ok=False)
+    fp8 = fp8_gemm(ctx, "attention")
     if flash_attention:
-        return batch * one  # two GEMMs of 2*q*s*d each, causal: half of both
+        # Two GEMMs of 2*q*s*d each, causal: half of both.
+        return batch * flash_block_time_s(queries, seq_len, d, ctx=ctx, fp8=fp8)
+    one = gemm_time_s(queries, seq_len, d, ctx=ctx, fp8=fp8, measured_ok=False)
     scores = memory_time_s(SCORE_ELEMENTWISE_BYTES * batch * queries * seq_len, ctx)
     return 2.0 * batch * one + scores
+
+
+def flash_block_time_s(
+    queries: np.ndarray, keys: np.ndarray, head_dim: int, *, ctx: TermContext, fp8: bool
+) -> np.ndarray:
+    """One head's fused attention over a ``queries x keys`` block, forward, as the time of one
+    ``(q x d) @ (d x k)`` GEMM (both GEMMs of the block, half of each when causal): the FLOPs at
+    the GEMM efficiency of those shapes, plus HBM traffic of Q, O (``q*d``) and K, V (``k*d``)
+    only. The ``q x k`` scores stay in on-chip memory (Dao et al. 2022, FlashAttention §3.1), so
+    unlike ``gemm_time_s`` no output of ``q*k`` elements is written."""
+    q, k = (np.asarray(x, dtype=np.float64) for x in (queries, keys))
+    shape = (
+        (q / (q + GEMM_HALF_DIM))
+        * (k / (k + GEMM_HALF_DIM))
+        * (head_dim / (head_dim + GEMM_HALF_DIM))
+    )
+    eff = gemm_efficiency(ctx, fp8=fp8)
+    rate = ctx.cluster.gpu.peak_flop_per_s("fp8" if fp8 else "bf16") * eff * shape
+    traffic = BYTES_BF16 * head_dim * (q + k)
+    return 2.0 * q * k * head_dim / rate + memory_time_s(traffic, ctx)
 
 
 def mlp_up_width(model: ModelSpec, ffn: int) -> int:
@@ -165,9 +249,11 @@ def mlp_time_s(
     h = model.hidden_size
     up = mlp_up_width(model, ffn) / tp
     down = ffn / tp
-    forward = linear_time_s(tokens, up, h, ctx=ctx) + linear_time_s(tokens, h, down, ctx=ctx)
-    backward = linear_backward_time_s(tokens, up, h, ctx=ctx) + linear_backward_time_s(
-        tokens, h, down, ctx=ctx
+    forward = linear_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_time_s(
+        tokens, h, down, ctx=ctx, gemm="fc2"
+    )
+    backward = linear_backward_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_backward_time_s(
+        tokens, h, down, ctx=ctx, gemm="fc2"
     )
     act = memory_time_s(mlp_activation_bytes(model, tokens * down), ctx)
     return forward + act, backward + 2.0 * act
@@ -179,9 +265,11 @@ def attention_block_time_s(
     """(forward, backward) of the QKV and output projections (+ rotary embedding)."""
     h, q, kv = model.hidden_size, query_size(model), kv_size(model)
     qkv = (q + 2 * kv) / tp
-    forward = linear_time_s(tokens, qkv, h, ctx=ctx) + linear_time_s(tokens, h, q / tp, ctx=ctx)
-    backward = linear_backward_time_s(tokens, qkv, h, ctx=ctx) + linear_backward_time_s(
-        tokens, h, q / tp, ctx=ctx
+    forward = linear_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_time_s(
+        tokens, h, q / tp, ctx=ctx, gemm="proj"
+    )
+    backward = linear_backward_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_backward_time_s(
+        tokens, h, q / tp, ctx=ctx, gemm="proj"
     )
     rope = (
         0.0
@@ -204,11 +292,13 @@ class DenseComputeTime:
     name: str = "dense_compute_s"
     category: str = "compute"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", "sp")
-    flash_attention: bool = True
-    """Scores never materialised, causal half skipped (FlashAttention / cuDNN fused attention)."""
+    flash_attention: bool | None = None
+    """Scores never materialised, causal half skipped (FlashAttention / cuDNN fused attention);
+    ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         model, s = ctx.model, ctx.training.seq_len
+        flash = switch(self.flash_attention, ctx, "flash_attention")
         tp, pp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "cp", "mbs"))
         tokens = mbs * s / cp
         attn_f, attn_b = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
@@ -218,10 +308,10 @@ class DenseComputeTime:
             seq_len=s,
             tp=tp,
             mbs=mbs,
-            flash_attention=self.flash_attention,
+            flash_attention=flash,
             ctx=ctx,
         )
-        core_b = 2.0 * core_f * (FLASH_BACKWARD_SLOWDOWN if self.flash_attention else 1.0)
+        core_b = 2.0 * core_f * (FLASH_BACKWARD_SLOWDOWN if flash else 1.0)
         mlp_f, mlp_b = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
         dense_share = model.num_dense_layers / model.num_layers
         hidden = tokens * model.hidden_size / np.where(grid["sp"] == 1, tp, 1.0)
@@ -286,7 +376,9 @@ class LogitsComputeTime:
         tokens = mbs * ctx.training.seq_len / cp
         vocab = padded_vocab(ctx.model, tp) / tp
         h = ctx.model.hidden_size
-        gemm = linear_time_s(tokens, vocab, h, ctx=ctx) + linear_backward_time_s(
-            tokens, vocab, h, ctx=ctx
+        gemm = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits") + linear_backward_time_s(
+            tokens, vocab, h, ctx=ctx, gemm="logits"
         )
-        return gemm + memory_time_s(LOSS_BYTES_PER_LOGIT * tokens * vocab, ctx)
+        fused = ctx.training.stack.cross_entropy_fusion
+        loss = FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT
+        return gemm + memory_time_s(loss * tokens * vocab, ctx)

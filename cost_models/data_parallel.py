@@ -1,15 +1,27 @@
 """Per-step terms: gradient synchronisation over data parallelism, the optimizer update, and the
-per-micro-batch expert all-to-all and ZeRO-3 parameter gathers.
+per-micro-batch expert all-to-all and sharded-gradient / ZeRO-3 parameter traffic.
 
 Gradients are reduced over the DP·CP group (Megatron ``data_parallel_group_with_cp``), whose
-``num_gpus/(tp*pp)`` ranks are ``tp`` apart (``placement.py``). Megatron accumulates and reduces
-BF16-trained gradients in FP32 (``accumulate_allreduce_grads_in_fp32``): an all-reduce of
-4 B/param, or with the distributed optimizer a reduce-scatter of 4 B/param and an all-gather of
-the updated BF16 parameters (2 B/param) (Megatron ``distributed/param_and_grad_buffer.py``).
-With ``--overlap-grad-reduce --overlap-param-gather`` the buckets overlap with the last
-micro-batch's backward and the first one's forward; ``DP_OVERLAP_EXPOSED`` of the time stays on
-the critical path (the last bucket, the first gather). Routed-expert gradients are reduced over
-expert-DP (``num_gpus/(etp*ep*pp)`` ranks, ``etp*ep`` apart).
+``num_gpus/(tp*pp)`` ranks are ``tp`` apart (``placement.py``), in the stack's gradient dtype
+(``TrainingSpec.grad_precision``: FP32 ``main_grad`` in Megatron-LM, BF16 in NeMo). Per ZeRO
+stage (Rajbhandari et al. 2020, "ZeRO", §5; Megatron ``distributed/param_and_grad_buffer.py``;
+DeepSpeed ``stage_1_and_2.py``; PyTorch FSDP):
+
+- 0 (DDP): one all-reduce of the gradients per step;
+- 1 (distributed optimizer): one reduce-scatter of the gradients and one all-gather of the
+  updated BF16 parameters per step;
+- 2 (sharded gradients): the gradient buffer holds only this rank's shard, so every
+  micro-batch's gradients are reduce-scattered as they are produced (DeepSpeed stage 2
+  reduces each micro-step); the parameters are all-gathered once per step;
+- 3 (FSDP): parameters are all-gathered before the forward and again before the backward of
+  every micro-batch, and the gradients reduce-scattered after it.
+
+Overlap (``StackSpec.overlap_grad_reduce`` / ``overlap_param_gather``, Megatron
+``--overlap-grad-reduce --overlap-param-gather``, FSDP prefetch): the buckets overlap with the
+backward / forward they follow or feed; ``DP_OVERLAP_EXPOSED`` of the time stays on the critical
+path (the last bucket, the first gather). Routed-expert gradients are reduced over expert-DP
+(``num_gpus/(etp*ep*pp)`` ranks, ``etp*ep`` apart). Per-micro-batch traffic is a micro-batch term,
+so it is also counted in the pipeline-bubble slots (an upper bound with ``pp > 1``).
 """
 
 from __future__ import annotations
@@ -28,6 +40,9 @@ from cost_models.shapes import expert_params, stage_layers
 DP_OVERLAP_EXPOSED = 0.2
 """Share of the gradient reduce-scatter / parameter all-gather left exposed with Megatron's
 overlap flags (last bucket + first gather; 40 MB buckets over GB of gradients)."""
+EP_OVERLAP_EXPOSED = 0.2
+"""Share of the expert all-to-alls left exposed with EP overlap; not fitted, as
+``DP_OVERLAP_EXPOSED``."""
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read FP32 master, m, v, grad (16 B), write
 master, m, v (12 B) and the BF16 weight (2 B) (Apex/TE ``FusedAdam``; memory bound)."""
@@ -38,58 +53,123 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
 
-def sync_time_s(
-    params: np.ndarray, zero: np.ndarray, *, ranks: np.ndarray, nodes: np.ndarray, ctx: TermContext
+def _exposed(overlap: bool) -> float:
+    return DP_OVERLAP_EXPOSED if overlap else 1.0
+
+
+def _overlaps(overlap: bool | None, ctx: TermContext) -> tuple[bool, bool]:
+    """(grad-reduce, param-gather) overlap: a term's own setting for both, else the stack's."""
+    stack = ctx.training.stack
+    if overlap is not None:
+        return overlap, overlap
+    return stack.overlap_grad_reduce, stack.overlap_param_gather
+
+
+def step_sync_time_s(
+    params: np.ndarray,
+    zero: np.ndarray,
+    *,
+    ranks: np.ndarray,
+    nodes: np.ndarray,
+    ctx: TermContext,
+    overlap: bool | None = None,
 ) -> np.ndarray:
-    """All-reduce of the gradients (FP32 or BF16: ``TrainingSpec.grad_precision``), or
-    reduce-scatter + BF16 parameter all-gather (``zero >= 1``)."""
+    """Exposed once-per-step gradient / parameter traffic of ``params`` per ZeRO stage (module
+    docstring): all-reduce (0), reduce-scatter + all-gather (1), all-gather (2), nothing (3)."""
+    grad_overlap, param_overlap = _overlaps(overlap, ctx)
     grads = params * ctx.training.grad_bytes
     all_reduce = ctx.comm.time_s("all_reduce", grads, num_ranks=ranks, num_nodes=nodes)
     scatter = ctx.comm.time_s("reduce_scatter", grads, num_ranks=ranks, num_nodes=nodes)
     gather = ctx.comm.time_s("all_gather", params * BYTES_WEIGHT, num_ranks=ranks, num_nodes=nodes)
-    # ZeRO-3 gathers parameters per micro-batch (FsdpGatherTime), not once per step.
-    gather = np.where(zero >= 3, 0.0, gather)
-    return np.where(zero >= 1, scatter + gather, all_reduce)
+    reduce_exposed = _exposed(grad_overlap)
+    gather_exposed = _exposed(param_overlap)
+    zero = np.asarray(zero)
+    return np.select(
+        [zero == 0, zero == 1, zero == 2],
+        [
+            all_reduce * reduce_exposed,
+            scatter * reduce_exposed + gather * gather_exposed,
+            gather * gather_exposed,
+        ],
+        default=0.0,
+    )
+
+
+def microbatch_sync_time_s(
+    params: np.ndarray,
+    zero: np.ndarray,
+    *,
+    ranks: np.ndarray,
+    nodes: np.ndarray,
+    ctx: TermContext,
+    overlap: bool | None = None,
+) -> np.ndarray:
+    """Exposed per-micro-batch traffic: the gradient reduce-scatter (ZeRO >= 2) and the forward
+    and backward parameter all-gathers (ZeRO 3)."""
+    grad_overlap, param_overlap = _overlaps(overlap, ctx)
+    grads = params * ctx.training.grad_bytes
+    scatter = ctx.comm.time_s("reduce_scatter", grads, num_ranks=ranks, num_nodes=nodes)
+    gather = ctx.comm.time_s("all_gather", params * BYTES_WEIGHT, num_ranks=ranks, num_nodes=nodes)
+    zero = np.asarray(zero)
+    reduce = np.where(zero >= 2, scatter * _exposed(grad_overlap), 0.0)
+    gathers = np.where(zero >= 3, 2.0 * gather * _exposed(param_overlap), 0.0)
+    return reduce + gathers
+
+
+def _dense_group(grid: Grid, ctx: TermContext) -> tuple[np.ndarray, ...]:
+    tp, pp, zero = _axes(grid, "tp", "pp", "zero")
+    params = first_stage_dense_params(ctx.model, tp, pp)
+    ranks = ctx.training.num_gpus / (tp * pp)
+    nodes = group_num_nodes(ranks, tp, ctx.cluster.gpus_per_node)
+    return params, zero, ranks, nodes
+
+
+def _expert_group(grid: Grid, ctx: TermContext) -> tuple[np.ndarray, ...]:
+    pp, ep, etp, zero = _axes(grid, "pp", "ep", "etp", "zero")
+    model = ctx.model
+    params = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
+    ranks = ctx.training.num_gpus / (etp * ep * pp)
+    nodes = group_num_nodes(ranks, etp * ep, ctx.cluster.gpus_per_node)
+    return params, zero, ranks, nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DpCommTime:
-    """Exposed dense-gradient synchronisation of one step over DP·CP (module docstring)."""
+    """Exposed once-per-step dense-gradient synchronisation over DP·CP (module docstring)."""
 
     name: str = "dp_comm_s"
     category: str = "dp_comm"
     depends_on: tuple[str, ...] = ("tp", "pp", "zero")
-    overlap: bool = False
-    """Megatron ``--overlap-grad-reduce --overlap-param-gather``."""
+
+    overlap: bool | None = None
+    """Both DP overlaps on or off; ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        tp, pp, zero = _axes(grid, "tp", "pp", "zero")
-        params = first_stage_dense_params(ctx.model, tp, pp)
-        ranks = ctx.training.num_gpus / (tp * pp)
-        nodes = group_num_nodes(ranks, tp, ctx.cluster.gpus_per_node)
-        total = sync_time_s(params, zero, ranks=ranks, nodes=nodes, ctx=ctx)
-        return total * (DP_OVERLAP_EXPOSED if self.overlap else 1.0)
+        params, zero, ranks, nodes = _dense_group(grid, ctx)
+        return step_sync_time_s(
+            params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertDpCommTime:
-    """Exposed routed-expert gradient synchronisation over expert-DP; zero for dense models."""
+    """Exposed once-per-step routed-expert gradient synchronisation over expert-DP; zero for
+    dense models."""
 
     name: str = "expert_dp_comm_s"
     category: str = "dp_comm"
     depends_on: tuple[str, ...] = ("pp", "ep", "etp", "zero")
-    overlap: bool = False
+
+    overlap: bool | None = None
+    """Both DP overlaps on or off; ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        pp, ep, etp, zero = _axes(grid, "pp", "ep", "etp", "zero")
-        model = ctx.model
-        if not model.is_moe:
-            return np.zeros(len(pp))
-        params = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
-        ranks = ctx.training.num_gpus / (etp * ep * pp)
-        nodes = group_num_nodes(ranks, etp * ep, ctx.cluster.gpus_per_node)
-        total = sync_time_s(params, zero, ranks=ranks, nodes=nodes, ctx=ctx)
-        return total * (DP_OVERLAP_EXPOSED if self.overlap else 1.0)
+        if not ctx.model.is_moe:
+            return np.zeros(len(grid["pp"]))
+        params, zero, ranks, nodes = _expert_group(grid, ctx)
+        return step_sync_time_s(
+            params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,23 +195,28 @@ class OptimizerStepTime:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FsdpGatherTime:
-    """ZeRO-3: the stage's BF16 weights are all-gathered for the forward and again for the
-    backward of every micro-batch (FSDP / DeepSpeed stage 3), prefetched one layer ahead:
-    ``DP_OVERLAP_EXPOSED`` of it stays exposed. Zero below stage 3."""
+    """Per-micro-batch sharded-data-parallel traffic of the dense and expert parameters: the
+    gradient reduce-scatter with ZeRO >= 2 and the two parameter all-gathers with ZeRO 3 (module
+    docstring). Zero below stage 2."""
 
     name: str = "fsdp_gather_s"
     category: str = "dp_comm"
-    depends_on: tuple[str, ...] = ("tp", "pp", "zero")
+    depends_on: tuple[str, ...] = ("tp", "pp", "ep", "etp", "zero")
+
+    overlap: bool | None = None
+    """Both DP overlaps on or off; ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        tp, pp, zero = _axes(grid, "tp", "pp", "zero")
-        params = first_stage_dense_params(ctx.model, tp, pp)
-        ranks = ctx.training.num_gpus / (tp * pp)
-        nodes = group_num_nodes(ranks, tp, ctx.cluster.gpus_per_node)
-        gather = ctx.comm.time_s(
-            "all_gather", params * BYTES_WEIGHT, num_ranks=ranks, num_nodes=nodes
+        params, zero, ranks, nodes = _dense_group(grid, ctx)
+        total = microbatch_sync_time_s(
+            params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
         )
-        return np.where(zero >= 3, 2.0 * DP_OVERLAP_EXPOSED * gather, 0.0)
+        if ctx.model.is_moe:
+            params, zero, ranks, nodes = _expert_group(grid, ctx)
+            total = total + microbatch_sync_time_s(
+                params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
+            )
+        return total
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +224,9 @@ class EpCommTime:
     """Expert-parallel all-to-alls of one stage, one micro-batch: dispatch and combine forward,
     the same backward (and again forward under full recompute), each rank sending its
     ``mbs*s/(tp*cp) * top_k`` routed token copies of ``h`` BF16 elements (Megatron
-    ``token_dispatcher.py``, alltoall dispatcher). EP ranks are ``etp`` apart. Not overlapped."""
+    ``token_dispatcher.py``, alltoall dispatcher). EP ranks are ``etp`` apart. With
+    ``StackSpec.ep_comm_overlap`` (Megatron ``--overlap-moe-expert-parallel-comm``: one
+    micro-batch's all-to-alls run during another's compute) ``EP_OVERLAP_EXPOSED`` stays."""
 
     name: str = "ep_comm_s"
     category: str = "ep_comm"
@@ -155,4 +242,5 @@ class EpCommTime:
         nodes = group_num_nodes(ep, etp, ctx.cluster.gpus_per_node)
         one = ctx.comm.time_s("all_to_all", size, num_ranks=ep, num_nodes=nodes)
         calls = 4.0 + 2.0 * (np.asarray(grid["recompute"]) == RECOMPUTE_FULL)
-        return stage_layers(model.num_moe_layers, pp) * calls * one
+        exposed = EP_OVERLAP_EXPOSED if ctx.training.stack.ep_comm_overlap else 1.0
+        return exposed * stage_layers(model.num_moe_layers, pp) * calls * one

@@ -6,10 +6,11 @@
     memory_bytes = dense/expert weights, gradients, optimizer + logits + recompute workspace
                    + workspace + in_flight * (layer activations + expert activations)
 
-``default_cost_model()`` takes a few switches for what the software stack does, which no layout
-axis captures: whether attention is fused (flash attention; scores never stored), whether
-Megatron's TP and DP communication overlap flags are on, and ``megatron_compatible`` to reproduce
-Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory terms.
+What the software stack does (fused attention, TP / DP / PP / CP / EP communication overlap, the
+FP8 recipe, dropout, the gradient dtype) is an input, ``autopar.stack.StackSpec``, that the terms
+read from ``ctx.training.stack``. ``default_cost_model()`` can still pin a few switches for every
+job (``flash_attention``, ``tp_comm_overlap``, ``dp_comm_overlap``), and ``megatron_compatible``
+reproduces Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory terms.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ from cost_models.pipeline import InFlightMicrobatches, PipelineSlots, PpCommTime
 
 def default_cost_model(
     *,
-    flash_attention: bool = True,
-    tp_comm_overlap: bool = False,
-    dp_comm_overlap: bool = True,
+    flash_attention: bool | None = None,
+    tp_comm_overlap: bool | None = None,
+    dp_comm_overlap: bool | None = None,
     megatron_compatible: bool = False,
 ) -> CostModel:
-    """The default terms. ``dp_comm_overlap`` defaults on (Megatron-Core's DDP with the
-    distributed optimizer is normally run with ``--overlap-grad-reduce``); TP overlap needs
-    Transformer Engine userbuffers and defaults off."""
+    """The default terms. The switches default to ``None``: each term then reads the job's
+    stack (``TrainingSpec.stack``, ``autopar.stack``; ``--stack`` and the per-switch flags);
+    a value given here overrides the stack for every job this cost model scores."""
     compat = megatron_compatible
     static_memory = (
         DenseParamMemory(part="weights", megatron_compatible=compat),
@@ -82,7 +83,7 @@ def default_cost_model(
             CpCommTime(flash_attention=flash_attention),
             PpCommTime(),
             EpCommTime(),
-            FsdpGatherTime(),
+            FsdpGatherTime(overlap=dp_comm_overlap),
         ),
         slots=PipelineSlots(),
         static_memory_terms=static_memory,

@@ -47,6 +47,7 @@ from autopar.specs import GIB, ModelSpec
 from autopar.terms import Grid, TermContext
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_models.pipeline import first_stage_layers
 from cost_models.shapes import (
     dense_block_params,
     dense_layer_params,
@@ -56,6 +57,7 @@ from cost_models.shapes import (
     query_size,
     stage_layers,
 )
+from cost_models.switches import switch
 
 BYTES_WEIGHT = 2.0
 """BF16 model weights (FP8 training keeps BF16 weights; casts are transient)."""
@@ -82,6 +84,13 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
 
+def fp8_linear_gemms(ctx: TermContext) -> frozenset[str]:
+    """The linear layers that run in FP8 (empty in BF16 training)."""
+    if ctx.training.precision != "fp8":
+        return frozenset()
+    return frozenset(ctx.training.stack.fp8_gemms)
+
+
 def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
     """Dense-grid parameters on one rank of the first stage: its layers, the input embedding
     (and learned positions), and the output layer when ``pp == 1`` and embeddings are untied
@@ -90,7 +99,7 @@ def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = np.where((pp == 1) & (not model.tied_embeddings), embedding, 0.0)
-    stage_share = stage_layers(model.num_layers, pp) / model.num_layers
+    stage_share = first_stage_layers(model.num_layers, pp) / model.num_layers
     return (dense_block_params(model) * stage_share + embedding + positions + output) / tp
 
 
@@ -182,15 +191,26 @@ def layer_activation_bytes_per_token(
     flash_attention: bool,
     dropout: bool,
     recompute: np.ndarray,
+    fp8_gemms: frozenset[str] = frozenset(),
 ) -> np.ndarray:
     """Bytes one dense layer keeps per token of a micro-batch for backward (module docstring).
 
-    ``keys`` is the attention span (``s``); it matters only for materialised scores."""
+    ``keys`` is the attention span (``s``); it matters only for materialised scores.
+    ``fp8_gemms`` names the linear layers that run in FP8: Transformer Engine saves their input
+    for the weight gradient as the FP8 copy it already made (1 B/element instead of 2;
+    ``transformer_engine/pytorch/module/linear.py`` and ``layernorm_linear.py`` save the
+    quantised ``inputmat`` / ``ln_out``): QKV input ``h``, FC1 input ``h``, FC2 input ``f`` halve;
+    the output projection's FP8 input (``q`` bytes) is kept besides the BF16 attention output
+    that flash attention saves (``dot_product_attention``)."""
     h, q, kv = model.hidden_size, query_size(model), kv_size(model)
+    f = model.ffn_hidden_size
     heads = model.num_attention_heads
-    outside = (8.0 + (2.0 if dropout else 0.0)) * h
-    inside = 2.0 * (q + 2 * kv) + 2.0 * q
-    inside = inside + 2.0 * mlp_up_width(model, model.ffn_hidden_size) + 2.0 * model.ffn_hidden_size
+    qkv_in = 1.0 if "qkv" in fp8_gemms else 2.0
+    fc1_in = 1.0 if "fc1" in fp8_gemms else 2.0
+    fc2_in = 1.0 if "fc2" in fp8_gemms else 2.0
+    outside = (4.0 + qkv_in + fc1_in + (2.0 if dropout else 0.0)) * h
+    inside = 2.0 * (q + 2 * kv) + (3.0 if "proj" in fp8_gemms else 2.0) * q
+    inside = inside + 2.0 * mlp_up_width(model, f) + fc2_in * f
     scores = 4.0 * heads if flash_attention else 5.0 * heads * keys
     stores_scores = flash_attention | (np.asarray(recompute) == 0)
     inside = inside + np.where(stores_scores, scores, 0.0)
@@ -218,9 +238,10 @@ class LayerActivationMemory:
     name: str = "layer_activations_bytes"
     category: str = "activations"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", "sp")
-    flash_attention: bool = True
-    dropout: bool = True
-    """Dropout masks (Megatron's default ``--hidden-dropout 0.1``)."""
+    flash_attention: bool | None = None
+    dropout: bool | None = None
+    """Dropout masks (Megatron's default ``--hidden-dropout 0.1``); ``None``: as the stack says
+    (NeMo and Megatron-Bridge recipes train without dropout)."""
     megatron_compatible: bool = False
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -229,21 +250,27 @@ class LayerActivationMemory:
         if self.megatron_compatible:
             return self._megatron(grid, ctx)
         tokens = mbs * s / cp
+        dropout = switch(self.dropout, ctx, "dropout")
+        fp8 = fp8_linear_gemms(ctx)
         per_token = layer_activation_bytes_per_token(
             model,
             tp=tp,
             sp=grid["sp"],
             keys=s,
-            flash_attention=self.flash_attention,
-            dropout=self.dropout,
+            flash_attention=switch(self.flash_attention, ctx, "flash_attention"),
+            dropout=dropout,
             recompute=grid["recompute"],
+            fp8_gemms=fp8,
         )
         moe_share = model.num_moe_layers / model.num_layers
-        mlp = (2.0 * mlp_up_width(model, model.ffn_hidden_size) + 2.0 * model.ffn_hidden_size) / tp
+        fc2_in = 1.0 if "fc2" in fp8 else 2.0
+        mlp = (
+            2.0 * mlp_up_width(model, model.ffn_hidden_size) + fc2_in * model.ffn_hidden_size
+        ) / tp
         mlp = np.where(np.asarray(grid["recompute"]) == RECOMPUTE_FULL, 0.0, mlp)
-        layers = stage_layers(model.num_layers, pp) * tokens * (per_token - moe_share * mlp)
+        layers = first_stage_layers(model.num_layers, pp) * tokens * (per_token - moe_share * mlp)
         sp_divisor = np.where(np.asarray(grid["sp"]) == 1, tp, 1.0)
-        embedding = tokens * (8.0 + (model.hidden_size if self.dropout else 0.0) / sp_divisor)
+        embedding = tokens * (8.0 + (model.hidden_size if dropout else 0.0) / sp_divisor)
         return layers + embedding
 
     def _megatron(self, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -323,7 +350,7 @@ class RecomputeWorkspaceMemory:
     name: str = "recompute_workspace_bytes"
     category: str = "activations"
     depends_on: tuple[str, ...] = ("tp", "cp", "mbs", "recompute", "sp")
-    flash_attention: bool = True
+    flash_attention: bool | None = None
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, cp, mbs = _axes(grid, "tp", "cp", "mbs")
@@ -334,9 +361,10 @@ class RecomputeWorkspaceMemory:
             tp=tp,
             sp=grid["sp"],
             keys=s,
-            flash_attention=self.flash_attention,
-            dropout=True,
+            flash_attention=switch(self.flash_attention, ctx, "flash_attention"),
+            dropout=ctx.training.stack.dropout,
             recompute=none,
+            fp8_gemms=fp8_linear_gemms(ctx),
         )
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         return np.where(full, mbs * s / cp * per_token, 0.0)

@@ -17,6 +17,28 @@ from autopar.terms import Grid, TermContext
 from cost_models.placement import pp_neighbour_num_nodes
 
 BYTES_BF16 = 2.0
+PP_OVERLAP_EXPOSED = 0.2
+"""Share of the stage-to-stage transfers left exposed with P2P overlap in the interleaved
+schedule (the warm-up and cool-down transfers have nothing to hide behind). Not fitted: the
+same share as ``data_parallel.DP_OVERLAP_EXPOSED``."""
+
+
+def first_stage_layers(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    """Transformer layers on the first pipeline stage, the most loaded rank for memory. Even
+    split: ``L/pp``. Uneven (``autopar.rules.pipeline_split``): with ``m = ceil(L/pp)`` and
+    ``pp*m - L`` of 1 or 2 the embedding counts as a layer, so the first stage builds ``m - 1``
+    (Megatron ``--account-for-embedding-in-pipeline-split``, transformer_block.py
+    ``get_num_layers_to_build``); with first/last stage counts it holds at most half of what the
+    middle stages leave; with ``pp == 2`` both halves hold ``L/2``."""
+    pp = np.asarray(pp, dtype=np.float64)
+    m = np.ceil(num_layers / pp)
+    extra = pp * m - num_layers
+    rest = num_layers - np.maximum(pp - 2.0, 0.0) * m
+    return np.select(
+        [pp == 1, extra == 0, (extra <= 2) & (pp >= 3), pp >= 3],
+        [float(num_layers), m, m - 1.0, np.floor(rest / 2.0)],
+        default=m,
+    )
 
 
 def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
@@ -60,7 +82,9 @@ class PpCommTime:
     over the TP ranks with sequence parallelism (Narayanan 2021 §4.1 "scatter/gather": ``bsh/t``).
     Adjacent stages sit ``num_gpus/pp`` ranks apart: on different nodes once that reaches a node.
     Megatron's 1F1B issues these as blocking batched isend/irecv between computations, so they
-    count on the critical path."""
+    count on the critical path; with interleaving and ``StackSpec.pp_comm_overlap`` (Megatron
+    ``--overlap-p2p-communication``, ``schedules.py`` ``overlap_p2p_comm``) each transfer runs
+    while the next chunk computes and ``PP_OVERLAP_EXPOSED`` of it stays exposed."""
 
     name: str = "pp_comm_s"
     category: str = "pp_comm"
@@ -74,4 +98,6 @@ class PpCommTime:
         split = np.where((np.asarray(grid["sp"]) == 1) | self.scatter_gather, tp, 1.0)
         nodes = pp_neighbour_num_nodes(pp, ctx.training.num_gpus, ctx.cluster.gpus_per_node)
         one = ctx.comm.time_s("send_recv", size / split, num_ranks=2.0, num_nodes=nodes)
-        return np.where(pp > 1, 2.0 * vpp * one, 0.0)
+        overlap = ctx.training.stack.pp_comm_overlap
+        exposed = np.where((vpp > 1) & overlap, PP_OVERLAP_EXPOSED, 1.0)
+        return np.where(pp > 1, 2.0 * vpp * one * exposed, 0.0)

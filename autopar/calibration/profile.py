@@ -56,6 +56,13 @@ from autopar.files import write_atomic
 MIB_BYTES = 2**20
 SPANS: tuple[str, ...] = ("intra", "inter")
 SIBLINGS: dict[str, str] = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
+DERIVATIONS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("reduce_scatter",),
+    "reduce_scatter": ("all_reduce",),
+    "all_gather": ("all_reduce",),
+}
+"""Collectives derivable from another measured one (``CommProfile._derived_s``); a sibling
+(``SIBLINGS``: same ring traffic) is used as measured first."""
 RAMP_EXPONENTS: tuple[float, ...] = (0.0, 0.2, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9)
 LARGE_WEIGHT = 4.0
 """Relative weight of sizes >= 1 MiB in the fit: the planner's large messages matter most."""
@@ -412,10 +419,10 @@ class CommProfile:
         for name in (collective, SIBLINGS.get(collective)):
             fit = self.fit(name, span) if name else None
             if fit is not None:
-                share = network_share(fit, num_ranks, num_nodes)
-                return _anchored_s(
-                    fit, self.curve(name, num_ranks, num_nodes), size_bytes / share, num_ranks
-                )
+                return self._measured_s(fit, name, size_bytes, num_ranks, num_nodes)
+        derived = self._derived_s(collective, span, size_bytes, num_ranks, num_nodes)
+        if derived is not None:
+            return derived
         if self.fallback is not None:
             return np.asarray(
                 self.fallback.time_s(
@@ -428,6 +435,50 @@ class CommProfile:
             f"no data for {collective} {span}-node (have {have}) and no fallback model",
             source="communication profile",
         )
+
+    def _measured_s(
+        self, fit: CollectiveFit, name: str, size_bytes: np.ndarray, num_ranks: int, num_nodes: int
+    ) -> np.ndarray:
+        share = network_share(fit, num_ranks, num_nodes)
+        return _anchored_s(
+            fit, self.curve(name, num_ranks, num_nodes), size_bytes / share, num_ranks
+        )
+
+    def _derived_s(
+        self, collective: str, span: str, size_bytes: np.ndarray, num_ranks: int, num_nodes: int
+    ) -> np.ndarray | None:
+        """A ring collective the profile lacks, from one it has (``DERIVATIONS``): all-reduce =
+        reduce-scatter + all-gather of the same buffer (NCCL's ring all-reduce is exactly these
+        two phases, Thakur et al. 2005 §4; nccl-tests busbw factors 2(n-1)/n = 2 x (n-1)/n);
+        reduce-scatter or all-gather = half an all-reduce. ``None`` when neither is measured."""
+        name = self._derivation_source(collective, span)
+        if name is None:
+            return None
+        measured = self._measured_s(self.fit(name, span), name, size_bytes, num_ranks, num_nodes)
+        # all-reduce: reduce-scatter + all-gather, the same ring traffic twice; else half.
+        return 2.0 * measured if collective == "all_reduce" else 0.5 * measured
+
+    def _derivation_source(self, collective: str, span: str) -> str | None:
+        """The measured collective ``collective`` can be derived from in ``span``, if any."""
+        for source in DERIVATIONS.get(collective, ()):
+            for name in (source, SIBLINGS.get(source)):
+                if name and self.fit(name, span) is not None:
+                    return name
+        return None
+
+    def provenance(self) -> dict[str, str]:
+        """Where each collective's time comes from, per span (``all_reduce/intra`` ...):
+        ``measured``, ``derived from X`` (``_derived_s``) or ``datasheet`` (the fallback)."""
+        out = {}
+        for collective in COLLECTIVES:
+            for span in SPANS:
+                names = [n for n in (collective, SIBLINGS.get(collective)) if n]
+                if any(self.fit(n, span) for n in names):
+                    out[f"{collective}/{span}"] = "measured"
+                    continue
+                source = self._derivation_source(collective, span)
+                out[f"{collective}/{span}"] = f"derived from {source}" if source else "datasheet"
+        return out
 
     def gemm_flop_per_s(self, m, n, k, dtype: str) -> np.ndarray | float | None:
         """Achieved FLOP/s of ``(m x k) @ (k x n)`` GEMMs (``dtype`` ``bf16`` or ``fp8``;

@@ -34,7 +34,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """autopar: solve | evaluate | sweep | calibrate | bench | models | gpus | schema."""
+    """autopar: solve | evaluate | sweep | calibrate | bench | models | gpus | stacks | schema."""
 
 
 solve_cmd.register(app)

@@ -49,11 +49,75 @@ GlobalBatchTokens = Annotated[
 SeqLen = Annotated[int, typer.Option("--seq-len", help="Sequence length in tokens.")]
 Precision = Annotated[str, typer.Option("--precision", help="bf16 or fp8.")]
 GradPrecision = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--grad-precision",
-        help="Gradient buffer/reduction: fp32 (Megatron-LM default) or bf16 (NeMo default).",
+        help="Gradient buffer/reduction: fp32 (Megatron-LM default) or bf16 (NeMo default); "
+        "default: the stack's.",
     ),
+]
+Stack = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        help="Training stack preset (autopar stacks) or YAML file; default megatron-lm.",
+    ),
+]
+FlashAttention = Annotated[
+    bool | None,
+    typer.Option("--flash-attention/--no-flash-attention", help="Fused attention (stack)."),
+]
+TpCommOverlap = Annotated[
+    bool | None,
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap", help="TE userbuffers TP overlap (stack)."
+    ),
+]
+OverlapGradReduce = Annotated[
+    bool | None,
+    typer.Option(
+        "--overlap-grad-reduce/--no-overlap-grad-reduce", help="DP gradient-reduce overlap."
+    ),
+]
+OverlapParamGather = Annotated[
+    bool | None,
+    typer.Option(
+        "--overlap-param-gather/--no-overlap-param-gather", help="DP parameter-gather overlap."
+    ),
+]
+PpCommOverlap = Annotated[
+    bool | None,
+    typer.Option("--pp-comm-overlap/--no-pp-comm-overlap", help="PP send/recv overlap."),
+]
+CpCommType = Annotated[
+    str | None, typer.Option("--cp-comm-type", help="CP communication: p2p, a2a or a2a+p2p.")
+]
+EpCommOverlap = Annotated[
+    bool | None,
+    typer.Option("--ep-comm-overlap/--no-ep-comm-overlap", help="EP all-to-all overlap."),
+]
+Fp8Recipe = Annotated[
+    str | None,
+    typer.Option("--fp8-recipe", help="delayed, current (tensorwise), blockwise or mxfp8."),
+]
+Fp8Gemms = Annotated[
+    str | None,
+    typer.Option(
+        "--fp8-gemms", help="GEMMs in FP8: comma list of qkv,proj,fc1,fc2,attention,logits."
+    ),
+]
+CrossEntropyFusion = Annotated[
+    bool | None,
+    typer.Option(
+        "--cross-entropy-fusion/--no-cross-entropy-fusion", help="Fused cross entropy (stack)."
+    ),
+]
+Dropout = Annotated[
+    bool | None, typer.Option("--dropout/--no-dropout", help="Dropout masks stored (stack).")
+]
+MemoryReserveGib = Annotated[
+    float | None,
+    typer.Option("--memory-reserve-gib", help="GPU memory kept free per GPU (GiB)."),
 ]
 Framework = Annotated[
     str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
@@ -77,6 +141,9 @@ Output = Annotated[
 COMMON_KEYS: tuple[str, ...] = (
     "model", "gpus", "gpu", "gpus_per_node", "cluster", "comm_profile", "global_batch",
     "global_batch_tokens", "seq_len", "precision", "grad_precision", "framework",
+    "stack", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+    "pp_comm_overlap", "cp_comm_type", "ep_comm_overlap", "fp8_recipe", "fp8_gemms",
+    "cross_entropy_fusion", "dropout", "memory_reserve_gib",
 )  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""``autopar models`` and ``autopar gpus``: list presets, show one as editable YAML."""
+"""``autopar models``, ``autopar gpus`` and ``autopar stacks``: list presets, show one as editable
+YAML."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Annotated
 import typer
 
 from autopar.cli.errors import guarded
-from autopar.loading import load_gpu, load_model, preset_names, preset_text
+from autopar.loading import load_gpu, load_model, load_stack, preset_names, preset_text
 from autopar.specs import GIB
+from autopar.stack import DEFAULT_STACK
 
 
 def _model_line(name: str) -> str:
@@ -29,6 +31,28 @@ def _gpu_line(name: str) -> str:
         f"  fp8 {fp8} TFLOP/s  HBM {g.hbm_bytes_per_s / 1e12:4.2f} TB/s  "
         f"NVLink {g.nvlink_bytes_per_s / 1e9:4.0f} GB/s  NIC {g.nic_bytes_per_s / 1e9:3.0f} GB/s"
         f"  {g.gpus_per_node} per node"
+    )
+
+
+def _stack_line(name: str) -> str:
+    st = load_stack(name)
+    default = " (default)" if name == DEFAULT_STACK else ""
+    overlaps = [
+        label
+        for label, on in (
+            ("tp", st.tp_comm_overlap),
+            ("grad", st.overlap_grad_reduce),
+            ("param", st.overlap_param_gather),
+            ("pp", st.pp_comm_overlap),
+            ("ep", st.ep_comm_overlap),
+        )
+        if on
+    ]
+    return (
+        f"{name:<22} flash={'on' if st.flash_attention else 'off':<3} "
+        f"overlap={','.join(overlaps) or '-':<18} cp={st.cp_comm_type:<7} "
+        f"fp8={st.fp8_recipe:<9} grads={st.grad_reduce_dtype} "
+        f"dropout={'on' if st.dropout else 'off':<3} {st.description}{default}"
     )
 
 
@@ -60,3 +84,17 @@ def register(app: typer.Typer) -> None:
             return
         for name in preset_names("gpus"):
             typer.echo(_gpu_line(name))
+
+    @app.command("stacks")
+    @guarded
+    def stacks(
+        show: Annotated[
+            str | None, typer.Option("--show", help="Print this preset as YAML.")
+        ] = None,
+    ) -> None:
+        """List training-stack presets (overlaps, FP8 recipe, gradient dtype), or print one."""
+        if show:
+            typer.echo(preset_text("stacks", show), nl=False)
+            return
+        for name in preset_names("stacks"):
+            typer.echo(_stack_line(name))

@@ -1,0 +1,161 @@
+"""The training stack: what the software does that no layout axis captures (issue 11).
+
+A ``StackSpec`` names the switches of a Megatron-LM / NeMo / Megatron-Bridge release that change
+step time or memory: fused attention, the communication overlaps, the context-parallel
+communication, the FP8 recipe and which GEMMs run in FP8, the gradient-reduction dtype, whether
+dropout masks are stored, and the memory the user keeps free. Presets live in
+``autopar/presets/stacks/*.yaml`` (``autopar stacks``); every switch is also a CLI flag and an API
+argument that overrides the preset. ``DEFAULT_STACK`` is what ``solve`` and ``evaluate`` use when
+no stack is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from autopar.errors import InputError
+
+DEFAULT_STACK = "megatron-lm"
+"""The stack assumed when none is named (stated in README and in every output)."""
+
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p")
+"""Megatron ``--cp-comm-type`` (transformer_config.py ``cp_comm_type``): ``p2p`` ring
+(Transformer Engine ``AttnFuncWithCPAndKVP2P``), ``a2a`` (Ulysses, DeepSpeed), ``a2a+p2p``
+(hierarchical: a2a inside ``cp_a2a_size`` ranks, ring across)."""
+FP8_RECIPES: tuple[str, ...] = ("delayed", "current", "blockwise", "mxfp8")
+"""Megatron ``--fp8-recipe`` (``delayed``, ``tensorwise`` = current scaling, ``blockwise``,
+``mxfp8``; ``megatron/training/arguments.py``). ``mxfp8`` needs Blackwell tensor cores."""
+FP8_RECIPE_ALIASES: dict[str, str] = {"tensorwise": "current", "cs": "current"}
+FP8_GEMMS: tuple[str, ...] = ("qkv", "proj", "fc1", "fc2", "attention", "logits")
+"""GEMMs that may run in FP8: the four linear layers of a block (Transformer Engine ``fp8_autocast``
+covers them), the attention core (``--fp8-dot-product-attention``) and the output layer (kept in
+BF16 by Megatron and NeMo)."""
+DEFAULT_FP8_GEMMS: tuple[str, ...] = ("qkv", "proj", "fc1", "fc2")
+GRAD_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    """A training software stack (module docstring). Field names are the YAML keys, the API
+    arguments and, with ``-`` for ``_``, the CLI flags."""
+
+    name: str
+    description: str = ""
+    flash_attention: bool = True
+    """Fused attention (FlashAttention / cuDNN): scores never stored, causal half skipped."""
+    tp_comm_overlap: bool = False
+    """Megatron ``--tp-comm-overlap`` (Transformer Engine userbuffers)."""
+    overlap_grad_reduce: bool = True
+    """Megatron ``--overlap-grad-reduce``: gradient buckets reduce during the backward."""
+    overlap_param_gather: bool = True
+    """Megatron ``--overlap-param-gather``: distributed-optimizer gathers during the forward."""
+    pp_comm_overlap: bool = False
+    """Pipeline send/recv overlapped with compute (Megatron ``overlap_p2p_comm`` with
+    interleaving, ``--overlap-p2p-communication``)."""
+    cp_comm_type: str = "p2p"
+    ep_comm_overlap: bool = False
+    """Expert all-to-all overlapped with the other micro-batch's compute (Megatron
+    ``--overlap-moe-expert-parallel-comm``, 1F1B A2A overlap)."""
+    fp8_recipe: str = "delayed"
+    fp8_gemms: tuple[str, ...] = DEFAULT_FP8_GEMMS
+    grad_reduce_dtype: str = "fp32"
+    """Gradient buffer and reduction dtype: Megatron-LM's default keeps FP32 ``main_grad``;
+    NeMo's recipes reduce in BF16 (``grad_reduce_in_fp32=False``)."""
+    cross_entropy_fusion: bool = False
+    """Fused vocab-parallel cross entropy (Megatron ``--cross-entropy-loss-fusion``; Megatron-Bridge
+    recipes use Transformer Engine's): the logits are read once forward and the gradient written
+    once, instead of the FP32 softmax passes of ``cross_entropy.py``."""
+    dropout: bool = True
+    """Hidden and attention dropout on (Megatron's 0.1 default: masks stored for backward);
+    NeMo / Megatron-Bridge pretraining recipes set both to 0."""
+    memory_reserve_gib: float = 0.0
+    """GPU memory kept free on top of the cost model's workspace term."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "flash_attention",
+            "tp_comm_overlap",
+            "overlap_grad_reduce",
+            "overlap_param_gather",
+            "pp_comm_overlap",
+            "ep_comm_overlap",
+            "cross_entropy_fusion",
+            "dropout",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"must be true or false, got {getattr(self, name)!r}", field=name)
+        _choice(self.cp_comm_type, CP_COMM_TYPES, "cp_comm_type")
+        _choice(self.fp8_recipe, FP8_RECIPES, "fp8_recipe")
+        if self.grad_reduce_dtype not in GRAD_DTYPES:
+            raise InputError(
+                f"must be fp32 or bf16, got {self.grad_reduce_dtype!r}", field="grad_reduce_dtype"
+            )
+        if not isinstance(self.fp8_gemms, tuple):
+            raise InputError("must be a list of GEMM names", field="fp8_gemms")
+        for gemm in self.fp8_gemms:
+            _choice(gemm, FP8_GEMMS, "fp8_gemms")
+        reserve = self.memory_reserve_gib
+        if isinstance(reserve, bool) or not isinstance(reserve, int | float) or reserve < 0:
+            raise InputError(f"must be a number >= 0, got {reserve!r}", field="memory_reserve_gib")
+
+    def fp8(self, gemm: str) -> bool:
+        """Whether ``gemm`` runs in FP8 when the training precision is FP8."""
+        return gemm in self.fp8_gemms
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["fp8_gemms"] = list(self.fp8_gemms)
+        return out
+
+
+STACK_KEYS: tuple[str, ...] = tuple(f.name for f in fields(StackSpec))
+SWITCHES: tuple[str, ...] = tuple(k for k in STACK_KEYS if k not in ("name", "description"))
+"""The keys a user may override one by one (CLI flags, API arguments)."""
+
+
+def _choice(value: object, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)}, got {value!r}", field=name)
+
+
+def normalise_switch(key: str, value: Any) -> Any:
+    """A switch value as ``StackSpec`` holds it: FP8 recipe aliases resolved, GEMM lists as
+    tuples (a comma-separated string is accepted)."""
+    if key == "fp8_recipe" and isinstance(value, str):
+        return FP8_RECIPE_ALIASES.get(value.strip().lower(), value.strip().lower())
+    if key == "fp8_gemms":
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list | tuple):
+            return tuple(str(v).strip() for v in value)
+    if key == "memory_reserve_gib" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def stack_from_mapping(data: dict[str, Any], *, name: str) -> StackSpec:
+    """A ``StackSpec`` from preset/file keys; unknown keys are errors with a suggestion."""
+    import difflib
+
+    for key in data:
+        if key not in (*STACK_KEYS, "aliases", "source"):
+            close = difflib.get_close_matches(str(key), STACK_KEYS, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(f"unknown stack key{hint}", field=str(key))
+    values = {k: normalise_switch(k, v) for k, v in data.items() if k in STACK_KEYS}
+    values.setdefault("name", name)
+    values["name"] = str(values["name"])
+    values["description"] = str(values.get("description", ""))
+    return StackSpec(**values)
+
+
+def with_overrides(stack: StackSpec, overrides: dict[str, Any]) -> StackSpec:
+    """``stack`` with the given switches replaced (``None`` values are ignored)."""
+    import dataclasses
+
+    given = {k: normalise_switch(k, v) for k, v in overrides.items() if v is not None}
+    unknown = set(given) - set(SWITCHES)
+    if unknown:
+        raise InputError(f"unknown stack switch(es): {', '.join(sorted(unknown))}")
+    return dataclasses.replace(stack, **given) if given else stack

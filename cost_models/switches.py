@@ -1,0 +1,20 @@
+"""Stack switches as the cost terms read them: a term's own setting when it has one (a cost model
+built with ``default_cost_model(flash_attention=False)``), else the job's stack
+(``ctx.training.stack``, ``autopar.stack.StackSpec``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.terms import TermContext
+
+
+def switch(value: Any, ctx: TermContext, name: str) -> Any:
+    """``value`` unless it is ``None``, else the stack's ``name``."""
+    return getattr(ctx.training.stack, name) if value is None else value
+
+
+def fp8_gemm(ctx: TermContext, gemm: str) -> bool:
+    """Whether ``gemm`` (``qkv``, ``proj``, ``fc1``, ``fc2``, ``attention``, ``logits``) runs in
+    FP8: FP8 training and the stack lists it."""
+    return ctx.training.precision == "fp8" and ctx.training.stack.fp8(gemm)

@@ -1,0 +1,129 @@
+"""Training stacks as an input (issue 11): presets, the loader, per-switch overrides through the
+CLI and the API, the memory reserve, and the assumptions echoed in every output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import autopar
+from autopar.cli import app
+from autopar.errors import InputError
+from autopar.loading import load_stack, preset_names
+from autopar.specs import GIB
+from autopar.stack import DEFAULT_STACK, SWITCHES
+from tests.conftest import REPO
+
+SHIPPED = (
+    "megatron-2021",
+    "megatron-core-0.8",
+    "megatron-lm",
+    "nemo-24.07",
+    "megatron-bridge-25.09",
+)
+LAYOUT = dict(model="llama-3-8b", gpus=16, seq_len=4096, global_batch=64, tp=2, pp=2, mbs=1)
+
+
+def test_shipped_presets_load_and_are_listed(runner) -> None:
+    assert set(SHIPPED) <= set(preset_names("stacks"))
+    listing = runner.invoke(app, ["stacks"])
+    assert listing.exit_code == 0
+    for name in SHIPPED:
+        assert name in listing.output
+    assert f"{DEFAULT_STACK} " in listing.output and "(default)" in listing.output
+    assert load_stack("mbridge").name == "megatron-bridge-25.09"  # alias
+
+
+def test_default_stack_is_stated_in_readme_and_outputs(runner) -> None:
+    assert f"`{DEFAULT_STACK}`" in (REPO / "README.md").read_text()
+    table = runner.invoke(app, ["evaluate", "--model", "llama-3-8b", "--gpus", "8"])
+    assert f"stack {DEFAULT_STACK}" in table.output
+    data = json.loads(
+        runner.invoke(app, ["solve", "-m", "llama-3-8b", "-n", "8", "-f", "json"]).output
+    )
+    assert data["inputs"]["stack"] == DEFAULT_STACK
+
+
+def test_inputs_echo_the_assumptions() -> None:
+    inputs = autopar.evaluate(**LAYOUT, precision="fp8", stack="nemo-24.07").to_dict()["inputs"]
+    assert inputs["model"] == "llama-3-8b" and 7.9e9 < inputs["parameters"] < 8.1e9
+    assert (inputs["gpus"], inputs["gpu"], inputs["seq_len"]) == (16, "h100-sxm", 4096)
+    assert inputs["global_batch_sequences"] == 64
+    assert (inputs["precision"], inputs["grad_precision"]) == ("fp8", "bf16")  # NeMo's grads
+    assert inputs["fp8_recipe"] == "delayed" and inputs["stack"] == "nemo-24.07"
+
+
+def test_unknown_stack_name_exits_2_listing_known(runner) -> None:
+    result = runner.invoke(app, ["evaluate", "-m", "llama-3-8b", "-n", "8", "--stack", "nemo-99"])
+    assert result.exit_code == 2
+    assert "--stack" in result.output and all(name in result.output for name in SHIPPED)
+
+
+def test_unknown_stack_key_exits_2_with_suggestion(runner, tmp_path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ntp_comm_overlapp: true\n")
+    result = runner.invoke(app, ["evaluate", "-m", "llama-3-8b", "-n", "8", "--stack", str(path)])
+    assert result.exit_code == 2
+    assert "did you mean 'tp_comm_overlap'" in result.output and str(path) in result.output
+
+
+def test_stack_file_overrides_a_preset_key(tmp_path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ntp_comm_overlap: true\nfp8_recipe: tensorwise\n")
+    stack = load_stack(str(path))
+    assert stack.tp_comm_overlap and stack.fp8_recipe == "current"
+    assert autopar.evaluate(**LAYOUT, stack=str(path)).inputs["stack"] == "mine"
+
+
+def test_every_switch_is_an_api_argument_and_a_cli_flag(runner) -> None:
+    help_text = runner.invoke(app, ["solve", "--help"], terminal_width=200).output
+    for switch in SWITCHES:
+        flag = (
+            "--grad-precision" if switch == "grad_reduce_dtype" else f"--{switch.replace('_', '-')}"
+        )
+        assert flag in help_text, flag
+    for switch in SWITCHES:
+        if switch != "grad_reduce_dtype":
+            autopar.make_problem(model="llama-3-8b", gpus=8, **{switch: None})
+
+
+def test_switches_change_the_estimate() -> None:
+    base = autopar.evaluate(**LAYOUT)
+    overlap = autopar.evaluate(**LAYOUT, tp_comm_overlap=True)
+    assert overlap.time_s["tp_comm"] < 0.5 * base.time_s["tp_comm"]
+    unfused = autopar.evaluate(**LAYOUT, flash_attention=False)
+    assert unfused.memory_bytes["activations"] > base.memory_bytes["activations"]
+    no_dropout = autopar.evaluate(**LAYOUT, dropout=False)
+    assert no_dropout.memory_bytes["activations"] < base.memory_bytes["activations"]
+    exposed = autopar.evaluate(**LAYOUT, overlap_grad_reduce=False, overlap_param_gather=False)
+    assert exposed.time_s["dp_comm"] > 2 * base.time_s["dp_comm"]
+
+
+def test_a_switch_without_effect_is_accepted_silently() -> None:
+    """CP communication type at CP 1, the FP8 recipe in BF16: same estimate, no error."""
+    base = autopar.evaluate(**LAYOUT)
+    for switch in (dict(cp_comm_type="a2a"), dict(fp8_recipe="blockwise")):
+        assert autopar.evaluate(**LAYOUT, **switch).step_time_s == pytest.approx(base.step_time_s)
+
+
+def test_memory_reserve_lowers_capacity_and_is_shown(runner) -> None:
+    base = autopar.evaluate(**LAYOUT)
+    kept = autopar.evaluate(**LAYOUT, memory_reserve_gib=6)
+    assert base.capacity_bytes - kept.capacity_bytes == pytest.approx(6 * GIB, abs=1)
+    argv = ["evaluate", "-m", "llama-3-8b", "-n", "8", "--memory-reserve-gib", "6"]
+    assert "(after 6.00 GiB reserve)" in runner.invoke(app, argv).output
+
+
+@pytest.mark.parametrize("value", ["-1", "80", "1e9"])
+def test_memory_reserve_out_of_range_exits_2(runner, value) -> None:
+    argv = ["evaluate", "-m", "llama-3-8b", "-n", "8", "--memory-reserve-gib", value]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert "--memory-reserve-gib" in result.output and "Traceback" not in result.output
+
+
+def test_bad_switch_values_are_input_errors() -> None:
+    for switch in (dict(fp8_recipe="nvfp4"), dict(cp_comm_type="ring"), dict(fp8_gemms="qkv,xyz")):
+        with pytest.raises(InputError):
+            autopar.make_problem(model="llama-3-8b", gpus=8, **switch)
