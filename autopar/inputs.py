@@ -10,18 +10,46 @@ from typing import Any
 from autopar.specs import GIB, ClusterSpec, ModelSpec, TrainingSpec
 
 
+def parameter_count(model: ModelSpec) -> int:
+    """All parameters (unpadded vocabulary), for the echo: per layer the QKV and output
+    projections ``h*(q + 2kv) + q*h``, the MLP (``2`` or ``3`` matrices of ``h*f``), the
+    routed experts, shared expert and router of MoE layers, biases and norms; the embedding, the
+    output layer unless tied, learned positions. (The core may not import ``cost_models``;
+    ``tests/test_stack.py`` checks this against ``cost_models.shapes``.)"""
+    h, heads, kv_heads = model.hidden_size, model.num_attention_heads, model.num_kv_heads
+    q, kv = model.kv_channels * heads, model.kv_channels * kv_heads
+    norm = (2 if model.layernorm else 1) * h
+
+    def mlp(ffn: int) -> int:
+        up = (2 if model.mlp_kind == "swiglu" else 1) * ffn
+        return h * up + ffn * h + ((up + h) if model.linear_bias else 0)
+
+    attention = h * (q + 2 * kv) + q * h + ((q + 2 * kv + h) if model.linear_bias else 0)
+    dense = attention + 2 * norm + mlp(model.ffn_hidden_size)
+    shared = mlp(model.shared_expert_ffn_hidden_size) if model.shared_expert_ffn_hidden_size else 0
+    moe = attention + 2 * norm + h * model.num_experts + shared
+    experts = model.num_experts * mlp(model.expert_ffn_hidden_size) if model.is_moe else 0
+    embedding = model.vocab_size * h
+    positions = model.max_position_embeddings * h if model.learned_position_embeddings else 0
+    return (
+        model.num_dense_layers * dense
+        + model.num_moe_layers * (moe + experts)
+        + norm
+        + embedding * (1 if model.tied_embeddings else 2)
+        + positions
+    )
+
+
 def inputs_dict(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, comm: object = None
 ) -> dict[str, Any]:
     """The assumptions; ``comm`` (the context's collective model) adds, for a measured profile,
     where each collective's time comes from (``CommProfile.provenance``)."""
-    from cost_models.shapes import total_params
-
     provenance = getattr(comm, "provenance", None)
 
     return {
         "model": model.name,
-        "parameters": int(total_params(model)),
+        "parameters": parameter_count(model),
         "gpus": training.num_gpus,
         "gpu": cluster.gpu.name,
         "gpus_per_node": cluster.gpus_per_node,

@@ -65,7 +65,10 @@ def uneven_split_ok(num_layers: int, pp: np.ndarray, vpp: np.ndarray | int = 1) 
     even = num_layers % (pp * vpp) == 0
     # pp = 2 and L even: both ends account for one slot, (L+2)/2 per rank, L/2 layers built.
     two = (pp == 2) & (num_layers % 2 == 0) & ((m + 1) % vpp == 0)
-    return np.where(pp == 1, vpp == 1, even | two | (whole & (accounted | ends)))
+    # Every rank holds at least one layer (Megatron allows an embedding-only first stage; the
+    # axes never offer pp > L).
+    fits = pp <= num_layers
+    return np.where(pp == 1, vpp == 1, fits & (even | two | (whole & (accounted | ends))))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,7 +75,7 @@ def test_vpp_domain_covers_whole_layers_per_virtual_stage() -> None:
     vpp = build_space(problem).domains["vpp"]
     assert 12 in vpp and 96 in vpp  # 96 layers at PP 8: VP 12 is one layer per virtual stage
     capped = autopar.make_problem(
-        model="nemotron-4-340b", gpus=128, seq_len=4096, global_batch=32, max_vpp=8
+        model="nemotron-4-340b", gpus=128, seq_len=4096, global_batch=32, limits={"vpp": 8}
     )
     assert max(build_space(capped).domains["vpp"]) == 8
 

@@ -42,7 +42,13 @@ CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int
     # --decoder-first/last-pipeline-num-layers: 126 = 15 + 6*16 + 15 at pp 8; pp 128 leaves
     # the middle 126 stages a layer each and nothing for the first and last
     ("layers vs PP", "splits over pp"): (UNEVEN, {"pp": 8}, {"pp": 128}),
-    ("layers vs PP", "uneven: vpp == 1"): (UNEVEN, {"pp": 7, "vpp": 2}, {"pp": 8, "vpp": 2}),
+    # Llama-3.1 405B as published (PP 8 x VP 8: embedding and loss counted as layers); 16 layers
+    # per rank do not split into 3 virtual stages.
+    ("layers vs PP", "whole layers per virtual stage"): (
+        UNEVEN,
+        {"pp": 8, "vpp": 8},
+        {"pp": 8, "vpp": 3},
+    ),
     # Megatron replicates KV heads when tp > query groups (8 groups: tp 16 ok, tp 3 not)
     ("KV heads vs TP", "or tp % num_key_value_heads"): (LLAMA_70B, {"tp": 16}, {"tp": 3}),
     # torchtitan: tp must divide n_kv_heads (8): tp 16 rejected

@@ -10,7 +10,7 @@ import pytest
 import autopar
 from autopar.cli import app
 from autopar.errors import InputError
-from autopar.loading import load_stack, preset_names
+from autopar.loading import load_model, load_stack, preset_names
 from autopar.specs import GIB
 from autopar.stack import DEFAULT_STACK, SWITCHES
 from tests.conftest import REPO
@@ -127,3 +127,16 @@ def test_bad_switch_values_are_input_errors() -> None:
     for switch in (dict(fp8_recipe="nvfp4"), dict(cp_comm_type="ring"), dict(fp8_gemms="qkv,xyz")):
         with pytest.raises(InputError):
             autopar.make_problem(model="llama-3-8b", gpus=8, **switch)
+
+
+@pytest.mark.parametrize("name", ["llama-3-70b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b"])
+def test_echoed_parameter_count_matches_the_cost_model_shapes(name) -> None:
+    from autopar.inputs import parameter_count
+    from cost_models.shapes import dense_block_params, expert_params
+
+    model = load_model(name)
+    embedding = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+    positions = model.max_position_embeddings * model.hidden_size
+    positions *= int(model.learned_position_embeddings)
+    experts = model.num_moe_layers * expert_params(model)
+    assert parameter_count(model) == dense_block_params(model) + experts + embedding + positions
