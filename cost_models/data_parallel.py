@@ -195,28 +195,41 @@ class OptimizerStepTime:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FsdpGatherTime:
-    """Per-micro-batch sharded-data-parallel traffic of the dense and expert parameters: the
-    gradient reduce-scatter with ZeRO >= 2 and the two parameter all-gathers with ZeRO 3 (module
+    """Per-micro-batch sharded-data-parallel traffic of the dense parameters: the gradient
+    reduce-scatter with ZeRO >= 2 and the two parameter all-gathers with ZeRO 3 (module
     docstring). Zero below stage 2."""
 
     name: str = "fsdp_gather_s"
     category: str = "dp_comm"
-    depends_on: tuple[str, ...] = ("tp", "pp", "ep", "etp", "zero")
-
+    depends_on: tuple[str, ...] = ("tp", "pp", "zero")
     overlap: bool | None = None
     """Both DP overlaps on or off; ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         params, zero, ranks, nodes = _dense_group(grid, ctx)
-        total = microbatch_sync_time_s(
+        return microbatch_sync_time_s(
             params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
         )
-        if ctx.model.is_moe:
-            params, zero, ranks, nodes = _expert_group(grid, ctx)
-            total = total + microbatch_sync_time_s(
-                params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
-            )
-        return total
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertFsdpTime:
+    """``FsdpGatherTime`` for the routed-expert parameters over expert-DP; zero for dense
+    models."""
+
+    name: str = "expert_fsdp_s"
+    category: str = "dp_comm"
+    depends_on: tuple[str, ...] = ("pp", "ep", "etp", "zero")
+    overlap: bool | None = None
+    """Both DP overlaps on or off; ``None``: as the stack says."""
+
+    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        if not ctx.model.is_moe:
+            return np.zeros(len(grid["pp"]))
+        params, zero, ranks, nodes = _expert_group(grid, ctx)
+        return microbatch_sync_time_s(
+            params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

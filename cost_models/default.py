@@ -22,6 +22,7 @@ from cost_models.data_parallel import (
     DpCommTime,
     EpCommTime,
     ExpertDpCommTime,
+    ExpertFsdpTime,
     FsdpGatherTime,
     OptimizerStepTime,
 )
@@ -84,6 +85,7 @@ def default_cost_model(
             PpCommTime(),
             EpCommTime(),
             FsdpGatherTime(overlap=dp_comm_overlap),
+            ExpertFsdpTime(overlap=dp_comm_overlap),
         ),
         slots=PipelineSlots(),
         static_memory_terms=static_memory,
