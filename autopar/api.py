@@ -151,6 +151,7 @@ def make_problem(
             stack=spec_stack,
         )
         spec_cluster.gpu.peak_flop_per_s(precision)
+        _check_fp8_recipe(spec_stack, spec_cluster.gpu, precision)
         options = SearchOptions(
             framework=framework,
             recompute=_modes(recompute, RECOMPUTE_MODES, "recompute", RECOMPUTE_MODES),
@@ -169,6 +170,25 @@ def make_problem(
         flag = renamed.get(err.field or "", err.field or "")
         raise err.with_source(f"--{flag.replace('_', '-')}" if flag else "options") from None
     return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
+
+
+PRE_BLACKWELL_GPUS: tuple[str, ...] = ("a100", "h100", "h200", "mi300")
+
+
+def _check_fp8_recipe(stack: StackSpec, gpu: GpuSpec, precision: str) -> None:
+    """MXFP8 needs Blackwell's block-scaled tensor cores (Megatron ``--fp8-recipe mxfp8``, TE
+    ``MXFP8BlockScaling``); on an earlier preset it is bad input. Without FP8 it has no effect
+    and is accepted."""
+    if (
+        precision == "fp8"
+        and stack.fp8_recipe == "mxfp8"
+        and gpu.name.startswith(PRE_BLACKWELL_GPUS)
+    ):
+        raise InputError(
+            f"mxfp8 needs Blackwell tensor cores, {gpu.name} has none; use delayed, current "
+            "or blockwise",
+            field="fp8_recipe",
+        )
 
 
 def _with_reserve(

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 import autopar
+from autopar.errors import InputError
 from cost_models.compute import GEMM_HALF_DIM, H200_FP8_TO_BF16_EFFICIENCY, HBM_EFFICIENCY
 from tests.conftest import REPO
 
@@ -95,3 +96,12 @@ def test_gpus_without_a_measurement_use_the_same_model() -> None:
     fast = autopar.evaluate(model="llama-3-8b", gpus=8, gpu="b200", precision="fp8")
     slow = autopar.evaluate(model="llama-3-8b", gpus=8, gpu="b200")
     assert fast.step_time_s < slow.step_time_s
+
+
+def test_mxfp8_needs_blackwell() -> None:
+    with pytest.raises(InputError, match="Blackwell"):
+        autopar.make_problem(model="llama-3-8b", gpus=8, precision="fp8", fp8_recipe="mxfp8")
+    autopar.make_problem(model="llama-3-8b", gpus=8, fp8_recipe="mxfp8")  # BF16: no effect
+    autopar.make_problem(
+        model="llama-3-8b", gpus=8, gpu="b200", precision="fp8", fp8_recipe="mxfp8"
+    )
