@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from autopar import hf_families
 from autopar.errors import InputError
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
@@ -162,6 +163,9 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
 
 
 def _unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
+    family_error = hf_families.unmodelled_key_error(key)
+    if family_error is not None:
+        return family_error  # a family's key: never suggest a key with another meaning
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return InputError(f"unknown key{hint}", field=key)
@@ -211,15 +215,24 @@ def _is_hf_config(data: Mapping[str, Any]) -> bool:
     return any(key in data for key in ("architectures", "transformers_version", "torch_dtype"))
 
 
+def _architecture_key(key: str, data: Mapping[str, Any]) -> bool:
+    """A family's architecture key set to something in a config of another family."""
+    return key in hf_families.ARCHITECTURE_KEYS and data[key] not in (None, False, 0)
+
+
 def _check_model_keys(data: Mapping[str, Any]) -> None:
     """Unknown keys: an error in autopar files; in a downloaded HF config only near-misses of a
     key autopar reads are errors (HF configs carry many keys autopar does not need)."""
-    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS]
+    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS, *hf_families.family_keys(data)]
     lenient = _is_hf_config(data)
     for key in data:
         if key in known:
             continue
-        if not lenient or difflib.get_close_matches(key, known, n=1, cutoff=0.85):
+        if (
+            not lenient
+            or _architecture_key(key, data)
+            or difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        ):
             raise _unknown_key(key, known)
 
 
@@ -240,7 +253,7 @@ def _mlp_kind(data: Mapping[str, Any]) -> str:
 
 def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
     """A ``ModelSpec`` from HF-style keys (see ``MODEL_KEYS``)."""
-    data = {GPT2_ALIASES.get(key, key): value for key, value in data.items()}
+    data = hf_families.unwrap({GPT2_ALIASES.get(key, key): value for key, value in data.items()})
     _check_model_keys(data)
     for key in REQUIRED_MODEL_KEYS:
         if data.get(key) is None:
@@ -287,7 +300,7 @@ def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
         fields["head_dim"] = 0
     if not fields["num_experts"]:
         fields["experts_per_token"] = 0
-    return ModelSpec(**fields)
+    return ModelSpec(**hf_families.family_fields(data, fields))
 
 
 def _preset_dir(kind: str) -> Path:

@@ -209,6 +209,14 @@ def _model_rules(problem: Problem) -> list[Rule]:
                 source="Megatron moe/experts.py divide()",
             ),
             Rule(
+                family="expert TP",
+                text="etp == 1 or etp == tp",
+                axes=("etp", "tp"),
+                check=lambda g: (g["etp"] == 1) | (g["etp"] == g["tp"]),
+                source="autopar search restriction (issue 12): an expert TP other than 1 or TP "
+                "adds token all-gathers over more ranks for memory that EP saves without them",
+            ),
+            Rule(
                 family="expert grid",
                 text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
                 axes=("etp", "ep", "pp"),
@@ -345,6 +353,8 @@ def _schedule_rules(problem: Problem) -> list[Rule]:
 
 
 def _placement_rules(problem: Problem) -> list[Rule]:
+    """Performance advice the user can turn off (``SearchOptions.tp_within_node``). EP across
+    nodes is no rule: Megatron raises nothing, and ``EpCommTime`` prices its network share."""
     node = problem.cluster.gpus_per_node
     if not problem.options.tp_within_node:
         return []
@@ -355,13 +365,6 @@ def _placement_rules(problem: Problem) -> list[Rule]:
             axes=("tp",),
             check=lambda g: g["tp"] <= node,
             source="Megatron performance guide: TP inside the NVLink domain",
-        ),
-        Rule(
-            family="NVLink domain",
-            text=f"etp*ep <= gpus_per_node ({node}) for expert layers",
-            axes=("etp", "ep"),
-            check=lambda g: g["etp"] * g["ep"] <= node,
-            source="Megatron MoE guide: EP inside the NVLink domain",
         ),
     ]
 

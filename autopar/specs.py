@@ -19,6 +19,10 @@ Precision = Literal["bf16", "fp8"]
 Framework = Literal["megatron", "torchtitan", "deepspeed"]
 
 MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
+LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
+"""Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
+attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
+LAYER_FFNS: tuple[str, ...] = ("dense", "moe", "none")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 GIB = 1024**3
@@ -79,6 +83,39 @@ class ModelSpec:
     """Inner size of the always-active shared expert(s); 0 when there is none."""
     moe_layer_freq: int = 1
     """Every ``moe_layer_freq``-th layer is an MoE layer (HF ``decoder_sparse_step``)."""
+    layer_types: tuple[str, ...] = ()
+    """One ``"mixer/ffn"`` entry per layer (``LAYER_MIXERS`` x ``LAYER_FFNS``), e.g.
+    ``"mla/dense"``, ``"sliding/moe"``, ``"mamba/none"``; empty means attention in every layer and
+    an MoE MLP in every ``moe_layer_freq``-th one (``autopar.hf_families`` builds it from a
+    family's keys: DeepSeek dense-first layers, GPT-OSS sliding layers, Nemotron-H patterns)."""
+    num_mtp_layers: int = 0
+    """Multi-token-prediction modules after the last layer (DeepSeek-V3
+    ``num_nextn_predict_layers``; Megatron ``--mtp-num-layers``, ``multi_token_prediction.py``):
+    each one is a layer like the last, a ``2h x h`` projection, two norms, and one more logits
+    pass through the shared output layer, on the last pipeline stage."""
+    attention_window: int = 0
+    """Keys each query sees in a ``sliding`` layer (GPT-OSS ``sliding_window``, Llama 4
+    ``attention_chunk_size``); 0 when there are none."""
+    attention_sinks: bool = False
+    """A learned per-head sink logit in every attention layer (GPT-OSS)."""
+    q_lora_rank: int = 0
+    """MLA query compression rank (HF ``q_lora_rank``; 0 = null: a full query projection)."""
+    kv_lora_rank: int = 0
+    """MLA key/value latent rank (HF ``kv_lora_rank``); non-zero means multi-latent attention
+    (Megatron ``multi_latent_attention.py``; DeepSeek-V2 report §2.1)."""
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    moe_router_num_groups: int = 0
+    """Expert groups for node-limited routing (HF ``n_group``; ``--moe-router-num-groups``)."""
+    moe_router_group_topk: int = 0
+    """Groups a token may be routed to (HF ``topk_group``; Megatron ``--moe-router-group-topk``)."""
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state_size: int = 0
+    mamba_num_groups: int = 1
+    mamba_conv_kernel: int = 4
+    mamba_chunk_size: int = 128
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
@@ -116,6 +153,55 @@ class ModelSpec:
                 "num_experts_per_tok is set but the model has no experts",
                 field="num_experts_per_tok",
             )
+        self._check_layer_types()
+
+    def _check_layer_types(self) -> None:
+        for name in (
+            "num_mtp_layers",
+            "attention_window",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "mamba_num_heads",
+            "mamba_head_dim",
+            "mamba_state_size",
+        ):
+            _non_negative(getattr(self, name), name)
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise InputError(
+                f"has {len(self.layer_types)} entries for {self.num_layers} layers",
+                field="layer_types",
+            )
+        for kind in self.layer_types:
+            mixer, _, ffn = kind.partition("/")
+            if mixer not in LAYER_MIXERS or ffn not in LAYER_FFNS:
+                raise InputError(
+                    f"entry {kind!r} must be mixer/ffn with mixer in {', '.join(LAYER_MIXERS)} "
+                    f"and ffn in {', '.join(LAYER_FFNS)}",
+                    field="layer_types",
+                )
+        kinds = self.layer_kinds
+        if any(k.endswith("/moe") for k in kinds) and not self.num_experts:
+            raise InputError("has MoE layers but the model has no experts", field="layer_types")
+        if any(k.startswith("mla/") for k in kinds) and not (
+            self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim
+        ):
+            raise InputError(
+                "mla layers need kv_lora_rank, qk_rope_head_dim and v_head_dim", field="layer_types"
+            )
+        if any(k.startswith("mamba/") for k in kinds) and not (
+            self.mamba_num_heads and self.mamba_head_dim and self.mamba_state_size
+        ):
+            raise InputError(
+                "mamba layers need mamba_num_heads, mamba_head_dim and ssm_state_size",
+                field="layer_types",
+            )
+        if any(k.startswith("sliding/") for k in kinds) and not self.attention_window:
+            raise InputError("sliding layers need a window size", field="layer_types")
 
     @property
     def kv_channels(self) -> int:
@@ -131,13 +217,57 @@ class ModelSpec:
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
     @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """``"mixer/ffn"`` of every layer: ``layer_types``, or attention everywhere with an MoE
+        MLP in every ``moe_layer_freq``-th layer (HF ``decoder_sparse_step``: layer ``i`` is
+        sparse when ``(i + 1) % step == 0``)."""
+        if self.layer_types:
+            return self.layer_types
+        return tuple(
+            "attention/moe"
+            if self.is_moe and (i + 1) % self.moe_layer_freq == 0
+            else "attention/dense"
+            for i in range(self.num_layers)
+        )
+
+    @property
     def num_moe_layers(self) -> int:
-        """MoE layers: every ``moe_layer_freq``-th layer (HF ``decoder_sparse_step`` counting)."""
-        return self.num_layers // self.moe_layer_freq if self.is_moe else 0
+        """Layers whose MLP is a mixture of experts (the main model; MTP layers excluded)."""
+        return sum(kind.endswith("/moe") for kind in self.layer_kinds)
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Layers with a dense MLP."""
+        return sum(kind.endswith("/dense") for kind in self.layer_kinds)
+
+    @property
+    def mtp_layer_kind(self) -> str:
+        """The kind of each MTP module's transformer layer: the last layer's (DeepSeek-V3 §2.2)."""
+        return self.layer_kinds[-1]
+
+    @property
+    def layer_summary(self) -> str:
+        """The layer structure in a few words (``autopar models``): mixers and MLPs by count,
+        when they are not one attention + MLP kind throughout, and the MTP modules."""
+        counts: dict[str, int] = {}
+        for kind in self.layer_kinds:
+            for part in kind.split("/"):
+                if part != "none":
+                    counts[part] = counts.get(part, 0) + 1
+        plain = set(self.layer_kinds) in ({"attention/dense"}, {"attention/moe"})
+        words = [] if plain else [f"{n} {part}" for part, n in counts.items()]
+        if self.num_mtp_layers:
+            words.append(f"{self.num_mtp_layers} MTP")
+        return ", ".join(words)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """Mamba-2 ``d_inner = nheads * headdim`` (Megatron ``mamba_mixer.py``)."""
+        return self.mamba_num_heads * self.mamba_head_dim
 
     @property
     def mlp_matrices(self) -> int:

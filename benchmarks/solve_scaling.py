@@ -32,6 +32,10 @@ CASES += [
     ("llama-3.1-405b", 16384, 8192, {}),
     ("llama-3.1-405b", 16384, 8192, {"uneven_pipeline": True}),
     ("mixtral-8x22b", 4096, 4096, {}),
+    # issue 12: today's MoE models (DeepSeek-V3's 61 layers split over PP only unevenly)
+    ("deepseek-v3", 2048, 4096, {"uneven_pipeline": True}),
+    ("qwen3-235b-a22b", 1024, 4096, {}),
+    ("qwen3-30b-a3b", 256, 4096, {}),
 ]
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ import pandas as pd
 
 from autopar.comm import DatasheetCollectives
 from autopar.estimate import estimate
-from autopar.loading import load_gpu, load_stack
+from autopar.loading import load_gpu, load_model, load_stack
 from autopar.plan import Layout
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 from autopar.stack import StackSpec
@@ -113,6 +113,8 @@ class Case:
     training: TrainingSpec
     layout: Layout
     measured_step_s: float
+    cost_switches: dict = field(default_factory=dict)
+    """``default_cost_model`` switches the stack does not hold (MoE dispatcher, capacity)."""
 
     @property
     def precision(self) -> str:
@@ -446,6 +448,135 @@ def build_mbridge(row: pd.Series, source: str) -> Case | str:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Megatron-Bridge MoE rows (issue 12; published/README.md §18)
+
+MBRIDGE_MOE_MODELS: dict[str, str] = {
+    # the table's model name (without "(tokendrop)" / "(dropless)") -> autopar preset, whose
+    # dimensions are the models' Hugging Face config.json (the table prints none)
+    "Qwen3_30B_a3B": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "GPT OSS 120B": "gpt-oss-120b",
+    "DeepSeekV3": "deepseek-v3",
+    "Nemotron_3_Nano": "nemotron-3-nano",
+}
+MBRIDGE_MOE_SWITCHES = dict(moe_dispatcher="flex")
+"""Megatron-Bridge ``scripts/performance/configs/{qwen,deepseek,gpt_oss,nemotronh}`` H100
+presets: ``moe_token_dispatcher_type="flex"`` (``moe_flex_dispatcher_backend="hybridep"``) and
+force-balanced routing (``moe_router_force_load_balancing``: load imbalance 1); the rest
+(``moe_a2a_overlap=False``, TP overlap, no dropout, BF16 gradients, FP8 current scaling) is the
+``megatron-bridge-25.09`` stack."""
+TOKENDROP_CAPACITY_FACTOR = 1.0
+"""Megatron-Bridge's "tokendrop" variants: ``moe_expert_capacity_factor=1.0`` with padding."""
+
+
+def moe_model_name(model: str) -> str:
+    return re.sub(r"\s*\((tokendrop|dropless)\)\s*$", "", str(model))
+
+
+def is_mbridge_moe_row(row: pd.Series) -> bool:
+    return str(row["id"]).startswith("mbridge_") and moe_model_name(row["model"]) in (
+        MBRIDGE_MOE_MODELS
+    )
+
+
+RELEASE_REGRESSION = 1.4
+"""A row this many times slower than the same model and layout in another container release
+is that release's regression (the README: "the spread between releases is part of what any
+model of these runs has to live with"), not a layout effect: skipped, with the reason."""
+LAYOUT_COLUMNS = ("num_gpus", "seq_len", "gbs_sequences", "tp", "pp", "cp", "ep", "vpp", "mbs")
+
+
+def _tokens_per_s(row: pd.Series) -> float | None:
+    match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
+    return float(match.group(1)) if match else None
+
+
+def release_regression(row: pd.Series, runs: pd.DataFrame) -> str | None:
+    """Why ``row`` is a release regression, or ``None`` (``RELEASE_REGRESSION``)."""
+    mine = _tokens_per_s(row)
+    twins = runs[
+        (runs["model"].map(moe_model_name) == moe_model_name(row["model"]))
+        & (runs["id"] != row["id"])
+    ]
+    for column in LAYOUT_COLUMNS:
+        twins = twins[
+            twins[column].fillna(-1).astype(str)
+            == str(row[column] if pd.notna(row[column]) else -1)
+        ]
+    for _, twin in twins.iterrows():
+        theirs = _tokens_per_s(twin)
+        if mine and theirs and theirs > RELEASE_REGRESSION * mine:
+            return (
+                f"{theirs / mine:.2f}x slower than the same layout in {twin['id']}: a regression "
+                "of that container release"
+            )
+    return None
+
+
+def printed_ga_mismatch(row: pd.Series, dp: int, mbs: int) -> str | None:
+    """The table's GA column (where printed) against ``gbs / (dp * mbs)``."""
+    match = re.search(r"GA (\d+)", str(row["notes"]))
+    if match and int(match.group(1)) * dp * mbs != _int(row["gbs_sequences"]):
+        return (
+            f"printed GA {match.group(1)} contradicts gbs {_int(row['gbs_sequences'])} / "
+            f"(dp {dp} x mbs {mbs})"
+        )
+    return None
+
+
+def build_mbridge_moe(row: pd.Series, runs: pd.DataFrame) -> Case | str:
+    """A Megatron-Bridge MoE row with its published layout: TP, PP, VP, CP, EP, MBS, GBS as
+    printed (EP carved out of DP, ETP 1 as in the presets), the distributed optimizer with BF16
+    gradients, SP with TP, FP8 unless the row says BF16; no recompute, but DeepSeek-V3's preset
+    recomputes ``mla_up_proj`` (autopar's selective recompute of an MLA layer) and the three
+    dense MLPs (not modelled)."""
+    match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
+    if not match:
+        return "no tokens/s/GPU"
+    model = load_model(MBRIDGE_MOE_MODELS[moe_model_name(row["model"])])
+    s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
+    tp, pp, cp = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1)
+    mbs, dp = _int(row["mbs"]), n // (tp * pp * cp)
+    reason = printed_ga_mismatch(row, dp, mbs) or release_regression(row, runs)
+    if reason:
+        return reason
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=_int(row["ep"], 1),
+        vpp=_int(row["vpp"], 1),
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="selective" if model.is_mla else "none",
+        zero=1,
+        sequence_parallel=tp > 1,
+    )
+    precision = "bf16" if "precision BF16" in str(row["notes"]) else "fp8"
+    training = TrainingSpec(
+        num_gpus=n,
+        global_batch_sequences=gbs,
+        seq_len=s,
+        precision=precision,
+        grad_precision="bf16",
+    )
+    switches = dict(MBRIDGE_MOE_SWITCHES)
+    if "tokendrop" in str(row["model"]):
+        switches["moe_capacity_factor"] = TOKENDROP_CAPACITY_FACTOR
+    return Case(
+        row_id=row["id"],
+        source="mbridge_moe",
+        model=model,
+        gpu=load_gpu("h100-sxm"),
+        training=training,
+        layout=layout,
+        measured_step_s=gbs * s / (float(match.group(1)) * n),
+        cost_switches=switches,
+    )
+
+
 BUILDERS = {
     "nar21_t1": build_2021,
     "nar21_t2": build_2021,
@@ -458,10 +589,13 @@ BUILDERS = {
 }
 
 
-def build_case(row: pd.Series) -> Case | str:
-    """A ``Case``, or why the row cannot be modelled."""
+def build_case(row: pd.Series, runs: pd.DataFrame | None = None) -> Case | str:
+    """A ``Case``, or why the row cannot be modelled (``runs``: the whole table, for checks
+    across rows)."""
     if row["verified"] == "inconsistent":
         return "published numbers contradict each other"
+    if is_mbridge_moe_row(row):
+        return build_mbridge_moe(row, row.to_frame().T if runs is None else runs)
     source = source_of(row["id"])
     if source not in BUILDERS:
         return "unknown source"
@@ -477,7 +611,7 @@ def predict(case: Case) -> dict[str, float]:
         options=SearchOptions(),
         comm=DatasheetCollectives(cluster),
     )
-    result = estimate(case.layout, ctx, default_cost_model())
+    result = estimate(case.layout, ctx, default_cost_model(**case.cost_switches))
     return {
         "predicted_s": result.step_time_s,
         "mfu": result.mfu,
@@ -492,7 +626,7 @@ def validate(csv_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = pd.read_csv(csv_path)
     rows, skipped = [], []
     for _, row in runs.iterrows():
-        case = build_case(row)
+        case = build_case(row, runs)
         if isinstance(case, str):
             skipped.append({"id": row["id"], "reason": case})
             continue
@@ -506,7 +640,7 @@ def validate(csv_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "stack": case.training.stack.name,
                 "gpus": case.training.num_gpus,
                 "layout": f"tp{lay.tp} pp{lay.pp} v{lay.vpp} cp{lay.cp} dp{lay.dp} mbs{lay.mbs} "
-                f"ga{lay.grad_accum} {lay.recompute}",
+                f"ga{lay.grad_accum} {lay.recompute}" + (f" ep{lay.ep}" if lay.ep > 1 else ""),
                 "measured_s": case.measured_step_s,
                 **pred,
                 "error_pct": 100.0 * (pred["predicted_s"] / case.measured_step_s - 1.0),

@@ -1,4 +1,4 @@
-"""The TP and CP communication terms.
+"""The TP, CP and EP communication terms.
 
 Collective times come from ``ctx.comm`` (``autopar.comm.CollectiveModel``): the datasheet
 alpha-beta model ``autopar.comm.DatasheetCollectives`` by default, or a profile fitted from
@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.terms import Grid, TermContext
-from cost_models.compute import FLASH_BACKWARD_SLOWDOWN, flash_block_time_s, memory_time_s
+from cost_models.compute import (
+    FLASH_BACKWARD_SLOWDOWN,
+    flash_block_time_s,
+    memory_time_s,
+    mlp_time_s,
+    moe_stage_layers,
+    stage_counts_for_time,
+)
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import kv_size, query_size, stage_layers
@@ -38,9 +45,11 @@ TP overlap (the 2024 Megatron README and NeMo 24.07 rows)."""
 class TpCommTime:
     """Tensor-parallel collectives of one stage, one micro-batch (Narayanan et al. 2021 §3.3;
     Korthikanti et al. 2022 §4.2.2). Per layer, on the activation tensor ``mbs*s/cp*h`` in BF16:
-    with SP 2 all-gathers + 2 reduce-scatters forward and the same backward; without SP
-    2 all-reduces forward and 2 backward. Full recompute repeats the forward ones. TP ranks are
-    consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes."""
+    with SP one all-gather + reduce-scatter pair per TP-sharded sublayer (``tp_regions``: two in
+    an attention + MLP layer) forward and the same backward; without SP one all-reduce each.
+    Full recompute repeats the forward ones. Layers are those of the most loaded stage. TP
+    ranks are consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes: TP across
+    nodes is allowed and priced at the network's bandwidth."""
 
     name: str = "tp_comm_s"
     category: str = "tp_comm"
@@ -56,11 +65,21 @@ class TpCommTime:
         ag = ctx.comm.time_s("all_gather", size, num_ranks=tp, num_nodes=nodes)
         rs = ctx.comm.time_s("reduce_scatter", size, num_ranks=tp, num_nodes=nodes)
         ar = ctx.comm.time_s("all_reduce", size, num_ranks=tp, num_nodes=nodes)
-        forward = np.where(grid["sp"] == 1, 2.0 * (ag + rs), 2.0 * ar)
+        pair = np.where(grid["sp"] == 1, ag + rs, ar)
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
-        per_layer = forward * (2.0 + recompute)
+        counts = stage_counts_for_time(ctx.model, grid["pp"], ctx.training.seq_len)
+        regions = sum(n * tp_regions(ctx.model, kind) for kind, n in counts.items())
         exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
-        return exposed * stage_layers(ctx.model.num_layers, pp) * per_layer
+        return exposed * regions * pair * (2.0 + recompute)
+
+
+def tp_regions(model, kind: str) -> int:
+    """TP-sharded sublayers of one layer (each an all-gather + reduce-scatter pair with SP, an
+    all-reduce without): the token mixer, a dense MLP, an MoE layer's shared expert. Routed
+    experts use the expert grid (``EpCommTime``)."""
+    mixer, _, ffn = kind.partition("/")
+    shared = ffn == "moe" and model.shared_expert_ffn_hidden_size > 0
+    return int(mixer != "none") + int(ffn == "dense") + int(shared)
 
 
 CP_STEP_OVERHEAD_S = 15e-6
@@ -211,3 +230,125 @@ class CpCommTime:
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         per_layer = (exchange / 2.0 + ring_f) * (1.0 + recompute) + exchange / 2.0 + ring_b
         return stage_layers(model.num_layers, pp) * np.where(cp > 1, per_layer, 0.0)
+
+
+EP_OVERLAP_EXPOSED = 0.2
+"""Share of the expert all-to-alls left exposed with Megatron
+``--overlap-moe-expert-parallel-comm`` (the combined 1F1B schedule hides one micro-batch's
+dispatch and combine behind another's attention and expert GEMMs, DeepSeek-V3 report §3.2.1
+DualPipe; the first and last chunks and SM contention stay visible)."""
+
+
+DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
+"""Megatron ``--moe-token-dispatcher-type`` (``moe/token_dispatcher.py``; ``flex`` is DeepEP /
+HybridEP). Not a layout axis: searched as one it tripled the MoE space (Mixtral-8x22B on 4096
+GPUs: 1.8 s to a proven optimum became 10 s without proof); ``"best"`` prices the fastest."""
+
+
+def dispatch_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray:
+    """One dispatch (forward) of one MoE layer on one rank, ``mbs*s/(tp*cp)`` tokens of ``h``
+    BF16 elements each (Megatron ``moe/token_dispatcher.py``):
+
+    - ``alltoall`` (``MoEAlltoAllTokenDispatcher``): an all-to-all of the ``top_k`` routed copies
+      over EP (ranks ``etp`` apart), then an all-gather of what arrived over ETP;
+    - ``allgather`` (``MoEAllGatherTokenDispatcher``): all tokens all-gathered over ETP x EP;
+    - ``flex`` (``MoEFlexTokenDispatcher``, DeepEP): the all-to-all sends a token once per
+      destination node over the network and fans out over NVLink, so the inter-node bytes scale
+      with the distinct nodes a token reaches: ``n * (1 - (1 - 1/n)^top_k)`` of ``n`` nodes for
+      uniform routing, at most ``topk_group`` with node-limited routing
+      (``moe_utils.group_limited_topk``; DeepSeek-V3 report §2.1.2: "each token will be sent to
+      at most M nodes").
+    The combine mirrors it (reduce-scatter over ETP, all-to-all back)."""
+    model = ctx.model
+    tp, cp, ep, etp, mbs = (
+        np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "ep", "etp", "mbs")
+    )
+    gpn = ctx.cluster.gpus_per_node
+    tokens = mbs * ctx.training.seq_len / (tp * cp)
+    token_bytes = model.hidden_size * BYTES_BF16
+    copies = tokens * model.experts_per_token
+    etp_nodes = group_num_nodes(etp, 1.0, gpn)
+    if dispatcher == "allgather":
+        group = ep * etp
+        size = group * tokens * token_bytes
+        nodes = group_num_nodes(group, 1.0, gpn)
+        return ctx.comm.time_s("all_gather", size, num_ranks=group, num_nodes=nodes)
+    nodes = group_num_nodes(ep, etp, gpn)
+    size = copies * token_bytes
+    if dispatcher == "flex":
+        # distinct nodes among top-k uniformly routed experts: n * (1 - (1 - 1/n)^k)
+        reach = nodes * (1.0 - (1.0 - 1.0 / nodes) ** model.experts_per_token)
+        if model.moe_router_group_topk:
+            reach = np.minimum(reach, model.moe_router_group_topk)
+        size = size * np.where(nodes > 1.0, reach / model.experts_per_token, 1.0)
+    a2a = ctx.comm.time_s("all_to_all", size, num_ranks=ep, num_nodes=nodes)
+    gathered = etp * copies * token_bytes
+    gather = ctx.comm.time_s("all_gather", gathered, num_ranks=etp, num_nodes=etp_nodes)
+    return a2a + gather
+
+
+def dispatcher_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray:
+    """``dispatch_time_s`` of ``dispatcher``, or with ``"best"`` the fastest of ``DISPATCHERS``
+    for each layout (only this term depends on the dispatcher, so the minimum here is the
+    choice a search over it would make; ``best_dispatcher`` names it)."""
+    if dispatcher != "best":
+        return dispatch_time_s(grid, ctx, dispatcher)
+    return np.min([dispatch_time_s(grid, ctx, name) for name in DISPATCHERS], axis=0)
+
+
+def best_dispatcher(grid: Grid, ctx: TermContext) -> list[str]:
+    """The fastest dispatcher of each layout (what ``--moe-token-dispatcher-type`` to set)."""
+    times = np.array([dispatch_time_s(grid, ctx, name) for name in DISPATCHERS])
+    return [DISPATCHERS[i] for i in np.argmin(times, axis=0)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpCommTime:
+    """Expert-parallel and expert-tensor-parallel communication of the MoE layers of the most
+    loaded stage, one micro-batch: dispatch and combine forward (``dispatch_time_s``), the same
+    backward, and again forward under full recompute. EP across nodes is allowed and priced
+    (the all-to-all's inter-node part runs at the NIC rate, ``DatasheetCollectives``).
+
+    ``shared_expert_overlap`` (Megatron ``--moe-shared-expert-overlap``,
+    ``moe/shared_experts.py``) runs the shared expert on a side stream during the dispatch and
+    combine, hiding up to its compute time; ``ep_overlap`` (``--overlap-moe-expert-parallel-comm``)
+    leaves ``EP_OVERLAP_EXPOSED`` of the rest exposed."""
+
+    name: str = "ep_comm_s"
+    category: str = "ep_comm"
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute")
+    dispatcher: str = "alltoall"
+    """One of ``DISPATCHERS`` (Megatron's default ``alltoall``), or ``"best"``: the fastest for
+    each layout (``best_dispatcher``)."""
+    shared_expert_overlap: bool = False
+    ep_overlap: bool | None = None
+    """Megatron ``--overlap-moe-expert-parallel-comm``; ``None``: as the stack says
+    (``StackSpec.ep_comm_overlap``)."""
+
+    def __post_init__(self) -> None:
+        assert self.dispatcher in (*DISPATCHERS, "best"), self.dispatcher
+
+    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        model = ctx.model
+        if not model.is_moe:
+            return np.zeros(len(grid["tp"]))
+        one_way = dispatcher_time_s(grid, ctx, self.dispatcher)
+        forward = 2.0 * one_way
+        backward = 2.0 * one_way
+        if self.shared_expert_overlap and model.shared_expert_ffn_hidden_size:
+            tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
+            sf, sb = mlp_time_s(
+                model,
+                model.shared_expert_ffn_hidden_size,
+                tokens=mbs * ctx.training.seq_len / cp,
+                tp=tp,
+                ctx=ctx,
+            )
+            forward = np.maximum(forward - sf, 0.0)
+            backward = np.maximum(backward - sb, 0.0)
+        if switch(self.ep_overlap, ctx, "ep_comm_overlap"):
+            forward, backward = EP_OVERLAP_EXPOSED * forward, EP_OVERLAP_EXPOSED * backward
+        full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
+        per_layer = forward * (1.0 + full) + backward
+        counts = stage_counts_for_time(model, grid["pp"], ctx.training.seq_len)
+        return moe_stage_layers(counts) * per_layer

@@ -33,8 +33,22 @@ import numpy as np
 
 from autopar.specs import ModelSpec
 from autopar.terms import Grid, TermContext
-from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from cost_models.shapes import kv_size, padded_vocab, query_size, stage_layers
+from cost_models.flops import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    attention_keys,
+    kind_flop_per_token,
+    logits_flop_per_token,
+)
+from cost_models.shapes import (
+    MLA_REPLICATED,
+    heaviest_stage,
+    kv_size,
+    mamba_in_proj_size,
+    mla_projection_sizes,
+    padded_vocab,
+    query_size,
+)
 from cost_models.switches import fp8_gemm, switch
 
 GEMM_EFFICIENCY = 0.85
@@ -193,12 +207,14 @@ def attention_core_time_s(
     mbs: np.ndarray,
     flash_attention: bool,
     ctx: TermContext,
+    head_dim: float | None = None,
 ) -> np.ndarray:
     """Forward of the attention core of one layer on one rank (``tokens = mbs*s/cp`` queries
     against ``seq_len`` keys, ``heads/tp`` heads). Flash attention skips the masked half of a
     causal score matrix and never writes it; the unfused path computes it all and runs the
-    softmax / dropout over it in HBM."""
-    d = model.kv_channels
+    softmax / dropout over it in HBM. ``head_dim`` overrides ``kv_channels`` (MLA: the mean of
+    the score and value head sizes)."""
+    d = head_dim or model.kv_channels
     heads = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
     queries = tokens / mbs
     batch = mbs * heads
@@ -283,11 +299,133 @@ def recompute_factor(recompute: np.ndarray, code: int) -> np.ndarray:
     return (np.asarray(recompute) == code).astype(np.float64)
 
 
+MLA_UP_PROJECTIONS = ("q_up", "q", "kv_up")
+"""What Megatron's ``--recompute-modules mla_up_proj`` re-runs (with the RoPE)."""
+
+
+def mla_time_s(
+    model: ModelSpec, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, up-projection forward) of the MLA projections (+ rotary on the RoPE
+    part): the two down-projections run whole on every TP rank (``MLA_REPLICATED``), the others
+    split over TP (Megatron ``multi_latent_attention.py``); the last is what selective
+    recompute re-runs besides the core."""
+    forward = np.zeros_like(np.asarray(tokens, dtype=np.float64))
+    backward, up = forward.copy(), forward.copy()
+    for name, (fan_in, fan_out) in mla_projection_sizes(model).items():
+        split = 1.0 if name in MLA_REPLICATED else tp
+        if name == "out":
+            k, n = fan_in / split, fan_out
+        else:
+            k, n = fan_in, fan_out / split
+        gemm = "proj" if name == "out" else "qkv"
+        one = linear_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        forward = forward + one
+        backward = backward + linear_backward_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        if name in MLA_UP_PROJECTIONS:
+            up = up + one
+    rope = memory_time_s(
+        2.0 * BYTES_BF16 * tokens * model.qk_rope_head_dim * (model.num_attention_heads / tp + 1),
+        ctx,
+    )
+    return forward + rope, backward + 2.0 * rope, up + rope
+
+
+MAMBA_ELEMENTWISE_BYTES = 20.0
+"""Bytes per ``d_inner`` element of a Mamba-2 mixer outside its GEMMs and scan, forward: the
+causal depthwise conv over x, B, C (read + write, 4 B), its SiLU (4 B), the dt softplus and
+``D`` skip (4 B), the gated RMSNorm with the z gate (read 2 x 2, write 2: 6 B), casts (2 B)
+(Megatron ``ssm/mamba_mixer.py`` forward)."""
+
+
+def mamba_time_s(
+    model: ModelSpec, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) of one Mamba-2 mixer on one rank (heads split over TP). The SSD scan's
+    ``7*d_inner*d_state`` FLOPs per token (Megatron ``mamba_layer_flops``) run as batched GEMMs
+    over chunks of ``chunk_size`` tokens, ``(Q x N) @ (N x P)`` per head (Dao & Gu 2024 §6), so
+    they are timed at the roofline of that shape; its backward is twice the forward."""
+    h = model.hidden_size
+    in_proj = mamba_in_proj_size(model) / tp
+    inner = model.mamba_inner_size / tp
+    forward = linear_time_s(tokens, in_proj, h, ctx=ctx, gemm="qkv") + linear_time_s(
+        tokens, h, inner, ctx=ctx, gemm="proj"
+    )
+    backward = linear_backward_time_s(
+        tokens, in_proj, h, ctx=ctx, gemm="qkv"
+    ) + linear_backward_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
+    chunk, p, n = model.mamba_chunk_size, model.mamba_head_dim, model.mamba_state_size
+    batches = tokens / chunk * model.mamba_num_heads / tp
+    scan = 3.5 * batches * gemm_time_s(chunk, p, n, ctx=ctx, fp8=False, measured_ok=False)
+    elementwise = memory_time_s(MAMBA_ELEMENTWISE_BYTES * tokens * inner, ctx)
+    return forward + scan + elementwise, backward + 2.0 * (scan + elementwise)
+
+
+def mixer_time_s(
+    model: ModelSpec,
+    mixer: str,
+    *,
+    tokens: np.ndarray,
+    tp: np.ndarray,
+    mbs: np.ndarray,
+    flash_attention: bool,
+    ctx: TermContext,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, selective-recompute forward) of one layer's token mixer on one rank:
+    selective recompute re-executes the attention core (and MLA's up-projections)."""
+    zero = np.zeros_like(np.asarray(tokens, dtype=np.float64))
+    if mixer == "none":
+        return zero, zero, zero
+    if mixer == "mamba":
+        forward, backward = mamba_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        return forward, backward, zero
+    recomputed = zero
+    if mixer == "mla":
+        forward, backward, recomputed = mla_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        head_dim = 0.5 * (qk + model.v_head_dim)
+    else:
+        forward, backward = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        head_dim = None
+    core = attention_core_time_s(
+        model,
+        tokens=tokens,
+        seq_len=attention_keys(model, mixer, ctx.training.seq_len),
+        tp=tp,
+        mbs=mbs,
+        flash_attention=flash_attention,
+        ctx=ctx,
+        head_dim=head_dim,
+    )
+    core_backward = 2.0 * core * (FLASH_BACKWARD_SLOWDOWN if flash_attention else 1.0)
+    return forward + core, backward + core_backward, core + recomputed
+
+
+def critical_stage(
+    model: ModelSpec, pp: np.ndarray, seq_len: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Layer kinds on the stage with the most forward FLOPs, the output layer (and its MTP
+    repeats) counted on the last one, and whether that stage is the last
+    (``shapes.heaviest_stage``): every time term reads the same stage."""
+    return heaviest_stage(
+        model,
+        pp,
+        weight=lambda kind: kind_flop_per_token(model, kind, seq_len, causal=False),
+        last_stage_extra=logits_flop_per_token(model),
+    )
+
+
+def stage_counts_for_time(model: ModelSpec, pp: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
+    """Layer-kind counts of ``critical_stage``."""
+    return critical_stage(model, pp, seq_len)[0]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DenseComputeTime:
-    """Forward + backward (+ recompute) of the transformer layers of one pipeline stage, one
-    micro-batch: attention of every layer, the MLP of the dense layers, the elementwise work.
-    ``stage_layers`` layers on the fullest stage (``num_layers / pp`` for an even split)."""
+    """Forward + backward (+ recompute) of the layers of the most loaded pipeline stage, one
+    micro-batch: each layer's token mixer (attention, sliding-window, MLA or Mamba-2), dense
+    MLPs and the elementwise work; MoE MLPs are ``ExpertComputeTime``. With dense-first layers or
+    MTP modules the stages differ, and the stage with the most FLOPs sets the pace."""
 
     name: str = "dense_compute_s"
     category: str = "compute"
@@ -301,75 +439,126 @@ class DenseComputeTime:
         flash = switch(self.flash_attention, ctx, "flash_attention")
         tp, pp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "cp", "mbs"))
         tokens = mbs * s / cp
-        attn_f, attn_b = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
-        core_f = attention_core_time_s(
-            model,
-            tokens=tokens,
-            seq_len=s,
-            tp=tp,
-            mbs=mbs,
-            flash_attention=flash,
-            ctx=ctx,
-        )
-        core_b = 2.0 * core_f * (FLASH_BACKWARD_SLOWDOWN if flash else 1.0)
-        mlp_f, mlp_b = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
-        dense_share = model.num_dense_layers / model.num_layers
         hidden = tokens * model.hidden_size / np.where(grid["sp"] == 1, tp, 1.0)
-        elem_f = memory_time_s(HIDDEN_ELEMENTWISE_BYTES * hidden, ctx)
-        forward = attn_f + core_f + dense_share * mlp_f + elem_f
-        backward = attn_b + core_b + dense_share * mlp_b + 2.0 * elem_f
-        recompute = (
-            recompute_factor(grid["recompute"], RECOMPUTE_FULL) * forward
-            + recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE) * core_f
-        )
-        return stage_layers(model.num_layers, pp) * (forward + backward + recompute)
+        half_elem = 0.5 * memory_time_s(HIDDEN_ELEMENTWISE_BYTES * hidden, ctx)
+        full = recompute_factor(grid["recompute"], RECOMPUTE_FULL)
+        selective = recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE)
+        mlp_f, mlp_b = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
+        total = np.zeros(len(tp))
+        for kind, count in stage_counts_for_time(model, grid["pp"], s).items():
+            mixer, _, ffn = kind.partition("/")
+            forward, backward, core = mixer_time_s(
+                model,
+                mixer,
+                tokens=tokens,
+                tp=tp,
+                mbs=mbs,
+                flash_attention=flash,
+                ctx=ctx,
+            )
+            if ffn == "dense":
+                forward, backward = forward + mlp_f, backward + mlp_b
+            sublayers = (mixer != "none") + (ffn != "none")
+            forward = forward + sublayers * half_elem
+            backward = backward + sublayers * 2.0 * half_elem
+            total = total + count * (forward + backward + full * forward + selective * core)
+        return total
+
+
+GROUPED_GEMM_EFFICIENCY = 0.75
+"""Rate of the routed experts' grouped GEMMs relative to one dense GEMM of the same per-expert
+shape: many GEMMs of uneven ``m`` in one launch (TE ``GroupedLinear`` / cuBLAS grouped GEMM;
+DeepSeek's DeepGEMM reports grouped FP8 GEMMs at 55-75% of the H800 peak against 80-90% for
+large dense GEMMs). Calibrated on the Megatron-Bridge MoE rows (benchmarks/README.md)."""
+ROUTED_COPY_BYTES = 16.0
+"""HBM bytes per element of each routed token copy per MoE layer forward, outside the GEMMs:
+permute (read + write, 4 B), the dispatcher's send and receive buffers (4 B), the combine
+buffers (4 B) and the probability-weighted unpermute (4 B) (Megatron ``moe_utils.permute`` /
+``unpermute``; ``token_dispatcher.py``); backward moves twice as much."""
+MOE_LAYER_OVERHEAD_S = 5e-4
+"""Fixed time of one MoE layer's forward (and again backward) outside GEMMs and bulk copies:
+router top-k and auxiliary-loss kernels on ``[tokens, E]``, permutation-index computation and
+the dispatcher's device-to-host sync of per-expert token counts (Megatron
+``token_dispatcher.py`` ``preprocess``; Megatron-Bridge captures ``moe_router`` and
+``moe_preprocess`` in CUDA graphs to hide it). Calibrated on the Megatron-Bridge MoE rows."""
+MOE_LOAD_IMBALANCE = 1.0
+"""Tokens on the busiest expert rank over the mean, for dropless routing. 1.0 is the balanced
+case the published MoE benchmarks force (Megatron ``--moe-router-force-load-balancing``,
+Megatron-Bridge performance recipes); real auxiliary-loss-balanced training runs a few tens of
+percent above it (Megatron MoE README, "load balancing")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertComputeTime:
-    """Router, routed experts and shared expert of the MoE layers of one stage, one micro-batch.
+    """Router, routed experts and shared expert of the MoE layers of the most loaded stage, one
+    micro-batch.
 
     With balanced routing a rank computes ``top_k`` expert MLPs for each token it owns
     (``mbs*s/(tp*cp)`` tokens with sequence parallelism): ``E/ep`` local experts, each seeing
-    ``ep*etp*mbs*s*top_k/(tp*cp*E)`` tokens, expert width ``ffn/etp`` (Megatron MoE token
-    dispatcher). Token permutation costs bytes. Zero for a dense model."""
+    ``ep*etp*mbs*s*top_k/(tp*cp*E)`` tokens, expert width ``ffn/etp`` (Megatron
+    ``moe/token_dispatcher.py``, ``moe/experts.py`` ``TEGroupedMLP``). Small per-expert GEMMs
+    lose efficiency through the shape factor of ``gemm_time_s`` (grouped GEMM of ``E/ep``
+    experts with ``m`` = tokens per expert). Dropless routing pays ``load_imbalance`` on the
+    busiest rank; token dropping caps it at ``capacity_factor`` (Megatron
+    ``--moe-expert-capacity-factor``). Token permutation costs bytes. Zero for a dense model."""
 
     name: str = "expert_compute_s"
     category: str = "compute"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute")
+    load_imbalance: float = MOE_LOAD_IMBALANCE
+    capacity_factor: float | None = None
+    """``None``: dropless; else tokens per expert are capped at this multiple of the mean."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         model, s = ctx.model, ctx.training.seq_len
         if not model.is_moe:
             return np.zeros(len(grid["tp"]))
-        tp, pp, cp, ep, etp, mbs = (
-            np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "cp", "ep", "etp", "mbs")
+        tp, cp, ep, etp, mbs = (
+            np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "ep", "etp", "mbs")
         )
+        skew = self.load_imbalance
+        if self.capacity_factor is not None:
+            skew = min(skew, self.capacity_factor)
         copies = mbs * s / (tp * cp) * model.experts_per_token
-        per_expert = copies * ep * etp / model.num_experts
+        per_expert = skew * copies * ep * etp / model.num_experts
         f, b = mlp_time_s(model, model.expert_ffn_hidden_size, tokens=per_expert, tp=etp, ctx=ctx)
-        forward = model.num_experts / ep * f
-        backward = model.num_experts / ep * b
-        permute = memory_time_s(4.0 * BYTES_BF16 * copies * model.hidden_size, ctx)
+        forward = model.num_experts / ep * f / GROUPED_GEMM_EFFICIENCY
+        backward = model.num_experts / ep * b / GROUPED_GEMM_EFFICIENCY
+        permute = memory_time_s(ROUTED_COPY_BYTES * copies * model.hidden_size, ctx)
+        # the router GEMM stays in BF16/FP32 (Megatron ``moe/router.py``): never an FP8 GEMM
+        router = linear_time_s(
+            mbs * s / (tp * cp), model.num_experts, model.hidden_size, ctx=ctx, gemm="router"
+        )
+        forward = forward + permute + router
+        backward = backward + 2.0 * (permute + router)
         if model.shared_expert_ffn_hidden_size:
             sf, sb = mlp_time_s(
                 model, model.shared_expert_ffn_hidden_size, tokens=mbs * s / cp, tp=tp, ctx=ctx
             )
             forward, backward = forward + sf, backward + sb
-        forward = forward + permute
-        backward = backward + 2.0 * permute
+        forward = forward + MOE_LAYER_OVERHEAD_S
+        backward = backward + MOE_LAYER_OVERHEAD_S
         full = recompute_factor(grid["recompute"], RECOMPUTE_FULL)
-        return stage_layers(model.num_moe_layers, pp) * (forward + backward + full * forward)
+        moe_layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], s))
+        return moe_layers * (forward + backward + full * forward)
+
+
+def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:
+    """MoE layers among a stage's layer-kind counts."""
+    moe = [n for kind, n in counts.items() if kind.endswith("/moe")]
+    return sum(moe) if moe else np.zeros(len(next(iter(counts.values()))))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogitsComputeTime:
     """Output layer (logits GEMM over the padded vocabulary / tp) and vocab-parallel cross
-    entropy, one micro-batch, forward + backward, on the last stage (never recomputed)."""
+    entropy, one micro-batch, forward + backward, on the last stage (never recomputed), once
+    more per MTP module; counted when the last stage is the most loaded one (always with an
+    even split, where it has as many layers as the others)."""
 
     name: str = "logits_compute_s"
     category: str = "compute"
-    depends_on: tuple[str, ...] = ("tp", "cp", "mbs")
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
@@ -381,4 +570,7 @@ class LogitsComputeTime:
         )
         fused = ctx.training.stack.cross_entropy_fusion
         loss = FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT
-        return gemm + memory_time_s(loss * tokens * vocab, ctx)
+        heads = 1 + ctx.model.num_mtp_layers  # each MTP module runs the output layer again
+        on_critical_stage = critical_stage(ctx.model, grid["pp"], ctx.training.seq_len)[1]
+        logits = heads * (gemm + memory_time_s(loss * tokens * vocab, ctx))
+        return np.where(on_critical_stage, logits, 0.0)

@@ -1,5 +1,6 @@
 """Per-step terms: gradient synchronisation over data parallelism, the optimizer update, and the
-per-micro-batch expert all-to-all and sharded-gradient / ZeRO-3 parameter traffic.
+per-micro-batch sharded-gradient / ZeRO-3 parameter traffic (expert all-to-alls:
+``communication.EpCommTime``).
 
 Gradients are reduced over the DP·CP group (Megatron ``data_parallel_group_with_cp``), whose
 ``num_gpus/(tp*pp)`` ranks are ``tp`` apart (``placement.py``), in the stack's gradient dtype
@@ -32,7 +33,6 @@ import numpy as np
 
 from autopar.terms import Grid, TermContext
 from cost_models.compute import HBM_EFFICIENCY
-from cost_models.flops import RECOMPUTE_FULL
 from cost_models.memory import first_stage_dense_params
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import expert_params, stage_layers
@@ -40,9 +40,6 @@ from cost_models.shapes import expert_params, stage_layers
 DP_OVERLAP_EXPOSED = 0.2
 """Share of the gradient reduce-scatter / parameter all-gather left exposed with Megatron's
 overlap flags (last bucket + first gather; 40 MB buckets over GB of gradients)."""
-EP_OVERLAP_EXPOSED = 0.2
-"""Share of the expert all-to-alls left exposed with EP overlap; not fitted, as
-``DP_OVERLAP_EXPOSED``."""
 ADAM_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused Adam update per parameter: read FP32 master, m, v, grad (16 B), write
 master, m, v (12 B) and the BF16 weight (2 B) (Apex/TE ``FusedAdam``; memory bound)."""
@@ -230,30 +227,3 @@ class ExpertFsdpTime:
         return microbatch_sync_time_s(
             params, zero, ranks=ranks, nodes=nodes, ctx=ctx, overlap=self.overlap
         )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EpCommTime:
-    """Expert-parallel all-to-alls of one stage, one micro-batch: dispatch and combine forward,
-    the same backward (and again forward under full recompute), each rank sending its
-    ``mbs*s/(tp*cp) * top_k`` routed token copies of ``h`` BF16 elements (Megatron
-    ``token_dispatcher.py``, alltoall dispatcher). EP ranks are ``etp`` apart. With
-    ``StackSpec.ep_comm_overlap`` (Megatron ``--overlap-moe-expert-parallel-comm``: one
-    micro-batch's all-to-alls run during another's compute) ``EP_OVERLAP_EXPOSED`` stays."""
-
-    name: str = "ep_comm_s"
-    category: str = "ep_comm"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute")
-
-    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        tp, pp, cp, ep, etp, mbs = _axes(grid, "tp", "pp", "cp", "ep", "etp", "mbs")
-        model = ctx.model
-        if not model.is_moe:
-            return np.zeros(len(tp))
-        copies = mbs * ctx.training.seq_len / (tp * cp) * model.experts_per_token
-        size = copies * model.hidden_size * BYTES_WEIGHT
-        nodes = group_num_nodes(ep, etp, ctx.cluster.gpus_per_node)
-        one = ctx.comm.time_s("all_to_all", size, num_ranks=ep, num_nodes=nodes)
-        calls = 4.0 + 2.0 * (np.asarray(grid["recompute"]) == RECOMPUTE_FULL)
-        exposed = EP_OVERLAP_EXPOSED if ctx.training.stack.ep_comm_overlap else 1.0
-        return exposed * stage_layers(model.num_moe_layers, pp) * calls * one

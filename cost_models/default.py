@@ -16,11 +16,15 @@ reproduces Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory 
 from __future__ import annotations
 
 from autopar.terms import CostModel
-from cost_models.communication import CpCommTime, TpCommTime
-from cost_models.compute import DenseComputeTime, ExpertComputeTime, LogitsComputeTime
+from cost_models.communication import CpCommTime, EpCommTime, TpCommTime
+from cost_models.compute import (
+    MOE_LOAD_IMBALANCE,
+    DenseComputeTime,
+    ExpertComputeTime,
+    LogitsComputeTime,
+)
 from cost_models.data_parallel import (
     DpCommTime,
-    EpCommTime,
     ExpertDpCommTime,
     ExpertFsdpTime,
     FsdpGatherTime,
@@ -45,10 +49,19 @@ def default_cost_model(
     tp_comm_overlap: bool | None = None,
     dp_comm_overlap: bool | None = None,
     megatron_compatible: bool = False,
+    moe_dispatcher: str = "alltoall",
+    moe_ep_overlap: bool | None = None,
+    moe_shared_expert_overlap: bool = False,
+    moe_load_imbalance: float = MOE_LOAD_IMBALANCE,
+    moe_capacity_factor: float | None = None,
 ) -> CostModel:
     """The default terms. The switches default to ``None``: each term then reads the job's
     stack (``TrainingSpec.stack``, ``autopar.stack``; ``--stack`` and the per-switch flags);
-    a value given here overrides the stack for every job this cost model scores."""
+    a value given here overrides the stack for every job this cost model scores. The ``moe_*``
+    switches are Megatron's MoE flags: ``--moe-token-dispatcher-type`` (or ``"best"``, the
+    fastest per layout), ``--overlap-moe-expert-parallel-comm`` (``None``: the stack's
+    ``ep_comm_overlap``), ``--moe-shared-expert-overlap``, ``--moe-expert-capacity-factor``, and
+    the dropless load imbalance (``ExpertComputeTime``)."""
     compat = megatron_compatible
     static_memory = (
         DenseParamMemory(part="weights", megatron_compatible=compat),
@@ -78,12 +91,18 @@ def default_cost_model(
         ),
         microbatch_terms=(
             DenseComputeTime(flash_attention=flash_attention),
-            ExpertComputeTime(),
+            ExpertComputeTime(
+                load_imbalance=moe_load_imbalance, capacity_factor=moe_capacity_factor
+            ),
             LogitsComputeTime(),
             TpCommTime(overlap=tp_comm_overlap),
             CpCommTime(flash_attention=flash_attention),
             PpCommTime(),
-            EpCommTime(),
+            EpCommTime(
+                dispatcher=moe_dispatcher,
+                ep_overlap=moe_ep_overlap,
+                shared_expert_overlap=moe_shared_expert_overlap,
+            ),
             FsdpGatherTime(overlap=dp_comm_overlap),
             ExpertFsdpTime(overlap=dp_comm_overlap),
         ),

@@ -7,6 +7,10 @@ A GEMM of ``(m x k) @ (k x n)`` costs ``2*m*n*k`` FLOPs. Per token, one layer's 
   (``4*b*s^2*h`` per sequence for MHA, Narayanan et al. 2021 appendix);
 - MLP: ``2*h*f`` per matrix, 3 matrices for SwiGLU, 2 for GELU / squared-ReLU;
 - MoE layers: the router ``2*h*E``, ``top_k`` routed experts and the shared expert;
+- other layer kinds (``ModelSpec.layer_kinds``): multi-latent attention (its five projections and
+  a core over ``d_nope + d_rope`` and ``d_v``), sliding / chunked attention (the core over the
+  window), Mamba-2 mixers (Megatron's count), MLP-only and mixer-only layers (Nemotron-H), and
+  the MTP modules (their layer, projection and second logits pass);
 
 plus the logits ``2*h*V`` per token (once, not per layer). Backward is twice the forward, so model
 FLOPs are ``3 x forward`` (Korthikanti et al. 2022 Eq. 7; the NVIDIA dgxc-benchmarking "model
@@ -35,7 +39,12 @@ import numpy as np
 
 from autopar.specs import ModelSpec
 from autopar.terms import Grid, TermContext
-from cost_models.shapes import kv_size, query_size
+from cost_models.shapes import (
+    kv_size,
+    mamba_in_proj_size,
+    mla_projection_sizes,
+    query_size,
+)
 
 RECOMPUTE_SELECTIVE = 1
 RECOMPUTE_FULL = 2
@@ -47,9 +56,55 @@ def attention_linear_flop_per_token(model: ModelSpec) -> float:
     return 2.0 * (h * (q + 2 * kv) + q * h)
 
 
-def attention_core_flop_per_token(model: ModelSpec, seq_len: int, *, causal: bool) -> float:
-    """Scores and values of one layer, forward: ``4*s*q`` (half when causal)."""
-    return 4.0 * seq_len * query_size(model) * (0.5 if causal else 1.0)
+def attention_keys(model: ModelSpec, mixer: str, seq_len: int) -> int:
+    """Keys each query attends to: ``s``, or the window of a sliding / chunked layer."""
+    if mixer == "sliding":
+        return min(seq_len, model.attention_window)
+    return seq_len
+
+
+def attention_core_flop_per_token(
+    model: ModelSpec, seq_len: int, *, causal: bool, mixer: str = "attention"
+) -> float:
+    """Scores and values of one layer, forward: ``4*s*q`` (half when causal), ``s`` the keys a
+    query sees. MLA: ``2*s*n*(d_nope + d_rope)`` for the scores and ``2*s*n*d_v`` for the values
+    (Megatron ``training.py`` ``num_floating_point_operations``, MLA branch)."""
+    keys = attention_keys(model, mixer, seq_len) * (0.5 if causal else 1.0)
+    if mixer == "mla":
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        return 2.0 * keys * model.num_attention_heads * (qk + model.v_head_dim)
+    if mixer in ("attention", "sliding"):
+        return 4.0 * keys * query_size(model)
+    return 0.0
+
+
+def mla_linear_flop_per_token(model: ModelSpec) -> float:
+    """MLA projections, forward (``shapes.mla_projection_sizes``)."""
+    return 2.0 * sum(i * o for i, o in mla_projection_sizes(model).values())
+
+
+def mamba_flop_per_token(model: ModelSpec) -> float:
+    """One Mamba-2 mixer, forward: in_proj, the SSD scan and out_proj, as Megatron counts them
+    (``training.py`` ``mamba_layer_flops``: ``2*h*in_proj + 7*d_inner*d_state + 2*d_inner*h``;
+    the scan term follows the chunked SSD algorithm, Dao & Gu 2024 §6)."""
+    h, d_inner = model.hidden_size, model.mamba_inner_size
+    return (
+        2.0 * h * mamba_in_proj_size(model)
+        + 7.0 * d_inner * model.mamba_state_size
+        + (2.0 * d_inner * h)
+    )
+
+
+def mixer_flop_per_token(model: ModelSpec, mixer: str, seq_len: int, *, causal: bool) -> float:
+    """One layer's token mixer, forward, per token."""
+    core = attention_core_flop_per_token(model, seq_len, causal=causal, mixer=mixer)
+    if mixer in ("attention", "sliding"):
+        return attention_linear_flop_per_token(model) + core
+    if mixer == "mla":
+        return mla_linear_flop_per_token(model) + core
+    if mixer == "mamba":
+        return mamba_flop_per_token(model)
+    return 0.0
 
 
 def mlp_flop_per_token(model: ModelSpec, ffn: int) -> float:
@@ -65,18 +120,48 @@ def moe_mlp_flop_per_token(model: ModelSpec) -> float:
     return router + routed + shared
 
 
+def ffn_flop_per_token(model: ModelSpec, ffn: str) -> float:
+    if ffn == "dense":
+        return mlp_flop_per_token(model, model.ffn_hidden_size)
+    if ffn == "moe":
+        return moe_mlp_flop_per_token(model)
+    return 0.0
+
+
+def kind_flop_per_token(model: ModelSpec, kind: str, seq_len: int, *, causal: bool) -> float:
+    """One layer of ``kind`` (``"mixer/ffn"``), forward, per token."""
+    mixer, _, ffn = kind.partition("/")
+    return mixer_flop_per_token(model, mixer, seq_len, causal=causal) + ffn_flop_per_token(
+        model, ffn
+    )
+
+
 def logits_flop_per_token(model: ModelSpec) -> float:
-    return 2.0 * model.hidden_size * model.vocab_size
+    """The output layer, once per prediction head: the main one and each MTP module (Megatron
+    ``training.py``: ``2*s*h*V*(1 + mtp_num_layers)``)."""
+    return 2.0 * model.hidden_size * model.vocab_size * (1 + model.num_mtp_layers)
 
 
 def layers_forward_flop_per_token(model: ModelSpec, seq_len: int, *, causal: bool) -> float:
-    """All transformer layers, forward, per token (no logits)."""
-    per_layer = attention_linear_flop_per_token(model) + attention_core_flop_per_token(
-        model, seq_len, causal=causal
+    """All transformer layers (MTP modules included: their layer and ``2h -> h`` projection),
+    forward, per token (no logits)."""
+    counts = kind_counts(model)
+    layers = sum(
+        n * kind_flop_per_token(model, kind, seq_len, causal=causal) for kind, n in counts.items()
     )
-    dense_mlp = model.num_dense_layers * mlp_flop_per_token(model, model.ffn_hidden_size)
-    moe_mlp = model.num_moe_layers * moe_mlp_flop_per_token(model) if model.is_moe else 0.0
-    return model.num_layers * per_layer + dense_mlp + moe_mlp
+    projection = model.num_mtp_layers * 2.0 * (2 * model.hidden_size) * model.hidden_size
+    return layers + projection
+
+
+def kind_counts(model: ModelSpec) -> dict[str, int]:
+    """Layers of each kind, the MTP modules' layers included."""
+    counts: dict[str, int] = {}
+    for kind in model.layer_kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    if model.num_mtp_layers:
+        kind = model.mtp_layer_kind
+        counts[kind] = counts.get(kind, 0) + model.num_mtp_layers
+    return counts
 
 
 def model_flop_per_sequence(model: ModelSpec, seq_len: int, *, causal: bool = False) -> float:
@@ -90,10 +175,12 @@ def model_flop_per_sequence(model: ModelSpec, seq_len: int, *, causal: bool = Fa
 def recompute_flop_per_sequence(
     model: ModelSpec, seq_len: int, recompute: np.ndarray, *, causal: bool = False
 ) -> np.ndarray:
-    """Extra forward FLOPs re-executed by activation recomputation, per sequence."""
+    """Extra forward FLOPs re-executed by activation recomputation, per sequence: every layer
+    (full) or the attention cores (selective)."""
     full = seq_len * layers_forward_flop_per_token(model, seq_len, causal=causal)
-    selective = (
-        seq_len * model.num_layers * attention_core_flop_per_token(model, seq_len, causal=causal)
+    selective = seq_len * sum(
+        n * attention_core_flop_per_token(model, seq_len, causal=causal, mixer=kind.split("/")[0])
+        for kind, n in kind_counts(model).items()
     )
     code = np.asarray(recompute)
     return np.where(

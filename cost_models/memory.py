@@ -46,15 +46,19 @@ import numpy as np
 from autopar.specs import GIB, ModelSpec
 from autopar.terms import Grid, TermContext
 from cost_models.compute import mlp_up_width
-from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from cost_models.pipeline import first_stage_layers
+from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.shapes import (
-    dense_block_params,
     dense_layer_params,
     expert_params,
+    first_stage_kind_counts,
+    kind_params,
     kv_size,
+    mamba_in_proj_size,
+    mtp_extra_params,
+    norm_params,
     padded_vocab,
     query_size,
+    stage_kinds,
     stage_layers,
 )
 from cost_models.switches import switch
@@ -91,16 +95,39 @@ def fp8_linear_gemms(ctx: TermContext) -> frozenset[str]:
     return frozenset(ctx.training.stack.fp8_gemms)
 
 
+def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool, bool]]:
+    """Per stage: dense-grid layer parameters (MTP modules on the last), whether it holds the
+    input embedding (first) and the output layer (last)."""
+    out = []
+    for stage in range(pp):
+        counts = stage_kinds(model, pp, stage)
+        params = float(sum(n * kind_params(model, kind) for kind, n in counts.items()))
+        last = stage == pp - 1
+        if last:
+            params += model.num_mtp_layers * mtp_extra_params(model) + norm_params(model)
+        out.append((params, stage == 0, last))
+    return out
+
+
 def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """Dense-grid parameters on one rank of the first stage: its layers, the input embedding
-    (and learned positions), and the output layer when ``pp == 1`` and embeddings are untied
-    (Megatron ``theoretical_memory_usage.py``, "most loaded model shard")."""
+    """Dense-grid parameters on one rank of the most loaded stage: its layers, the input
+    embedding (and learned positions) on the first stage, the untied output layer and the MTP
+    modules on the last (Megatron ``theoretical_memory_usage.py``, "most loaded model shard";
+    for a uniform model that is the first stage, as there)."""
+    tp, pp = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
+    )
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
-    output = np.where((pp == 1) & (not model.tied_embeddings), embedding, 0.0)
-    stage_share = first_stage_layers(model.num_layers, pp) / model.num_layers
-    return (dense_block_params(model) * stage_share + embedding + positions + output) / tp
+    output = embedding * (0.0 if model.tied_embeddings else 1.0)
+    best = np.zeros(len(tp))
+    for value in np.unique(pp):
+        rows = pp == value
+        for params, first, last in stage_layer_param_sums(model, int(value)):
+            stage = params + (embedding[rows] + positions) * first + output[rows] * last
+            best[rows] = np.maximum(best[rows], stage)
+    return best / tp
 
 
 def dense_shard_degree(grid: Grid, ctx: TermContext, *, megatron_compatible: bool) -> np.ndarray:
@@ -176,10 +203,107 @@ class ExpertParamMemory:
         model = ctx.model
         if not model.is_moe:
             return np.zeros(len(pp))
-        params = stage_layers(model.num_moe_layers, pp) * expert_params(model) / (ep * etp)
+        params = stage_expert_layers(model, grid["pp"]) * expert_params(model) / (ep * etp)
         bytes_per_param, stage = _bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
+
+
+def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
+    """MoE layers (MTP ones included) on the stage that holds the most of them."""
+    pp = np.atleast_1d(np.asarray(pp))
+    out = np.zeros(len(pp))
+    for value in np.unique(pp):
+        most = max(
+            sum(n for kind, n in stage_kinds(model, int(value), i).items() if kind.endswith("/moe"))
+            for i in range(int(value))
+        )
+        out[pp == value] = most
+    return out
+
+
+def mixer_activation_bytes_per_token(
+    model: ModelSpec,
+    mixer: str,
+    *,
+    keys: np.ndarray,
+    flash_attention: bool,
+    stores_scores,
+    recompute: np.ndarray,
+    fp8_gemms: frozenset[str] = frozenset(),
+) -> tuple[float | np.ndarray, float | np.ndarray]:
+    """(outside the TP region, inside it) bytes one token mixer keeps per token (module
+    docstring): its norm input and its input outside; inside, attention keeps Q, K, V and its
+    output (and the scores or the log-sum-exp). MLA also keeps its two latents (replicated
+    over TP: counted outside); under selective recompute it re-runs the up-projections and
+    the core from them (Megatron ``--recompute-modules mla_up_proj core_attn``) and keeps only
+    the core's output. Mamba-2 runs Megatron's memory-efficient path
+    (``mamba_split_conv1d_scan_combined``, ``ssm/mamba_mixer.py``), which keeps the in_proj
+    output and recomputes the conv and scan internals, plus the scan output and the gated
+    norm's output (the out_proj input). ``fp8_gemms``: Transformer Engine saves an FP8 layer's
+    input as its FP8 copy (1 B/element; ``LayerNormLinear.ln_out``, ``Linear.inputmat``), and keeps
+    the output projection's FP8 input besides the BF16 attention output."""
+    h = model.hidden_size
+    if mixer == "none":
+        return 0.0, 0.0
+    outside = (2.0 + (1.0 if "qkv" in fp8_gemms else 2.0)) * h
+    proj_in = 1.0 if "proj" in fp8_gemms else 2.0
+    if mixer == "mamba":
+        inner = model.mamba_inner_size
+        return outside, 2.0 * mamba_in_proj_size(model) + (2.0 + proj_in) * inner
+    heads = model.num_attention_heads
+    scores = 4.0 * heads if flash_attention else 5.0 * heads * keys
+    scores = np.where(stores_scores, scores, 0.0)
+    if mixer == "mla":
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        latents = 2.0 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+        output = (1.0 + proj_in) * heads * model.v_head_dim
+        inside = 2.0 * heads * (qk + qk + model.v_head_dim) + output + scores
+        selective = np.asarray(recompute) == RECOMPUTE_SELECTIVE
+        return outside + latents, np.where(selective, output, inside)
+    q, kv = query_size(model), kv_size(model)
+    return outside, 2.0 * (q + 2 * kv) + (3.0 if "proj" in fp8_gemms else 2.0) * q + scores
+
+
+def kind_activation_bytes_per_token(
+    model: ModelSpec,
+    kind: str,
+    *,
+    tp: np.ndarray,
+    sp: np.ndarray,
+    keys: np.ndarray,
+    flash_attention: bool,
+    dropout: bool,
+    recompute: np.ndarray,
+    fp8_gemms: frozenset[str] = frozenset(),
+) -> np.ndarray:
+    """Bytes one layer of ``kind`` keeps per token for backward, its MoE experts excepted
+    (``ExpertActivationMemory``); ``keys`` is the attention span (it matters only for
+    materialised scores); ``fp8_gemms`` as ``mixer_activation_bytes_per_token`` (FC1 and FC2
+    inputs at 1 B when they run in FP8)."""
+    mixer, _, ffn = kind.partition("/")
+    h = model.hidden_size
+    stores_scores = flash_attention | (np.asarray(recompute) == 0)
+    outside, inside = mixer_activation_bytes_per_token(
+        model,
+        mixer,
+        keys=keys,
+        flash_attention=flash_attention,
+        stores_scores=stores_scores,
+        recompute=recompute,
+        fp8_gemms=fp8_gemms,
+    )
+    if ffn == "moe":
+        outside = outside + 4.0 * h  # norm input and the router / dispatcher input
+    if ffn == "dense":
+        outside = outside + (2.0 + (1.0 if "fc1" in fp8_gemms else 2.0)) * h
+        inside = inside + 2.0 * mlp_up_width(model, model.ffn_hidden_size)
+        inside = inside + (1.0 if "fc2" in fp8_gemms else 2.0) * model.ffn_hidden_size
+    sublayers = (mixer != "none") + (ffn != "none")
+    outside = outside + (1.0 * h if dropout else 0.0) * sublayers
+    sp_divisor = np.where(np.asarray(sp) == 1, tp, 1.0)
+    full_layer = outside / sp_divisor + inside / tp
+    return np.where(np.asarray(recompute) == RECOMPUTE_FULL, 2.0 * h / sp_divisor, full_layer)
 
 
 def layer_activation_bytes_per_token(
@@ -193,30 +317,19 @@ def layer_activation_bytes_per_token(
     recompute: np.ndarray,
     fp8_gemms: frozenset[str] = frozenset(),
 ) -> np.ndarray:
-    """Bytes one dense layer keeps per token of a micro-batch for backward (module docstring).
-
-    ``keys`` is the attention span (``s``); it matters only for materialised scores.
-    ``fp8_gemms`` names the linear layers that run in FP8: Transformer Engine saves their input
-    for the weight gradient as the FP8 copy it already made (1 B/element instead of 2;
-    ``transformer_engine/pytorch/module/linear.py`` and ``layernorm_linear.py`` save the
-    quantised ``inputmat`` / ``ln_out``): QKV input ``h``, FC1 input ``h``, FC2 input ``f`` halve;
-    the output projection's FP8 input (``q`` bytes) is kept besides the BF16 attention output
-    that flash attention saves (``dot_product_attention``)."""
-    h, q, kv = model.hidden_size, query_size(model), kv_size(model)
-    f = model.ffn_hidden_size
-    heads = model.num_attention_heads
-    qkv_in = 1.0 if "qkv" in fp8_gemms else 2.0
-    fc1_in = 1.0 if "fc1" in fp8_gemms else 2.0
-    fc2_in = 1.0 if "fc2" in fp8_gemms else 2.0
-    outside = (4.0 + qkv_in + fc1_in + (2.0 if dropout else 0.0)) * h
-    inside = 2.0 * (q + 2 * kv) + (3.0 if "proj" in fp8_gemms else 2.0) * q
-    inside = inside + 2.0 * mlp_up_width(model, f) + fc2_in * f
-    scores = 4.0 * heads if flash_attention else 5.0 * heads * keys
-    stores_scores = flash_attention | (np.asarray(recompute) == 0)
-    inside = inside + np.where(stores_scores, scores, 0.0)
-    sp_divisor = np.where(np.asarray(sp) == 1, tp, 1.0)
-    full_layer = outside / sp_divisor + inside / tp
-    return np.where(np.asarray(recompute) == RECOMPUTE_FULL, 2.0 * h / sp_divisor, full_layer)
+    """Bytes one dense attention layer keeps per token of a micro-batch for backward (module
+    docstring)."""
+    return kind_activation_bytes_per_token(
+        model,
+        "attention/dense",
+        tp=tp,
+        sp=sp,
+        keys=keys,
+        flash_attention=flash_attention,
+        dropout=dropout,
+        recompute=recompute,
+        fp8_gemms=fp8_gemms,
+    )
 
 
 def megatron_layer_activation_bytes_per_token(
@@ -231,8 +344,8 @@ def megatron_layer_activation_bytes_per_token(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerActivationMemory:
-    """Activations of one micro-batch on the first stage: ``num_layers/pp`` layers (attention of
-    every layer, MLP of the dense ones; MoE MLPs are ``ExpertActivationMemory``), plus the
+    """Activations of one micro-batch on the first stage (it holds the most in flight): each of
+    its layers by kind (mixers, dense MLPs; MoE MLPs are ``ExpertActivationMemory``), plus the
     embedding's dropout mask and token ids (Megatron: ``8*s*b + s*b*h`` per micro-batch)."""
 
     name: str = "layer_activations_bytes"
@@ -250,25 +363,23 @@ class LayerActivationMemory:
         if self.megatron_compatible:
             return self._megatron(grid, ctx)
         tokens = mbs * s / cp
+        flash = switch(self.flash_attention, ctx, "flash_attention")
         dropout = switch(self.dropout, ctx, "dropout")
         fp8 = fp8_linear_gemms(ctx)
-        per_token = layer_activation_bytes_per_token(
-            model,
-            tp=tp,
-            sp=grid["sp"],
-            keys=s,
-            flash_attention=switch(self.flash_attention, ctx, "flash_attention"),
-            dropout=dropout,
-            recompute=grid["recompute"],
-            fp8_gemms=fp8,
-        )
-        moe_share = model.num_moe_layers / model.num_layers
-        fc2_in = 1.0 if "fc2" in fp8 else 2.0
-        mlp = (
-            2.0 * mlp_up_width(model, model.ffn_hidden_size) + fc2_in * model.ffn_hidden_size
-        ) / tp
-        mlp = np.where(np.asarray(grid["recompute"]) == RECOMPUTE_FULL, 0.0, mlp)
-        layers = first_stage_layers(model.num_layers, pp) * tokens * (per_token - moe_share * mlp)
+        layers = np.zeros(len(tp))
+        for kind, count in first_stage_kind_counts(model, grid["pp"]).items():
+            per_token = kind_activation_bytes_per_token(
+                model,
+                kind,
+                tp=tp,
+                sp=grid["sp"],
+                keys=attention_keys(model, kind.split("/")[0], s),
+                flash_attention=flash,
+                dropout=dropout,
+                recompute=grid["recompute"],
+                fp8_gemms=fp8,
+            )
+            layers = layers + count * tokens * per_token
         sp_divisor = np.where(np.asarray(grid["sp"]) == 1, tp, 1.0)
         embedding = tokens * (8.0 + (model.hidden_size if dropout else 0.0) / sp_divisor)
         return layers + embedding
@@ -313,14 +424,23 @@ class ExpertActivationMemory:
             return np.zeros(len(tp))
         tokens = mbs * ctx.training.seq_len / cp
         fe = model.expert_ffn_hidden_size
-        copy = 4.0 * model.hidden_size + 2.0 * mlp_up_width(model, fe) + 2.0 * fe
+        # FP8: Transformer Engine keeps the FP8 copies of the two GEMM inputs for backward.
+        fp8 = fp8_linear_gemms(ctx)
+        fc1_in = 1.0 if "fc1" in fp8 else 2.0
+        fc2_in = 1.0 if "fc2" in fp8 else 2.0
+        h = model.hidden_size
+        copy = (fc1_in + 2.0) * h + 2.0 * mlp_up_width(model, fe) + fc2_in * fe
         routed = tokens / tp * model.experts_per_token * copy
         fs = model.shared_expert_ffn_hidden_size
         shared = tokens * (2.0 * mlp_up_width(model, fs) + 2.0 * fs) / tp if fs else 0.0
         router = tokens / tp * 4.0 * model.num_experts
         per_layer = routed + shared + router
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
-        return np.where(full, 0.0, stage_layers(model.num_moe_layers, pp) * per_layer)
+        moe_layers = sum(
+            (n for kind, n in first_stage_kind_counts(model, grid["pp"]).items() if "/moe" in kind),
+            np.zeros(len(tp)),
+        )
+        return np.where(full, 0.0, moe_layers * per_layer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,18 +474,25 @@ class RecomputeWorkspaceMemory:
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, cp, mbs = _axes(grid, "tp", "cp", "mbs")
+        flash = switch(self.flash_attention, ctx, "flash_attention")
         s = ctx.training.seq_len
         none = np.zeros(len(tp))
-        per_token = layer_activation_bytes_per_token(
-            ctx.model,
-            tp=tp,
-            sp=grid["sp"],
-            keys=s,
-            flash_attention=switch(self.flash_attention, ctx, "flash_attention"),
-            dropout=ctx.training.stack.dropout,
-            recompute=none,
-            fp8_gemms=fp8_linear_gemms(ctx),
-        )
+        per_token = np.zeros(len(tp))
+        for kind in set(ctx.model.layer_kinds):
+            per_token = np.maximum(
+                per_token,
+                kind_activation_bytes_per_token(
+                    ctx.model,
+                    kind,
+                    tp=tp,
+                    sp=grid["sp"],
+                    keys=attention_keys(ctx.model, kind.split("/")[0], s),
+                    flash_attention=flash,
+                    dropout=ctx.training.stack.dropout,
+                    recompute=none,
+                    fp8_gemms=fp8_linear_gemms(ctx),
+                ),
+            )
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         return np.where(full, mbs * s / cp * per_token, 0.0)
 

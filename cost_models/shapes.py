@@ -14,6 +14,8 @@ Sources: parameter terms follow Megatron ``megatron/training/theoretical_memory_
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from autopar.specs import ModelSpec
@@ -57,26 +59,113 @@ def mlp_params(model: ModelSpec, ffn: int) -> int:
     return h * up + ffn * h + biases
 
 
-def dense_layer_params(model: ModelSpec) -> int:
-    """A dense transformer layer: attention + MLP + the MLP's norm."""
-    return attention_params(model) + mlp_params(model, model.ffn_hidden_size) + norm_params(model)
+def mla_projection_sizes(model: ModelSpec) -> dict[str, tuple[int, int]]:
+    """MLA linear layers as ``(in, out)`` (Megatron ``multi_latent_attention.py``,
+    ``MLASelfAttention``: ``linear_q_down_proj`` / ``linear_q_up_proj`` (or ``linear_q_proj``
+    when ``q_lora_rank`` is null), ``linear_kv_down_proj`` (latent + the shared RoPE key),
+    ``linear_kv_up_proj``, ``linear_proj``; DeepSeek-V2 report §2.1.2 Eq. 9-19)."""
+    h, n = model.hidden_size, model.num_attention_heads
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    sizes = {
+        "kv_down": (h, model.kv_lora_rank + model.qk_rope_head_dim),
+        "kv_up": (model.kv_lora_rank, n * (model.qk_nope_head_dim + model.v_head_dim)),
+        "out": (n * model.v_head_dim, h),
+    }
+    if model.q_lora_rank:
+        sizes["q_down"] = (h, model.q_lora_rank)
+        sizes["q_up"] = (model.q_lora_rank, n * qk)
+    else:
+        sizes["q"] = (h, n * qk)
+    return sizes
 
 
-def moe_layer_non_expert_params(model: ModelSpec) -> int:
-    """The parts of an MoE layer that live on the dense grid: attention, norm, router, shared
-    expert (Megatron shards the shared expert with TP like a dense MLP)."""
-    shared = (
-        mlp_params(model, model.shared_expert_ffn_hidden_size)
-        if model.shared_expert_ffn_hidden_size
-        else 0
+MLA_REPLICATED = ("q_down", "kv_down")
+"""MLA projections Megatron does not split over TP (``linear_q_down_proj`` and
+``linear_kv_down_proj`` are built with ``parallel_mode="duplicated"``)."""
+
+
+def mla_params(model: ModelSpec) -> int:
+    """MLA projections, the latent norms (q and kv ``layernorm``) and the layer's input norm."""
+    weights = sum(i * o for i, o in mla_projection_sizes(model).values())
+    latent_norms = model.kv_lora_rank + model.q_lora_rank
+    return weights + latent_norms + norm_params(model)
+
+
+def mamba_in_proj_size(model: ModelSpec) -> int:
+    """Mamba-2 ``in_proj`` output: z and x (``2*d_inner``), B and C (``2*ngroups*d_state``) and
+    dt (``nheads``) (Megatron ``ssm/mamba_mixer.py``; Dao & Gu 2024 §7.1)."""
+    return (
+        2 * model.mamba_inner_size
+        + 2 * model.mamba_num_groups * model.mamba_state_size
+        + model.mamba_num_heads
     )
-    router = model.hidden_size * model.num_experts
-    return attention_params(model) + norm_params(model) + router + shared
+
+
+def mamba_conv_channels(model: ModelSpec) -> int:
+    """Channels of the depthwise causal convolution: x, B and C."""
+    return model.mamba_inner_size + 2 * model.mamba_num_groups * model.mamba_state_size
+
+
+def mamba_params(model: ModelSpec) -> int:
+    """One Mamba-2 mixer with its input norm: in_proj, conv1d (weight + bias), dt_bias, A_log, D,
+    the gated RMSNorm over ``d_inner`` and out_proj (Megatron ``ssm/mamba_mixer.py``)."""
+    h, d_inner, heads = model.hidden_size, model.mamba_inner_size, model.mamba_num_heads
+    conv = mamba_conv_channels(model) * (model.mamba_conv_kernel + 1)
+    return (h * mamba_in_proj_size(model) + conv + 3 * heads + d_inner + d_inner * h) + norm_params(
+        model
+    )
+
+
+def mixer_params(model: ModelSpec, mixer: str) -> int:
+    """Parameters of one layer's token mixer with its input norm (0 for ``none``)."""
+    if mixer in ("attention", "sliding"):
+        sinks = model.num_attention_heads if model.attention_sinks else 0
+        return attention_params(model) + sinks
+    if mixer == "mla":
+        return mla_params(model)
+    if mixer == "mamba":
+        return mamba_params(model)
+    return 0
+
+
+def router_params(model: ModelSpec) -> int:
+    return model.hidden_size * model.num_experts + (model.num_experts if model.linear_bias else 0)
+
+
+def ffn_non_expert_params(model: ModelSpec, ffn: str) -> int:
+    """The part of one layer's MLP that lives on the dense (TP) grid, with its norm: a dense MLP,
+    or an MoE layer's router and shared expert (Megatron shards the shared expert with TP)."""
+    if ffn == "dense":
+        return mlp_params(model, model.ffn_hidden_size) + norm_params(model)
+    if ffn == "moe":
+        shared = model.shared_expert_ffn_hidden_size
+        return (
+            router_params(model) + (mlp_params(model, shared) if shared else 0) + norm_params(model)
+        )
+    return 0
 
 
 def expert_params(model: ModelSpec) -> int:
     """All routed experts of one MoE layer."""
     return model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
+
+
+def kind_params(model: ModelSpec, kind: str) -> int:
+    """Dense-grid parameters of one layer of ``kind`` (``"mixer/ffn"``)."""
+    mixer, _, ffn = kind.partition("/")
+    return mixer_params(model, mixer) + ffn_non_expert_params(model, ffn)
+
+
+def mtp_extra_params(model: ModelSpec) -> int:
+    """One MTP module besides its transformer layer: the ``2h -> h`` projection and the two
+    input norms (DeepSeek-V3 report §2.2; Megatron ``multi_token_prediction.py``: ``enorm``,
+    ``hnorm``, ``eh_proj``) plus its final norm; embedding and output are shared."""
+    return 2 * model.hidden_size * model.hidden_size + 3 * norm_params(model)
+
+
+def dense_layer_params(model: ModelSpec) -> int:
+    """The largest dense-grid layer (what ZeRO-3 gathers at a time)."""
+    return max(kind_params(model, kind) for kind in set(model.layer_kinds))
 
 
 def stage_layers(num_layers: int, pp) -> np.ndarray:
@@ -87,11 +176,135 @@ def stage_layers(num_layers: int, pp) -> np.ndarray:
     return np.ceil(num_layers / np.asarray(pp, dtype=np.float64))
 
 
+def stage_bounds(num_layers: int, pp: int, *, last_extra_layers: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` of each stage's layers, as ``autopar.rules.pipeline_split`` splits them:
+    even when ``pp`` divides the layers; with ``m = ceil(L/pp)`` and ``pp*m - L`` of 1 or 2 the
+    embedding (and the loss) take a layer's slot on the first (and last) stage
+    (``--account-for-embedding/loss-in-pipeline-split``); else ``m`` per middle stage and the
+    rest split between the first and last (``--decoder-first/last-pipeline-num-layers``), the
+    last taking ``last_extra_layers`` (its MTP modules) fewer, as Megatron-Bridge's
+    ``pipeline_model_parallel_layout`` for DeepSeek-V3 does (``Et|(tt|)*30mL``: 7, 8 x 6,
+    6 + MTP)."""
+    m = -(-num_layers // pp)
+    extra = pp * m - num_layers
+    if num_layers % pp == 0 or pp <= 2:
+        sizes = [num_layers // pp + (1 if i < num_layers % pp else 0) for i in range(pp)]
+    elif extra <= 2:
+        sizes = [m - 1, *([m] * (pp - 2)), m - (extra - 1)]
+    else:
+        rest = max(num_layers - (pp - 2) * m, 2)
+        first = min(max(1, (rest + last_extra_layers) // 2), rest - 1)
+        sizes = [first, *([m] * (pp - 2)), rest - first]
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append((start, min(start + size, num_layers)))
+        start += size
+    return bounds
+
+
+def stage_kinds(model: ModelSpec, pp: int, stage: int) -> dict[str, int]:
+    """Layer kinds held by one pipeline stage; MTP modules sit on the last stage (Megatron
+    ``multi_token_prediction.py``: ``mtp_on_this_rank`` is the last pipeline stage)."""
+    bounds = stage_bounds(model.num_layers, pp, last_extra_layers=model.num_mtp_layers)
+    start, end = bounds[stage]
+    counts: dict[str, int] = {}
+    for kind in model.layer_kinds[start:end]:
+        counts[kind] = counts.get(kind, 0) + 1
+    if stage == pp - 1 and model.num_mtp_layers:
+        kind = model.mtp_layer_kind
+        counts[kind] = counts.get(kind, 0) + model.num_mtp_layers
+    return counts
+
+
+def heaviest_stage(
+    model: ModelSpec,
+    pp: np.ndarray,
+    *,
+    weight: Callable[[str], float],
+    last_stage_extra: float = 0.0,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per layout row, the layer-kind counts of the stage with the most ``weight`` (FLOPs for
+    time: with dense-first layers, MTP or an uneven split the stages differ, and the most
+    loaded one sets the pace), and whether that stage is the last one (which also carries
+    ``last_stage_extra``: the output layer); vectorised over the distinct ``pp`` values."""
+    pp = np.atleast_1d(np.asarray(pp, dtype=np.int64))
+    kinds = sorted({*model.layer_kinds, model.mtp_layer_kind})
+    out = {kind: np.zeros(len(pp)) for kind in kinds}
+    is_last = np.zeros(len(pp), dtype=bool)
+    weights = {kind: weight(kind) for kind in kinds}
+    for value in np.unique(pp):
+        stages = [stage_kinds(model, int(value), i) for i in range(int(value))]
+        loads = [sum(n * weights[k] for k, n in c.items()) for c in stages]
+        loads[-1] += last_stage_extra
+        index = int(np.argmax(loads))
+        rows = pp == value
+        is_last[rows] = index == int(value) - 1
+        for kind, count in stages[index].items():
+            out[kind][rows] = count
+    return out, is_last
+
+
+def stage_kind_counts(
+    model: ModelSpec, pp: np.ndarray, *, weight: Callable[[str], float]
+) -> dict[str, np.ndarray]:
+    """The layer-kind counts of ``heaviest_stage``."""
+    return heaviest_stage(model, pp, weight=weight)[0]
+
+
+def first_stage_kind_counts(model: ModelSpec, pp: np.ndarray) -> dict[str, np.ndarray]:
+    """Layer-kind counts of the first stage (it holds the most micro-batches in flight)."""
+    pp = np.asarray(pp, dtype=np.int64)
+    kinds = sorted(set(model.layer_kinds))
+    out = {kind: np.zeros(len(pp)) for kind in kinds}
+    for value in np.unique(pp):
+        for kind, count in stage_kinds(model, int(value), 0).items():
+            out[kind][pp == value] = count
+    return out
+
+
+def kind_total_params(model: ModelSpec, kind: str) -> int:
+    """All parameters of one layer of ``kind``, routed experts included."""
+    return kind_params(model, kind) + (expert_params(model) if kind.endswith("/moe") else 0)
+
+
 def dense_block_params(model: ModelSpec) -> int:
     """Transformer-block parameters that TP x PP shard (everything but the routed experts and the
-    embeddings), including the final norm."""
-    return (
-        model.num_dense_layers * dense_layer_params(model)
-        + model.num_moe_layers * moe_layer_non_expert_params(model)
-        + norm_params(model)
+    embeddings), including the final norm and the MTP modules."""
+    layers = sum(kind_params(model, kind) for kind in model.layer_kinds)
+    mtp = model.num_mtp_layers * (
+        kind_params(model, model.mtp_layer_kind) + mtp_extra_params(model)
     )
+    return layers + mtp + norm_params(model)
+
+
+def num_expert_layers(model: ModelSpec) -> int:
+    """MoE layers including MTP layers of MoE kind."""
+    mtp = model.num_mtp_layers if model.mtp_layer_kind.endswith("/moe") else 0
+    return model.num_moe_layers + mtp
+
+
+def total_params(model: ModelSpec, *, mtp: bool = True) -> int:
+    """All parameters (unpadded vocabulary), for reports and tests; ``mtp=False`` leaves the MTP
+    modules out (DeepSeek-V3's "671B main model")."""
+    embedding = model.vocab_size * model.hidden_size
+    output = 0 if model.tied_embeddings else embedding
+    positions = (
+        model.max_position_embeddings * model.hidden_size * int(model.learned_position_embeddings)
+    )
+    experts = num_expert_layers(model) * expert_params(model)
+    total = dense_block_params(model) + experts + embedding + output + positions
+    if not mtp and model.num_mtp_layers:
+        layer = kind_params(model, model.mtp_layer_kind) + mtp_extra_params(model)
+        moe = expert_params(model) if model.mtp_layer_kind.endswith("/moe") else 0
+        total -= model.num_mtp_layers * (layer + moe)
+    return total
+
+
+def active_params(model: ModelSpec) -> int:
+    """Parameters one token passes through (main model): routed experts count ``top_k`` times."""
+    full = total_params(model, mtp=False)
+    if not model.is_moe:
+        return full
+    per_expert = mlp_params(model, model.expert_ffn_hidden_size)
+    unused = model.num_moe_layers * (model.num_experts - model.experts_per_token) * per_expert
+    return full - unused

@@ -20,6 +20,7 @@ def _model_line(name: str) -> str:
         f"{name:<24} layers={m.num_layers:<4} hidden={m.hidden_size:<6} "
         f"heads={m.num_attention_heads}/{m.num_kv_heads:<4} ffn={m.ffn_hidden_size:<6} "
         f"vocab={m.vocab_size:<7} {m.mlp_kind:<12} {kind}"
+        + (f" ({m.layer_summary})" if m.layer_summary else "")
     )
 
 

@@ -1,0 +1,161 @@
+"""Per-layer-type and MoE cost terms (issue 12): each check could fail if a term ignored the
+layer kinds, the expert grid or the dispatcher."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autopar.api import load_cost_model, make_problem
+from autopar.context import make_context
+from autopar.loading import load_model
+from autopar.plan import GRID_AXES, Layout
+from autopar.space import build_space
+from autopar.terms import grid_of, memory_bytes, step_time_s
+from cost_models import default_cost_model
+from cost_models.communication import DISPATCHERS, EpCommTime, TpCommTime, best_dispatcher
+from cost_models.compute import ExpertComputeTime, critical_stage
+from cost_models.flops import model_flop_per_sequence
+from cost_models.memory import LayerActivationMemory
+from cost_models.shapes import first_stage_kind_counts, stage_bounds
+
+
+def _ctx(model: str, gpus: int, seq_len: int = 4096, gbs: int = 512, **options):
+    problem = make_problem(model=model, gpus=gpus, seq_len=seq_len, global_batch=gbs, **options)
+    return make_context(problem)
+
+
+def _grid(**axes):
+    return grid_of([Layout(**{"tp": 1, "pp": 1, "dp": 1, **axes})])
+
+
+def test_nemotron_h_flops_match_the_published_constant() -> None:
+    """NVIDIA dgxc-benchmarking: Nemotron-H 56B, 2.816e15 model FLOPs per 8192-token sequence
+    (published/README.md, "Formulas the sources give")."""
+    flop = model_flop_per_sequence(load_model("nemotron-h-56b"), 8192)
+    assert flop == pytest.approx(2.816e15, rel=0.005)
+
+
+def test_deepseek_stages_differ_and_the_critical_one_is_reported() -> None:
+    model = load_model("deepseek-v3")
+    first = first_stage_kind_counts(model, np.array([8]))
+    assert first["mla/dense"][0] == 3  # first_k_dense_replace layers on the first stage
+    assert [end - start for start, end in stage_bounds(61, 8, last_extra_layers=1)] == [
+        7,
+        8,
+        8,
+        8,
+        8,
+        8,
+        8,
+        6,
+    ]
+    counts, is_last = critical_stage(model, np.array([1, 8]), 4096)
+    assert counts["mla/moe"][0] == 59 and counts["mla/dense"][0] == 3  # 58 + the MTP layer
+    assert counts["mla/moe"][1] + counts["mla/dense"][1] <= 8
+
+
+def test_tp_comm_counts_only_tp_sharded_sublayers() -> None:
+    """Nemotron-H layers hold one sublayer each: half the TP collectives of an attention + MLP
+    layer of the same width."""
+    ctx = _ctx("nemotron-h-56b", 64, seq_len=8192)
+    grid = _grid(tp=8, dp=8, sequence_parallel=True)
+    hybrid = TpCommTime().evaluate(grid, ctx)[0]
+    dense = dataclasses.replace(ctx.model, layer_types=(), mamba_num_heads=0)
+    ratio = hybrid / TpCommTime().evaluate(grid, dataclasses.replace(ctx, model=dense))[0]
+    assert ratio == pytest.approx(0.5)
+
+
+def test_expert_tensor_parallelism_costs_communication() -> None:
+    """ETP > 1 all-gathers the routed tokens and reduce-scatters them back (Megatron
+    ``token_dispatcher.py``), so expert communication is non-zero even with EP 1."""
+    ctx = _ctx("qwen3-30b-a3b", 16)
+    term = EpCommTime()
+    assert term.evaluate(_grid(tp=2, dp=8, etp=1), ctx)[0] == 0.0
+    assert term.evaluate(_grid(tp=2, dp=8, etp=2), ctx)[0] > 0.0
+
+
+def test_ep_across_nodes_is_priced_not_forbidden() -> None:
+    ctx = _ctx("qwen3-30b-a3b", 16)
+    rules = build_space(make_problem(model="qwen3-30b-a3b", gpus=16, global_batch=512)).rules
+    assert not any("NVLink" in rule.family and "ep" in rule.axes for rule in rules)
+    term = EpCommTime()
+    inside = term.evaluate(_grid(dp=16, ep=8), ctx)[0]
+    across = term.evaluate(_grid(dp=16, ep=16), ctx)[0]
+    assert across > inside > 0.0
+
+
+def test_flex_dispatch_with_node_limited_routing_sends_less_across_nodes() -> None:
+    ctx = _ctx("deepseek-v3", 1024)
+    grid = _grid(tp=2, pp=8, dp=64, ep=64)
+    alltoall = EpCommTime(dispatcher="alltoall").evaluate(grid, ctx)[0]
+    flex = EpCommTime(dispatcher="flex").evaluate(grid, ctx)[0]
+    ungrouped = dataclasses.replace(ctx.model, moe_router_group_topk=0)
+    flex_any_node = EpCommTime(dispatcher="flex").evaluate(
+        grid, dataclasses.replace(ctx, model=ungrouped)
+    )[0]
+    assert flex < flex_any_node < alltoall
+
+
+def test_overlap_switches_hide_expert_communication() -> None:
+    ctx = _ctx("deepseek-v3", 1024)
+    grid = _grid(tp=2, pp=8, dp=64, ep=64)
+    plain = EpCommTime().evaluate(grid, ctx)[0]
+    assert EpCommTime(shared_expert_overlap=True).evaluate(grid, ctx)[0] < plain
+    assert EpCommTime(ep_overlap=True).evaluate(grid, ctx)[0] < plain
+
+
+def test_capacity_factor_caps_the_load_imbalance() -> None:
+    ctx = _ctx("qwen3-30b-a3b", 16)
+    grid = _grid(dp=16, ep=16)
+    balanced = ExpertComputeTime().evaluate(grid, ctx)[0]
+    skewed = ExpertComputeTime(load_imbalance=1.3).evaluate(grid, ctx)[0]
+    capped = ExpertComputeTime(load_imbalance=1.3, capacity_factor=1.0).evaluate(grid, ctx)[0]
+    assert skewed > balanced and capped == pytest.approx(balanced)
+
+
+def test_mla_selective_recompute_keeps_only_the_latents() -> None:
+    """Q, K, V of 128 heads are re-made from the latents: the first stage (3 dense MLA layers,
+    4 MoE) keeps under 60% of its activations."""
+    ctx = _ctx("deepseek-v3", 1024)
+    term = LayerActivationMemory()
+    none = term.evaluate(_grid(tp=2, pp=8, dp=64, sequence_parallel=True), ctx)[0]
+    selective = term.evaluate(
+        _grid(tp=2, pp=8, dp=64, sequence_parallel=True, recompute="selective"), ctx
+    )[0]
+    assert selective < 0.6 * none
+
+
+def test_qwen3_30b_on_256_h100s_picks_expert_parallelism() -> None:
+    """The whole space, scored in numpy (what the solver optimises): the fastest layout that
+    fits uses EP > 1."""
+    problem = make_problem(model="qwen3-30b-a3b", gpus=256, seq_len=4096, global_batch=1024)
+    ctx, cost_model = make_context(problem), load_cost_model(None)
+    grid = build_space(problem).pruned_grid(GRID_AXES)
+    times = step_time_s(cost_model, grid, ctx)
+    fits = memory_bytes(cost_model, grid, ctx) <= ctx.cluster.usable_memory_bytes
+    best = int(np.argmin(np.where(fits, times, np.inf)))
+    assert grid["ep"][best] > 1
+
+
+def test_default_cost_model_switches_reach_the_terms() -> None:
+    cm = default_cost_model(moe_dispatcher="flex", moe_capacity_factor=1.0, dropout=False)
+    ep = next(t for t in cm.microbatch_terms if t.name == "ep_comm_s")
+    expert = next(t for t in cm.microbatch_terms if t.name == "expert_compute_s")
+    assert ep.dispatcher == "flex" and expert.capacity_factor == 1.0
+
+
+def test_best_dispatcher_is_the_fastest_per_layout() -> None:
+    ctx = _ctx("deepseek-v3", 1024)
+    grid = grid_of(
+        [
+            Layout(tp=2, pp=8, dp=64, ep=64),  # EP over 8 nodes: DeepEP's dedup pays
+            Layout(tp=2, pp=8, dp=64, ep=1, etp=2),  # no EP: all-gather over 2 ranks
+        ]
+    )
+    best = EpCommTime(dispatcher="best").evaluate(grid, ctx)
+    for name in DISPATCHERS:
+        assert (best <= EpCommTime(dispatcher=name).evaluate(grid, ctx) + 1e-12).all()
+    assert best_dispatcher(grid, ctx)[0] == "flex"
