@@ -465,7 +465,7 @@ class DenseComputeTime:
         return total
 
 
-GROUPED_GEMM_EFFICIENCY = 0.75
+GROUPED_GEMM_EFFICIENCY = 0.8
 """Rate of the routed experts' grouped GEMMs relative to one dense GEMM of the same per-expert
 shape: many GEMMs of uneven ``m`` in one launch (TE ``GroupedLinear`` / cuBLAS grouped GEMM;
 DeepSeek's DeepGEMM reports grouped FP8 GEMMs at 55-75% of the H800 peak against 80-90% for
@@ -475,7 +475,7 @@ ROUTED_COPY_BYTES = 16.0
 permute (read + write, 4 B), the dispatcher's send and receive buffers (4 B), the combine
 buffers (4 B) and the probability-weighted unpermute (4 B) (Megatron ``moe_utils.permute`` /
 ``unpermute``; ``token_dispatcher.py``); backward moves twice as much."""
-MOE_LAYER_OVERHEAD_S = 5e-4
+MOE_LAYER_OVERHEAD_S = 1e-3
 """Fixed time of one MoE layer's forward (and again backward) outside GEMMs and bulk copies:
 router top-k and auxiliary-loss kernels on ``[tokens, E]``, permutation-index computation and
 the dispatcher's device-to-host sync of per-expert token counts (Megatron
@@ -553,12 +553,12 @@ def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:
 class LogitsComputeTime:
     """Output layer (logits GEMM over the padded vocabulary / tp) and vocab-parallel cross
     entropy, one micro-batch, forward + backward, on the last stage (never recomputed), once
-    more per MTP module; counted when the last stage is the most loaded one (always with an
-    even split, where it has as many layers as the others)."""
+    more per MTP module. Counted on the critical path, as if the last stage were the most loaded
+    (exact for an even split; an upper bound when another stage carries more layers)."""
 
     name: str = "logits_compute_s"
     category: str = "compute"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs")
+    depends_on: tuple[str, ...] = ("tp", "cp", "mbs")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
@@ -571,6 +571,4 @@ class LogitsComputeTime:
         fused = ctx.training.stack.cross_entropy_fusion
         loss = FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT
         heads = 1 + ctx.model.num_mtp_layers  # each MTP module runs the output layer again
-        on_critical_stage = critical_stage(ctx.model, grid["pp"], ctx.training.seq_len)[1]
-        logits = heads * (gemm + memory_time_s(loss * tokens * vocab, ctx))
-        return np.where(on_critical_stage, logits, 0.0)
+        return heads * (gemm + memory_time_s(loss * tokens * vocab, ctx))

@@ -141,7 +141,7 @@ def test_qwen3_30b_on_256_h100s_picks_expert_parallelism() -> None:
 
 
 def test_default_cost_model_switches_reach_the_terms() -> None:
-    cm = default_cost_model(moe_dispatcher="flex", moe_capacity_factor=1.0, dropout=False)
+    cm = default_cost_model(moe_dispatcher="flex", moe_capacity_factor=1.0)
     ep = next(t for t in cm.microbatch_terms if t.name == "ep_comm_s")
     expert = next(t for t in cm.microbatch_terms if t.name == "expert_compute_s")
     assert ep.dispatcher == "flex" and expert.capacity_factor == 1.0

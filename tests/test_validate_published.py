@@ -27,9 +27,12 @@ validate_published = _load()
 
 @pytest.fixture(scope="module")
 def table():
+    """The dense rows; the MoE rows (source ``mbridge_moe``) have their own targets in
+    ``tests/test_validate_moe.py``."""
     if not validate_published.DEFAULT_CSV.exists():
         pytest.fail(f"published runs missing: {validate_published.DEFAULT_CSV}")
-    return validate_published.validate(validate_published.DEFAULT_CSV)
+    modelled, skipped = validate_published.validate(validate_published.DEFAULT_CSV)
+    return modelled[modelled["source"] != "mbridge_moe"], skipped
 
 
 def test_every_source_is_modelled(table) -> None:
