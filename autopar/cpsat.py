@@ -197,10 +197,10 @@ def _fold_constants(grids: _Grids, parts: list[_Part]) -> list[_Part]:
     for part in parts:
         grid = grids.grid(part.axes)
         values = np.asarray(part.values_of(grid), dtype=np.float64).ravel()
-        if grids.rows(part.axes) and values.size and np.isfinite(values[0]):
-            if np.all(values == values[0]):
-                constant += float(values[0])
-                continue
+        same = values.size and np.isfinite(values[0]) and np.all(values == values[0])
+        if grids.rows(part.axes) and same:
+            constant += float(values[0])
+            continue
         varying.append(part)
     if constant or not varying:
         varying.append(_Part("constants", (), lambda g, c=constant: np.asarray(c)))
