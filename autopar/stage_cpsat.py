@@ -1,0 +1,712 @@
+"""Per-stage pipeline plans in CP-SAT, chosen together with the outer layout (issue 13).
+
+One model holds the layout axes (variables, value indicators, the rules and products of
+``autopar.cpsat``) and, for every pipeline shape ``(pp, vpp)`` still in play, the plan: integer
+chunk boundaries (layers per chunk in model order), and per stage a selective-recompute flag and
+a full-recompute count ``k`` (``min(k, layers of the chunk)`` layers of each chunk).
+
+Outer layouts are rows: one boolean per row, exactly one chosen, channelled to the axes'
+indicators. A row fixes every per-layer coefficient (``autopar.stage_costs``), so under its
+boolean the stage times, the stage memories and the objective are linear in the plan variables:
+
+    T_i   >= sum over chunks of stage i and layer kinds of
+             count*t_none + selective*(t_sel - t_none) + full*(t_full - t_none) + fixed_i
+    M_i   =  static_i + sum_j in_flight_ij * activations of chunk j  <= capacity
+    v*obj >= v*step + (m*v - 1) * max_i T_i + sum_i T_i
+
+(``autopar.stages`` for the schedule). ``max_i T_i`` is an ``add_max_equality``; kind counts of a
+chunk are prefix sums at its boundaries (``add_element``). Times are integer nanoseconds, memory
+integer bytes.
+
+Rows are pruned before the model is built, without losing the optimum: every row has a lower
+bound (no recompute, perfect balance: ``sum T >= S``, ``max T >= S/p``) and every row that fits
+with an even plan gives an upper bound; rows whose lower bound exceeds the best upper bound
+cannot hold the optimum. The even plans also give the hint. Middle stages that hold the same
+micro-batches in flight on every remaining row are interchangeable (single-kind models): their
+layer counts are ordered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from autopar.axes import AXIS, GRID_AXES
+from autopar.cpsat import VarMap, _add_layout, make_solver
+from autopar.plan import Layout
+from autopar.rules import layout_rules
+from autopar.space import Space, products
+from autopar.specs import Problem
+from autopar.stage_costs import StageCosts, probe_stage_costs
+from autopar.stages import (
+    RECOMPUTE_CODES,
+    StagePlan,
+    StageRecompute,
+    even_plan,
+    in_flight,
+    pipeline_time_s,
+    stage_figures,
+)
+from autopar.terms import CostModel, TermContext
+
+NS_PER_S = 1e9
+ABSOLUTE_GAP_NS = 10_000
+"""Optimality tolerance: 10 microseconds of step time."""
+BISECTIONS = 36
+"""Bisection steps of the water-filling bound (relative precision 2^-36 of the largest stage time)."""
+"""Optimality tolerance: 10 microseconds of step time."""
+SPLIT_FAMILY = "layers vs PP"
+
+
+def per_stage_space(problem: Problem) -> Space:
+    """The space of ``problem`` for per-stage plans: the even-split rules (``layers vs PP``) give
+    way to ``pp*vpp <= layers + 2`` (every chunk but the first and last holds a layer), and
+    ``recompute`` has one value: the plan carries each stage's."""
+    layers = problem.model.num_layers
+    rules = [r for r in layout_rules(problem) if r.family != SPLIT_FAMILY]
+    rules.append(
+        dataclasses.replace(
+            next(r for r in layout_rules(problem) if r.family == "interleaved schedule"),
+            family=SPLIT_FAMILY,
+            text=f"pp*vpp <= num_layers + 2 ({layers + 2}): every middle chunk holds a layer",
+            axes=("pp", "vpp"),
+            check=lambda g: g["pp"] * g["vpp"] <= layers + 2,
+            source="Megatron pipeline_parallel_layer_layout.py (E and L may stand alone)",
+        )
+    )
+    unpruned = {axis.name: axis.values(problem) for axis in AXIS.values()}
+    codes = unpruned["recompute"]
+    unpruned["recompute"] = (min(codes),) if codes else ()
+    domains = dict(unpruned)
+    single = tuple(r for r in rules if len(r.axes) == 1)
+    for rule in single:
+        axis = rule.axes[0]
+        values = np.array(domains[axis], dtype=np.int64)
+        domains[axis] = tuple(int(v) for v in values[rule.check({axis: values})])
+    return Space(
+        domains=domains,
+        rules=tuple(r for r in rules if len(r.axes) > 1),
+        products=products(problem),
+        unpruned_domains=unpruned,
+        single_axis_rules=single,
+    )
+
+
+def allowed_modes(problem: Problem) -> tuple[str, ...]:
+    return tuple(problem.options.recompute)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidates:
+    """The outer rows, their costs, bounds and the best even plan of each."""
+
+    grid: dict[str, np.ndarray]
+    costs: StageCosts
+    lower_s: np.ndarray
+    even_s: np.ndarray
+    """Best even plan's step time per row (inf where none fits)."""
+    even_plans: list[StagePlan | None]
+    even_peak_bytes: np.ndarray
+    """Smallest peak stage memory over the even plans of each row (for explanations)."""
+    even_peak_plans: list[StagePlan | None]
+
+
+def _uniform_recomputes(modes: tuple[str, ...], max_chunk: int) -> list[StageRecompute]:
+    out = []
+    if "none" in modes:
+        out.append(StageRecompute("none", 0))
+    if "selective" in modes:
+        out.append(StageRecompute("selective", 0))
+    if "full" in modes:
+        out += [StageRecompute("full", k) for k in range(1, max_chunk + 1)]
+    return out
+
+
+def candidates(problem: Problem, space: Space, ctx: TermContext, cost_model: CostModel) -> Candidates:
+    """Every outer row with its costs, lower bound and best heuristic plan (module docstring).
+
+    Heuristic plans: the even split, then, on the rows whose lower bound beats the best plan so
+    far, the water-filled stage layer counts of the bound; each spread over the stage's chunks
+    with the fewest layers where the most micro-batches are in flight, and each stage given the
+    cheapest recompute that fits (exact for given layer counts: stages fit independently)."""
+    grid = space.pruned_grid(GRID_AXES)
+    costs = probe_stage_costs(cost_model, ctx, grid)
+    size = len(grid["pp"])
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    lower = np.full(size, np.inf)
+    best_s = np.full(size, np.inf)
+    peak = np.full(size, np.inf)
+    plans: list[StagePlan | None] = [None] * size
+    peak_plans: list[StagePlan | None] = [None] * size
+    num_layers = problem.model.num_layers
+    modes = allowed_modes(problem)
+    splits = {}
+
+    def consider(index, sub, m, layers, p, v):
+        step, recompute, most = _best_recompute(layers, p, v, sub, m, modes, capacity)
+        better = step < best_s[index]
+        for r, rec in zip(index[better], np.asarray(recompute, dtype=object)[better], strict=True):
+            plans[r] = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=tuple(rec))
+        best_s[index] = np.where(better, step, best_s[index])
+        lower_peak = most < peak[index]
+        for r in index[lower_peak]:
+            peak_plans[r] = StagePlan(
+                pp=p, vpp=v, chunk_layers=layers, recompute=(_most_saving(modes, layers),) * p
+            )
+        peak[index] = np.minimum(peak[index], most)
+
+    groups = _groups(grid)
+    for (p, v), index in groups.items():
+        sub = _subset(costs, index)
+        m = np.asarray(grid["grad_accum"][index], dtype=np.int64)
+        lower[index], splits[(p, v)] = _lower_bound(sub, p, v, m, modes, capacity)
+        even = even_plan(num_layers, p, v, StageRecompute())
+        counts = tuple(even.stage_layers(i) for i in range(p))
+        consider(index, sub, m, _spread(counts, p, v, int(m[0])), p, v)
+    bound = float(np.min(best_s)) if size else np.inf
+    for (p, v), index in groups.items():
+        promising = np.flatnonzero(lower[index] < min(bound, np.inf) * (1 + 1e-9))
+        counts = splits[(p, v)][0]
+        vectors: dict[tuple[int, ...], list[int]] = {}
+        for j in promising:
+            n = _trim([int(c[j]) for c in counts], p, v, num_layers)
+            if n is not None:
+                vectors.setdefault(n, []).append(int(j))
+        for n, rows in vectors.items():
+            rows_index = np.array(rows)
+            sub = _subset(costs, index[rows_index])
+            m = np.asarray(grid["grad_accum"][index[rows_index]], dtype=np.int64)
+            consider(index[rows_index], sub, m, _spread(n, p, v, int(m[0])), p, v)
+    return Candidates(
+        grid=grid,
+        costs=costs,
+        lower_s=lower,
+        even_s=best_s,
+        even_plans=plans,
+        even_peak_bytes=peak,
+        even_peak_plans=peak_plans,
+    )
+
+
+def _most_saving(modes, layers) -> StageRecompute:
+    if "full" in modes:
+        return StageRecompute("full", max(layers))
+    return StageRecompute("selective", 0) if "selective" in modes else StageRecompute()
+
+
+def _trim(n: list[int], p: int, v: int, num_layers: int) -> tuple[int, ...] | None:
+    """Water-filled stage counts cut down to the layer count (from the first stage on, which
+    holds the most micro-batches in flight), or ``None`` when they do not reach it."""
+    if min(n) < 0 or sum(n) < num_layers:
+        return None
+    least = [max(v - 1, 0) if i in (0, p - 1) else v for i in range(p)] if p > 1 else [num_layers]
+    surplus = sum(n) - num_layers
+    for i in range(p):
+        cut = min(surplus, n[i] - least[i])
+        n[i] -= cut
+        surplus -= cut
+    return tuple(n)
+
+
+def _spread(counts: Sequence[int], p: int, v: int, m: int) -> tuple[int, ...]:
+    """Chunk layer counts from stage counts: a stage's chunks differ by at most one layer, the
+    extra layers where the fewest micro-batches are in flight; the first chunk (with the
+    embedding) holds none when the stage's other chunks can take its layers."""
+    chunk = [0] * (p * v)
+    for i, n in enumerate(counts):
+        mine = [j * p + i for j in range(v)]
+        weights = in_flight(p, v, m, i)
+        if i == 0 and v > 1 and n >= v - 1:
+            mine, weights = mine[1:], weights[1:]
+        base, extra = divmod(n, len(mine))
+        order = sorted(range(len(mine)), key=lambda j: (weights[j], -j))
+        for rank, j in enumerate(order):
+            chunk[mine[j]] = base + (1 if rank < extra else 0)
+    return tuple(chunk)
+
+
+def _best_recompute(layers, p, v, costs: StageCosts, m, modes, capacity):
+    """For chunk layer counts ``layers``: per row, the step time with each stage's cheapest
+    recompute that fits (inf when a stage fits with none), the recompute per stage, and the
+    smallest peak memory reachable."""
+    max_chunk = max(layers)
+    options = _uniform_recomputes(modes, max_chunk)
+    rows = len(m)
+    best_t = np.full((rows, p), np.inf)
+    choice = np.zeros((rows, p), dtype=np.int64)
+    least_memory = np.full(rows, np.inf)
+    for o, rec in enumerate(options):
+        plan = StagePlan(pp=p, vpp=v, chunk_layers=tuple(layers), recompute=(rec,) * p)
+        fig = stage_figures(plan, costs, m)
+        fits = fig.memory_bytes <= capacity
+        take = fits & (fig.time_s < best_t)
+        best_t = np.where(take, fig.time_s, best_t)
+        choice = np.where(take, o, choice)
+        least_memory = np.minimum(least_memory, fig.memory_bytes.max(axis=1))
+    feasible = np.isfinite(best_t).all(axis=1)
+    step = np.full(rows, np.inf)
+    if feasible.any():
+        step[feasible] = costs.step_time_s[feasible] + pipeline_time_s(
+            best_t[feasible], m[feasible], v
+        )
+    recompute = [tuple(options[c] for c in choice[r]) for r in range(rows)]
+    return step, recompute, least_memory
+
+
+def _stage_time_of_layers(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capacity: float):
+    """Per stage ``i``, ``t_i(n)``: the least time of one micro-batch on stage ``i`` holding ``n``
+    layers (rows x ``n``), each layer at the cheapest kind, with the least recompute that fits
+    the stage's memory with its activations weighed by its smallest in-flight count (a lower
+    bound on every plan's stage time; exact for one kind and ``vpp == 1``); and the recompute
+    that achieves it (0 none, 1 selective, 2 + k full)."""
+    kinds = tuple(dict.fromkeys(costs.layer_kinds))
+    t = np.min([costs.time_s[k] for k in kinds], axis=0)  # rows x 3
+    a = np.min([costs.activation_bytes[k] for k in kinds], axis=0)
+    s = np.min([costs.static_bytes[k] for k in kinds], axis=0)
+    num_layers = len(costs.layer_kinds)
+    n = np.arange(num_layers + 1, dtype=np.float64)[None, :]
+    out_t, out_rec = [], []
+    for i in range(p):
+        w = np.array([min(in_flight(p, v, int(mm), i)) for mm in m], dtype=np.float64)[:, None]
+        fixed_t = costs.every_time_s + (costs.first_time_s if i == 0 else 0) + (
+            costs.last_time_s if i == p - 1 else 0
+        )
+        static = costs.every_static_bytes + (costs.first_static_bytes if i == 0 else 0) + (
+            costs.last_static_bytes if i == p - 1 else 0
+        )
+        act = costs.every_activation_bytes + (costs.first_activation_bytes if i == 0 else 0) + (
+            costs.last_activation_bytes if i == p - 1 else 0
+        )
+        base = (static + w[:, 0] * act)[:, None] + n * s[:, None]
+        best = np.full(base.shape, np.inf)
+        rec = np.zeros(base.shape, dtype=np.int64)
+        if "none" in modes:
+            ok = base + w * n * a[:, 0:1] <= capacity
+            best = np.where(ok, 0.0, best)
+        if "selective" in modes:
+            extra = n * (t[:, 1:2] - t[:, 0:1])
+            ok = base + costs.selective_workspace_bytes[:, None] + w * n * a[:, 1:2] <= capacity
+            take = ok & (extra < best)
+            rec = np.where(take, 1, rec)
+            best = np.where(take, extra, best)
+        if "full" in modes:
+            saved = w * (a[:, 0:1] - a[:, 2:3])
+            over = base + costs.full_workspace_bytes[:, None] + w * n * a[:, 0:1] - capacity
+            k = np.ceil(np.maximum(over, 0.0) / np.where(saved > 0, saved, np.inf))
+            k = np.maximum(k, 0 if "none" in modes else n)
+            k = np.where(over <= 0, 0 if "none" in modes else n, np.maximum(k, 1))
+            ok = k <= n
+            extra = k * (t[:, 2:3] - t[:, 0:1])
+            take = ok & (extra < best)
+            rec = np.where(take, 2 + k.astype(np.int64), rec)
+            best = np.where(take, extra, best)
+        out_t.append(fixed_t[:, None] + n * t[:, 0:1] + best)
+        out_rec.append(rec)
+    return out_t, out_rec
+
+
+def _lower_bound(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capacity: float):
+    """A lower bound on each row's step time over all plans, and the water-filled stage layer
+    counts that reach its ``max`` term: ``max_i T_i >= tau``, the least ``tau`` at which the
+    stages can take all layers with ``t_i(n_i) <= tau``; ``sum_i T_i`` is at least the time
+    without recompute at the cheapest kind (``_stage_time_of_layers``)."""
+    num_layers = len(costs.layer_kinds)
+    times, recs = _stage_time_of_layers(costs, p, v, m, modes, capacity)
+    least_n = [max(v - 1, 0) if i in (0, p - 1) else v for i in range(p)]
+    if p == 1:
+        least_n = [num_layers]
+    rows = len(m)
+    lo = np.zeros(rows)
+    hi = np.max([np.where(np.isfinite(t), t, 0).max(axis=1) for t in times], axis=0) + 1.0
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        take = sum(_max_layers(t, mid, least) for t, least in zip(times, least_n, strict=True))
+        enough = take >= num_layers
+        hi = np.where(enough, mid, hi)
+        lo = np.where(enough, lo, mid)
+    counts = [_max_layers(t, hi, least) for t, least in zip(times, least_n, strict=True)]
+    feasible = sum(counts) >= num_layers
+    kinds = tuple(dict.fromkeys(costs.layer_kinds))
+    t_min = np.min([costs.time_s[k][:, 0] for k in kinds], axis=0)
+    total = (
+        num_layers * t_min
+        + p * costs.every_time_s
+        + costs.first_time_s
+        + costs.last_time_s
+    )
+    bound = costs.step_time_s + (m - 1.0 / v) * lo + total / v
+    split = (counts, recs, times)
+    return np.where(feasible, bound, np.inf), split
+
+
+def _max_layers(times: np.ndarray, tau: np.ndarray, least: int) -> np.ndarray:
+    """Most layers a stage can hold within ``tau`` (``t_i(n)`` grows with ``n``), or a large
+    negative number when not even ``least``."""
+    most = (times <= tau[:, None]).sum(axis=1) - 1
+    return np.where(most >= least, most, -(10**9))
+
+
+def _plan_ok(plan: StagePlan, num_layers: int) -> bool:
+    chunks = plan.pp * plan.vpp
+    return sum(plan.chunk_layers) == num_layers and all(
+        plan.chunk_layers[c] >= 1 for c in range(1, chunks - 1)
+    )
+
+
+def _groups(grid) -> dict[tuple[int, int], np.ndarray]:
+    keys = np.stack([grid["pp"], grid["vpp"]], axis=1)
+    out = {}
+    for p, v in sorted({(int(a), int(b)) for a, b in keys}):
+        out[(p, v)] = np.flatnonzero((grid["pp"] == p) & (grid["vpp"] == v))
+    return out
+
+
+def _subset(costs: StageCosts, index: np.ndarray) -> StageCosts:
+    fields = {}
+    for f in dataclasses.fields(costs):
+        value = getattr(costs, f.name)
+        if f.name == "layer_kinds":
+            fields[f.name] = value
+        elif isinstance(value, dict):
+            fields[f.name] = {k: v[index] for k, v in value.items()}
+        else:
+            fields[f.name] = value[index]
+    return StageCosts(**fields)
+
+
+@dataclass(slots=True)
+class _Group:
+    """The plan variables of one ``(pp, vpp)``."""
+
+    pp: int
+    vpp: int
+    bounds: list
+    counts: list  # per chunk: {kind: expr}
+    full: list  # per chunk: {kind: expr}
+    selective: list  # per chunk: {kind: var}
+    sel: list
+    k: list
+    any_full: list
+    times: list
+    slowest: cp_model.IntVar
+
+
+def _prefix(kinds: tuple[str, ...], kind: str) -> list[int]:
+    out = [0]
+    for k in kinds:
+        out.append(out[-1] + (k == kind))
+    return out
+
+
+def _add_group(
+    model: cp_model.CpModel, p: int, v: int, kinds_in_order: tuple[str, ...], modes, max_ns: int
+) -> _Group:
+    num_layers = len(kinds_in_order)
+    kinds = tuple(dict.fromkeys(kinds_in_order))
+    single = len(kinds) == 1
+    chunks = p * v
+    name = f"pp{p}v{v}"
+    b = [model.new_constant(0)]
+    b += [model.new_int_var(0, num_layers, f"{name}.b{c}") for c in range(1, chunks)]
+    b.append(model.new_constant(num_layers))
+    # Chunks hold consecutive layers; every chunk but the first and the last holds one.
+    for c in range(chunks):
+        model.add(b[c + 1] >= b[c] + (1 if 0 < c < chunks - 1 else 0))
+    if v > 1:
+        # Interleaving: a stage's chunks differ by at most one layer (the first and the last
+        # chunk, which also hold the embedding and the loss, may hold fewer): the schedule
+        # formula holds for near-equal chunks only (tests/test_stages.py simulates it).
+        for i in range(p):
+            low = model.new_int_var(0, num_layers, f"{name}.q{i}")
+            for c in range(i, chunks, p):
+                n_c = b[c + 1] - b[c]
+                model.add(n_c <= low + 1)
+                if 0 < c < chunks - 1:
+                    model.add(n_c >= low)
+    prefixes = {kind: _prefix(kinds_in_order, kind) for kind in kinds}
+
+    def kind_counts(lo, hi, tag):
+        if single:
+            return {kinds[0]: hi - lo}
+        out = {}
+        for kind in kinds:
+            at = []
+            for j, point in enumerate((lo, hi)):
+                var = model.new_int_var(0, num_layers, f"{name}.{tag}.P{kind}{j}")
+                model.add_element(point, prefixes[kind], var)
+                at.append(var)
+            out[kind] = at[1] - at[0]
+        return out
+
+    counts = [kind_counts(b[c], b[c + 1], f"c{c}") for c in range(chunks)]
+    max_chunk = num_layers - max(chunks - 2, 0)
+    sel, k, any_full, full, selective = [], [], [], [], []
+    for i in range(p):
+        s_i = model.new_bool_var(f"{name}.sel{i}") if "selective" in modes else None
+        k_i = model.new_int_var(0, max_chunk, f"{name}.k{i}") if "full" in modes else None
+        a_i = model.new_bool_var(f"{name}.anyfull{i}") if k_i is not None else None
+        if s_i is not None and k_i is not None:
+            # Megatron's granularity is selective or full, not both.
+            model.add(k_i == 0).only_enforce_if(s_i)
+        sel.append(s_i)
+        k.append(k_i)
+        any_full.append(a_i)
+    for c in range(chunks):
+        i = c % p
+        n_c = b[c + 1] - b[c]
+        if k[i] is not None:
+            r_c = model.new_int_var(0, max_chunk, f"{name}.r{c}")
+            n_var = model.new_int_var(0, num_layers, f"{name}.n{c}")
+            model.add(n_var == n_c)
+            model.add_min_equality(r_c, [k[i], n_var])
+            full.append(kind_counts(b[c], b[c] + r_c, f"f{c}") if not single else {kinds[0]: r_c})
+            if "none" not in modes:
+                cond = [sel[i].Not()] if sel[i] is not None else []
+                model.add(r_c == n_var).only_enforce_if(cond)
+        else:
+            full.append({kind: 0 for kind in kinds})
+            if "none" not in modes and sel[i] is not None:
+                model.add(sel[i] == 1)
+        if sel[i] is not None:
+            chunk_sel = {}
+            for kind in kinds:
+                var = model.new_int_var(0, num_layers, f"{name}.s{c}{kind}")
+                model.add(var == counts[c][kind]).only_enforce_if(sel[i])
+                model.add(var == 0).only_enforce_if(sel[i].Not())
+                chunk_sel[kind] = var
+            selective.append(chunk_sel)
+        else:
+            selective.append({kind: 0 for kind in kinds})
+    for i in range(p):
+        if any_full[i] is None:
+            continue
+        total = sum(full[c][kind] for c in range(i, chunks, p) for kind in kinds)
+        model.add(total >= 1).only_enforce_if(any_full[i])
+        model.add(total == 0).only_enforce_if(any_full[i].Not())
+    times = [model.new_int_var(0, max_ns, f"{name}.T{i}") for i in range(p)]
+    slowest = model.new_int_var(0, max_ns, f"{name}.Tmax")
+    model.add_max_equality(slowest, times)
+    return _Group(p, v, b, counts, full, selective, sel, k, any_full, times, slowest)
+
+
+def _ns(x) -> int:
+    return int(round(float(x) * NS_PER_S))
+
+
+def _bytes(x) -> int:
+    return int(np.ceil(float(x)))
+
+
+def _add_row(
+    model: cp_model.CpModel,
+    g: _Group,
+    costs: StageCosts,
+    r: int,
+    m: int,
+    x: cp_model.IntVar,
+    objective: cp_model.IntVar,
+    capacity: int,
+) -> None:
+    """The stage times, memories and objective of row ``r`` under its boolean ``x``."""
+    p, v = g.pp, g.vpp
+    chunks = p * v
+    kinds = tuple(dict.fromkeys(costs.layer_kinds))
+    t = {kind: [_ns(costs.time_s[kind][r, code]) for code in range(3)] for kind in kinds}
+    a = {kind: [_bytes(costs.activation_bytes[kind][r, code]) for code in range(3)] for kind in kinds}
+    s = {kind: _bytes(costs.static_bytes[kind][r]) for kind in kinds}
+
+    def chunk_time(c):
+        return sum(
+            g.counts[c][kind] * t[kind][0]
+            + g.selective[c][kind] * (t[kind][1] - t[kind][0])
+            + g.full[c][kind] * (t[kind][2] - t[kind][0])
+            for kind in kinds
+        )
+
+    def chunk_act(c):
+        return sum(
+            g.counts[c][kind] * a[kind][0]
+            + g.selective[c][kind] * (a[kind][1] - a[kind][0])
+            + g.full[c][kind] * (a[kind][2] - a[kind][0])
+            for kind in kinds
+        )
+
+    for i in range(p):
+        mine = range(i, chunks, p)
+        fixed_ns = _ns(costs.every_time_s[r])
+        fixed_bytes = _bytes(costs.every_static_bytes[r])
+        if i == 0:
+            fixed_ns += _ns(costs.first_time_s[r])
+            fixed_bytes += _bytes(costs.first_static_bytes[r])
+        if i == p - 1:
+            fixed_ns += _ns(costs.last_time_s[r])
+            fixed_bytes += _bytes(costs.last_static_bytes[r])
+        model.add(g.times[i] >= sum(chunk_time(c) for c in mine) + fixed_ns).only_enforce_if(x)
+        memory = fixed_bytes + sum(g.counts[c][kind] * s[kind] for c in mine for kind in kinds)
+        if g.any_full[i] is not None:
+            memory += g.any_full[i] * _bytes(costs.full_workspace_bytes[r])
+        if g.sel[i] is not None:
+            memory += g.sel[i] * _bytes(costs.selective_workspace_bytes[r])
+        for j, (w, c) in enumerate(zip(in_flight(p, v, m, i), mine, strict=True)):
+            extra = 0
+            if c == 0:
+                extra += _bytes(costs.first_activation_bytes[r])
+            if c == chunks - 1:
+                extra += _bytes(costs.last_activation_bytes[r])
+            if j == 0:
+                extra += _bytes(costs.every_activation_bytes[r])
+            memory += w * (chunk_act(c) + extra)
+        model.add(memory <= capacity).only_enforce_if(x)
+    step = _ns(costs.step_time_s[r])
+    model.add(
+        v * objective >= v * step + (m * v - 1) * g.slowest + sum(g.times)
+    ).only_enforce_if(x)
+
+
+def _symmetry(model: cp_model.CpModel, g: _Group, ms: set[int], single_kind: bool) -> None:
+    """Middle stages with the same in-flight counts on every row are interchangeable."""
+    if not single_kind or g.vpp != 1:
+        return
+    for i in range(1, g.pp - 2):
+        if all(in_flight(g.pp, 1, m, i) == in_flight(g.pp, 1, m, i + 1) for m in ms):
+            model.add(g.bounds[i + 1] - g.bounds[i] >= g.bounds[i + 2] - g.bounds[i + 1])
+
+
+def _hint(model, g: _Group, plan: StagePlan) -> None:
+    start = 0
+    for c, n in enumerate(plan.chunk_layers[:-1]):
+        start += n
+        model.add_hint(g.bounds[c + 1], start)
+    for i, rec in enumerate(plan.recompute):
+        if g.sel[i] is not None:
+            model.add_hint(g.sel[i], int(rec.mode == "selective"))
+        if g.k[i] is not None:
+            model.add_hint(g.k[i], rec.num_layers if rec.mode == "full" else 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageSolution:
+    status: str
+    """``optimal``, ``feasible``, ``infeasible`` or ``unknown``."""
+    layout: Layout | None
+    plan: StagePlan | None
+    step_time_s: float | None
+    bound_s: float | None
+    rows_total: int
+    rows_kept: int
+    candidates: Candidates
+    build_s: float
+    solve_s: float
+
+
+def solve_stages(
+    problem: Problem,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    time_limit_s: float = 10.0,
+    num_workers: int = 1,
+) -> StageSolution:
+    """The fastest layout with its per-stage plan, proven optimal when the status says so."""
+    start = time.perf_counter()
+    space = per_stage_space(problem)
+    if not all(space.domains.values()):
+        return StageSolution(
+            status="infeasible",
+            layout=None,
+            plan=None,
+            step_time_s=None,
+            bound_s=None,
+            rows_total=0,
+            rows_kept=0,
+            candidates=None,
+            build_s=time.perf_counter() - start,
+            solve_s=0.0,
+        )
+    cand = candidates(problem, space, ctx, cost_model)
+    upper = float(np.min(cand.even_s)) if len(cand.even_s) else np.inf
+    keep = np.flatnonzero(cand.lower_s <= upper * (1 + 1e-9) + 1e-12)
+    model = cp_model.CpModel()
+    vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0)
+    _add_layout(model, space, vm, explain=False)
+    grid = cand.grid
+    x = {int(r): model.new_bool_var(f"row{r}") for r in keep}
+    model.add_exactly_one(x.values())
+    for axis in GRID_AXES:
+        column = grid[axis]
+        for value, indicator in vm.indicators[axis].items():
+            model.add(sum(x[r] for r in keep if column[r] == value) == indicator)
+    max_ns = _ns(max(float(np.max(cand.lower_s[keep], initial=0.0)), upper if np.isfinite(upper) else 0.0) * 4 + 3600)
+    objective = model.new_int_var(0, max_ns * 64, "step_time_ns")
+    # The rows' lower bounds as a cut (slightly loosened against rounding).
+    model.add(objective >= sum(_ns(cand.lower_s[r] * (1 - 1e-7)) * x[r] for r in keep))
+    kinds_in_order = cand.costs.layer_kinds
+    single_kind = len(set(kinds_in_order)) == 1
+    capacity = int(ctx.cluster.usable_memory_bytes)
+    groups: dict[tuple[int, int], _Group] = {}
+    modes = allowed_modes(problem)
+    for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
+        rows = keep[index]
+        g = _add_group(model, p, v, kinds_in_order, modes, max_ns)
+        groups[(p, v)] = g
+        for r in rows:
+            _add_row(model, g, cand.costs, int(r), int(grid["grad_accum"][r]), x[int(r)], objective, capacity)
+        _symmetry(model, g, {int(grid["grad_accum"][r]) for r in rows}, single_kind)
+    best = int(np.argmin(cand.even_s)) if np.isfinite(upper) else None
+    if best is not None and best in x:
+        model.add_hint(x[best], 1)
+        for axis in GRID_AXES:
+            model.add_hint(vm.axes[axis], int(grid[axis][best]))
+        _hint(model, groups[(int(grid["pp"][best]), int(grid["vpp"][best]))], cand.even_plans[best])
+    model.minimize(objective)
+    build_s = time.perf_counter() - start
+    solver = make_solver(time_limit_s=max(0.0, time_limit_s - build_s), num_workers=num_workers)
+    # Times are integer nanoseconds; optimal means within ABSOLUTE_GAP_NS of the bound (the
+    # uniform model rounds every table to a microsecond).
+    solver.parameters.absolute_gap_limit = ABSOLUTE_GAP_NS
+    status = solver.solve(model)
+    solve_s = time.perf_counter() - start - build_s
+    common = dict(rows_total=len(grid["pp"]), rows_kept=len(keep), candidates=cand, build_s=build_s, solve_s=solve_s)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
+        return StageSolution(status=name, layout=None, plan=None, step_time_s=None, bound_s=None, **common)
+    row = next(r for r in keep if solver.boolean_value(x[int(r)]))
+    g = groups[(int(grid["pp"][row]), int(grid["vpp"][row]))]
+    plan = _plan_of(solver, g)
+    layout = Layout.from_grid_row({a: int(grid[a][row]) for a in GRID_AXES})
+    return StageSolution(
+        status="optimal" if status == cp_model.OPTIMAL else "feasible",
+        layout=dataclasses.replace(layout, recompute=plan_recompute_mode(plan)),
+        plan=plan,
+        step_time_s=solver.objective_value / NS_PER_S,
+        bound_s=solver.best_objective_bound / NS_PER_S,
+        **common,
+    )
+
+
+def plan_recompute_mode(plan: StagePlan) -> str:
+    """The layout's ``recompute`` for a plan: full if any stage recomputes layers fully, else
+    selective if any stage does, else none."""
+    modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
+    return "full" if "full" in modes else "selective" if "selective" in modes else "none"
+
+
+def _plan_of(solver: cp_model.CpSolver, g: _Group) -> StagePlan:
+    bounds = [int(solver.value(b)) for b in g.bounds]
+    layers = tuple(hi - lo for lo, hi in itertools.pairwise(bounds))
+    recompute = []
+    for i in range(g.pp):
+        if g.sel[i] is not None and solver.boolean_value(g.sel[i]):
+            recompute.append(StageRecompute("selective", 0))
+            continue
+        k = int(solver.value(g.k[i])) if g.k[i] is not None else 0
+        # Normalise: no more than the largest chunk of the stage.
+        k = min(k, max(layers[c] for c in range(i, g.pp * g.vpp, g.pp)))
+        recompute.append(StageRecompute("full", k) if k else StageRecompute("none", 0))
+    return StagePlan(pp=g.pp, vpp=g.vpp, chunk_layers=layers, recompute=tuple(recompute))
