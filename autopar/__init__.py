@@ -11,12 +11,21 @@ Public API (keyword arguments mirror the CLI flags)::
 
 from __future__ import annotations
 
-from autopar.api import evaluate, evaluate_problem, layout_of, make_problem, solve, solve_problem
+from autopar.api import (
+    evaluate,
+    evaluate_problem,
+    layout_of,
+    make_problem,
+    plan_of,
+    solve,
+    solve_problem,
+)
 from autopar.errors import InfeasibleError, InputError
 from autopar.loading import load_cluster, load_gpu, load_model
 from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult
+from autopar.stages import StagePlan, StageRecompute
 from autopar.specs import (
     ClusterSpec,
     GpuSpec,
@@ -44,6 +53,8 @@ __all__ = [
     "ResourceTerm",
     "SearchOptions",
     "SolveResult",
+    "StagePlan",
+    "StageRecompute",
     "SweepResult",
     "TermContext",
     "TrainingSpec",
@@ -56,6 +67,7 @@ __all__ = [
     "load_gpu",
     "load_model",
     "make_problem",
+    "plan_of",
     "solve",
     "solve_problem",
     "sweep",

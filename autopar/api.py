@@ -25,6 +25,14 @@ from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
+from autopar.stages import (
+    PIPELINE_PLANS,
+    StagePlan,
+    StageRecompute,
+    check_plan,
+    even_plan,
+    parse_plan,
+)
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
 from autopar.stack import StackSpec, with_overrides
 from autopar.terms import CostModel
@@ -221,14 +229,26 @@ def solve_problem(
     time_limit: float = 10.0,
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
+    pipeline_plan: str = "uniform",
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
-    fits, the result carries the explanation."""
+    fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
+    layers of every pipeline chunk and each stage's recompute (``autopar.stage_cpsat``; one
+    layout, the best)."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InputError(f"must be a positive integer, got {top!r}", source="--top")
+    _check_pipeline_plan(pipeline_plan)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
     ctx = make_context(problem)
+    if pipeline_plan == "per-stage":
+        from autopar.stage_cpsat import solve_result
+
+        result = solve_result(
+            problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1
+        )
+        inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
+        return dataclasses.replace(result, inputs=inputs)
     space = build_space(problem)
     result = solve_space(
         space, ctx, cm, top_k=top, time_limit_s=time_limit, num_workers=num_workers
@@ -256,6 +276,7 @@ def solve(
     time_limit: float = 10.0,
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
+    pipeline_plan: str = "uniform",
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
@@ -266,14 +287,24 @@ def solve(
         time_limit=time_limit,
         num_workers=num_workers,
         cost_model=cost_model,
+        pipeline_plan=pipeline_plan,
     )
 
 
-def layout_of(problem: Problem, **values: Any) -> Layout:
+def _check_pipeline_plan(value: str) -> None:
+    if value not in PIPELINE_PLANS:
+        raise InputError(
+            f"must be one of {', '.join(PIPELINE_PLANS)}, got {value!r}", source="--pipeline-plan"
+        )
+
+
+def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any) -> Layout:
     """The layout ``evaluate`` scores: the given axis values (``Layout`` attribute names; the
     others at their ``evaluate`` defaults), with ``dp`` and ``grad_accum`` from the products and
     sequence parallelism on with TP unless the problem's options say otherwise. Raises
-    ``InputError`` naming the first rule the layout breaks."""
+    ``InputError`` naming the first rule the layout breaks (with a per-stage plan, the plan
+    sets the split: the even-split rules do not apply)."""
+    _check_pipeline_plan(pipeline_plan)
     given = {axis.layout_attr: axis for axis in GIVEN_AXES}
     unknown = set(values) - set(given)
     if unknown:
@@ -313,7 +344,8 @@ def layout_of(problem: Problem, **values: Any) -> Layout:
         grad_accum=batch // (mbs * dp),
         sequence_parallel=tp > 1 if sp_option is None else bool(sp_option) and tp > 1,
     )
-    broken = build_space(problem).broken_rule(layout.grid_row(), skip=("pins and limits",))
+    skip = ("pins and limits", *(("layers vs PP",) if pipeline_plan == "per-stage" else ()))
+    broken = build_space(problem).broken_rule(layout.grid_row(), skip=skip)
     if broken is not None:
         family, _, rule = broken.partition(": ")
         raise InputError(rule, source="layout", field=family)
@@ -321,17 +353,67 @@ def layout_of(problem: Problem, **values: Any) -> Layout:
 
 
 def evaluate_problem(
-    problem: Problem, layout: Layout, *, cost_model: str | CostModel | None = None
+    problem: Problem,
+    layout: Layout,
+    *,
+    cost_model: str | CostModel | None = None,
+    plan: StagePlan | None = None,
 ) -> Estimate:
-    """Score ``layout`` (from ``layout_of``) in ``problem`` with the cost model."""
-    return estimate(layout, make_context(problem), load_cost_model(cost_model))
+    """Score ``layout`` (from ``layout_of``) in ``problem`` with the cost model; with ``plan``
+    (``plan_of``), run with that per-stage pipeline plan."""
+    ctx, cm = make_context(problem), load_cost_model(cost_model)
+    if plan is None:
+        return estimate(layout, ctx, cm)
+    from autopar.stage_estimate import estimate_plan
+
+    return estimate_plan(layout, plan, ctx, cm)
 
 
-def evaluate(*, cost_model: str | CostModel | None = None, **options: Any) -> Estimate:
+def plan_of(
+    problem: Problem,
+    layout: Layout,
+    *,
+    stage_layers: str | Sequence[int] | None = None,
+    stage_recompute: str | None = None,
+) -> StagePlan:
+    """A per-stage plan for ``layout``: ``stage_layers`` per chunk (``pp*vpp`` entries, virtual
+    stage order) and ``stage_recompute`` per stage (``none``, ``selective``, ``full:K``; one entry
+    for all), or, without layers, the even split with the layout's recompute. Raises
+    ``InputError`` naming the rule a plan breaks."""
+    if stage_layers is None:
+        even = even_plan(problem.model.num_layers, layout.pp, layout.vpp, StageRecompute())
+        stage_layers = even.chunk_layers
+    if stage_recompute is None:
+        whole = max(problem.model.num_layers, 1)
+        stage_recompute = f"full:{whole}" if layout.recompute == "full" else layout.recompute
+    plan = parse_plan(
+        pp=layout.pp, vpp=layout.vpp, stage_layers=stage_layers, stage_recompute=stage_recompute
+    )
+    check_plan(plan, num_layers=problem.model.num_layers, recompute_modes=RECOMPUTE_MODES)
+    return plan
+
+
+def evaluate(
+    *,
+    cost_model: str | CostModel | None = None,
+    pipeline_plan: str = "uniform",
+    stage_layers: str | Sequence[int] | None = None,
+    stage_recompute: str | None = None,
+    **options: Any,
+) -> Estimate:
     """Score one layout: ``options`` are ``make_problem``'s plus the layout's values (``tp=8,
     pp=4, vpp=5, recompute="selective", ...``); ``dp`` and ``grad_accum`` follow from the GPU
-    count and the batch."""
+    count and the batch. ``pipeline_plan="per-stage"`` (implied by ``stage_layers`` or
+    ``stage_recompute``) scores it with a per-stage plan (``plan_of``)."""
     attrs = {axis.layout_attr for axis in GIVEN_AXES}
     values = {k: options.pop(k) for k in list(options) if k in attrs}
     problem = make_problem(**options)
-    return evaluate_problem(problem, layout_of(problem, **values), cost_model=cost_model)
+    if stage_layers is not None or stage_recompute is not None:
+        pipeline_plan = "per-stage"
+    layout = layout_of(problem, pipeline_plan=pipeline_plan, **values)
+    plan = None
+    if pipeline_plan == "per-stage":
+        plan = plan_of(
+            problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+        )
+    return evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)

@@ -79,7 +79,35 @@ def estimate_text(estimate: Estimate) -> str:
     for category, value in estimate.time_s.items():
         lines.append(f"  {category:<12} {value:8.3f} s  {value / step:6.1%}  {_bar(value / step)}")
     lines.append("  (communication shown is what is not hidden behind compute)")
+    stages = getattr(estimate, "stages", None)
+    if stages:
+        lines += ["", stages_text(estimate)]
     return "\n".join(lines)
+
+
+def stages_text(estimate) -> str:
+    """The per-stage pipeline plan of an estimate (``autopar.stage_estimate.StagedEstimate``):
+    layers per chunk and their kinds, what the stage also holds, recompute, one micro-batch's
+    time, peak memory, and micro-batches in flight per chunk."""
+    cells = [["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]]
+    for stage in estimate.stages:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in stage.layer_kinds.items())
+        cells.append(
+            [
+                str(stage.stage),
+                str(sum(stage.chunk_layers)),
+                "+".join(map(str, stage.chunk_layers)),
+                kinds or "-",
+                "+".join(stage.holds) or "-",
+                stage.recompute,
+                f"{stage.time_s * 1e3:.1f}",
+                f"{stage.memory_bytes / GIB:.1f}",
+                "+".join(map(str, stage.in_flight)),
+            ]
+        )
+    widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
+    rows = [" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(["pipeline plan (per stage)", *rows])
 
 
 def runners_up_text(estimates: Sequence[Estimate]) -> str:

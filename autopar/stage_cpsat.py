@@ -44,6 +44,7 @@ from autopar.rules import layout_rules
 from autopar.space import Space, products
 from autopar.specs import Problem
 from autopar.stage_costs import StageCosts, probe_stage_costs
+from autopar.stage_estimate import with_plan_recompute
 from autopar.stages import (
     RECOMPUTE_CODES,
     StagePlan,
@@ -58,7 +59,11 @@ from autopar.terms import CostModel, TermContext
 NS_PER_S = 1e9
 ABSOLUTE_GAP_NS = 10_000
 """Optimality tolerance: 10 microseconds of step time."""
+CAPACITY_SLACK_BYTES = 4096
+"""Integer memory slack over the float capacity (rounded coefficients, a few hundred terms)."""
 BISECTIONS = 36
+HINT_TIME_S = 2.0
+"""Time to turn the heuristic plan into a full hint."""
 """Bisection steps of the water-filling bound (relative precision 2^-36 of the largest stage time)."""
 """Optimality tolerance: 10 microseconds of step time."""
 SPLIT_FAMILY = "layers vs PP"
@@ -500,7 +505,7 @@ def _ns(x) -> int:
 
 
 def _bytes(x) -> int:
-    return int(np.ceil(float(x)))
+    return int(round(float(x)))
 
 
 def _add_row(
@@ -578,16 +583,38 @@ def _symmetry(model: cp_model.CpModel, g: _Group, ms: set[int], single_kind: boo
             model.add(g.bounds[i + 1] - g.bounds[i] >= g.bounds[i + 2] - g.bounds[i + 1])
 
 
-def _hint(model, g: _Group, plan: StagePlan) -> None:
-    start = 0
+def _hint_values(g: _Group, plan: StagePlan) -> list[tuple[cp_model.IntVar, int]]:
+    out, start = [], 0
     for c, n in enumerate(plan.chunk_layers[:-1]):
         start += n
-        model.add_hint(g.bounds[c + 1], start)
+        out.append((g.bounds[c + 1], start))
     for i, rec in enumerate(plan.recompute):
         if g.sel[i] is not None:
-            model.add_hint(g.sel[i], int(rec.mode == "selective"))
+            out.append((g.sel[i], int(rec.mode == "selective")))
         if g.k[i] is not None:
-            model.add_hint(g.k[i], rec.num_layers if rec.mode == "full" else 0)
+            out.append((g.k[i], rec.num_layers if rec.mode == "full" else 0))
+    return out
+
+
+def _complete_hint(model: cp_model.CpModel, fixes, *, time_limit_s: float) -> bool:
+    """Hint every variable: solve once with ``fixes`` assumed (the heuristic's row and plan),
+    no objective yet, and hint that whole assignment (CP-SAT does not complete partial hints
+    well here). Returns whether the heuristic's plan is a solution of the model."""
+    literals = []
+    for var, value in fixes:
+        literal = model.new_bool_var("")
+        model.add(var == value).only_enforce_if(literal)
+        literals.append(literal)
+    model.add_assumptions(literals)
+    solver = make_solver(time_limit_s=time_limit_s)
+    status = solver.solve(model)
+    model.clear_assumptions()
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return False
+    for index in range(len(model.proto.variables)):
+        var = model.get_int_var_from_proto_index(index)
+        model.add_hint(var, solver.value(var))
+    return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -631,7 +658,7 @@ def solve_stages(
         )
     cand = candidates(problem, space, ctx, cost_model)
     upper = float(np.min(cand.even_s)) if len(cand.even_s) else np.inf
-    keep = np.flatnonzero(cand.lower_s <= upper * (1 + 1e-9) + 1e-12)
+    keep = np.flatnonzero(np.isfinite(cand.lower_s) & (cand.lower_s <= upper * (1 + 1e-9) + 1e-12))
     model = cp_model.CpModel()
     vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0)
     _add_layout(model, space, vm, explain=False)
@@ -642,13 +669,18 @@ def solve_stages(
         column = grid[axis]
         for value, indicator in vm.indicators[axis].items():
             model.add(sum(x[r] for r in keep if column[r] == value) == indicator)
-    max_ns = _ns(max(float(np.max(cand.lower_s[keep], initial=0.0)), upper if np.isfinite(upper) else 0.0) * 4 + 3600)
-    objective = model.new_int_var(0, max_ns * 64, "step_time_ns")
+    costs = cand.costs
+    worst_layers = sum(costs.time_s[k].max(axis=1) for k in costs.layer_kinds)
+    worst_stage = worst_layers + costs.every_time_s + costs.first_time_s + costs.last_time_s
+    ceiling = costs.step_time_s + (grid["grad_accum"] + 1.0) * (worst_stage + costs.every_time_s * grid["pp"])
+    max_ns = _ns(1.1 * float(np.max(ceiling[keep], initial=1.0)) + 1.0)
+    objective = model.new_int_var(0, max_ns, "step_time_ns")
     # The rows' lower bounds as a cut (slightly loosened against rounding).
     model.add(objective >= sum(_ns(cand.lower_s[r] * (1 - 1e-7)) * x[r] for r in keep))
     kinds_in_order = cand.costs.layer_kinds
     single_kind = len(set(kinds_in_order)) == 1
-    capacity = int(ctx.cluster.usable_memory_bytes)
+    # Coefficients are rounded to whole bytes: the slack keeps every plan that fits in float.
+    capacity = int(ctx.cluster.usable_memory_bytes) + CAPACITY_SLACK_BYTES
     groups: dict[tuple[int, int], _Group] = {}
     modes = allowed_modes(problem)
     for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
@@ -660,10 +692,9 @@ def solve_stages(
         _symmetry(model, g, {int(grid["grad_accum"][r]) for r in rows}, single_kind)
     best = int(np.argmin(cand.even_s)) if np.isfinite(upper) else None
     if best is not None and best in x:
-        model.add_hint(x[best], 1)
-        for axis in GRID_AXES:
-            model.add_hint(vm.axes[axis], int(grid[axis][best]))
-        _hint(model, groups[(int(grid["pp"][best]), int(grid["vpp"][best]))], cand.even_plans[best])
+        group = groups[(int(grid["pp"][best]), int(grid["vpp"][best]))]
+        fixes = [(x[best], 1), *_hint_values(group, cand.even_plans[best])]
+        _complete_hint(model, fixes, time_limit_s=min(HINT_TIME_S, time_limit_s))
     model.minimize(objective)
     build_s = time.perf_counter() - start
     solver = make_solver(time_limit_s=max(0.0, time_limit_s - build_s), num_workers=num_workers)
@@ -682,19 +713,12 @@ def solve_stages(
     layout = Layout.from_grid_row({a: int(grid[a][row]) for a in GRID_AXES})
     return StageSolution(
         status="optimal" if status == cp_model.OPTIMAL else "feasible",
-        layout=dataclasses.replace(layout, recompute=plan_recompute_mode(plan)),
+        layout=with_plan_recompute(layout, plan),
         plan=plan,
         step_time_s=solver.objective_value / NS_PER_S,
         bound_s=solver.best_objective_bound / NS_PER_S,
         **common,
     )
-
-
-def plan_recompute_mode(plan: StagePlan) -> str:
-    """The layout's ``recompute`` for a plan: full if any stage recomputes layers fully, else
-    selective if any stage does, else none."""
-    modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
-    return "full" if "full" in modes else "selective" if "selective" in modes else "none"
 
 
 def _plan_of(solver: cp_model.CpSolver, g: _Group) -> StagePlan:
@@ -710,3 +734,86 @@ def _plan_of(solver: cp_model.CpSolver, g: _Group) -> StagePlan:
         k = min(k, max(layers[c] for c in range(i, g.pp * g.vpp, g.pp)))
         recompute.append(StageRecompute("full", k) if k else StageRecompute("none", 0))
     return StagePlan(pp=g.pp, vpp=g.vpp, chunk_layers=layers, recompute=tuple(recompute))
+
+
+def solve_result(
+    problem: Problem,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    time_limit_s: float,
+    num_workers: int,
+):
+    """``solve_stages`` as a ``SolveResult`` (one layout: the best, with its plan), with an
+    explanation naming the stage that cannot fit when nothing does."""
+    from autopar.solver import SolveResult
+    from autopar.stage_estimate import estimate_plan
+
+    start = time.perf_counter()
+    solution = solve_stages(
+        problem, ctx, cost_model, time_limit_s=time_limit_s, num_workers=num_workers
+    )
+    notes = (
+        f"per-stage plan: {solution.rows_kept} of {solution.rows_total} outer layouts left "
+        f"after the bounds; model built in {solution.build_s:.2f} s, searched in "
+        f"{solution.solve_s:.2f} s",
+    )
+    if solution.plan is None:
+        return SolveResult(
+            status=solution.status,
+            solve_time_s=time.perf_counter() - start,
+            layouts=(),
+            explanation=explain(solution, problem, ctx),
+            num_workers=num_workers,
+            notes=notes,
+        )
+    best = estimate_plan(solution.layout, solution.plan, ctx, cost_model)
+    return SolveResult(
+        status=solution.status,
+        solve_time_s=time.perf_counter() - start,
+        layouts=(best,),
+        best_bound_step_time_s=solution.bound_s,
+        num_workers=num_workers,
+        notes=notes,
+    )
+
+
+def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict:
+    """Why no per-stage plan fits: the outer layout and plan whose fullest stage comes closest,
+    which stage that is, and what it would need."""
+    cand = solution.candidates
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    if cand is None or solution.status == "unknown" or not len(cand.even_peak_bytes):
+        text = (
+            "the time limit ran out before any plan was found; raise --time-limit"
+            if solution.status == "unknown"
+            else "the layout rules leave no outer layout (see the uniform explanation)"
+        )
+        return {"summary": text, "families": [], "nearest_miss": None, "suggestions": []}
+    row = int(np.argmin(cand.even_peak_bytes))
+    plan = cand.even_peak_plans[row]
+    layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
+    costs = _subset(cand.costs, np.array([row]))
+    figures = stage_figures(plan, costs, cand.grid["grad_accum"][row : row + 1])
+    stage = int(np.argmax(figures.memory_bytes[0]))
+    need = float(figures.memory_bytes[0, stage])
+    gib = 2**30
+    summary = (
+        f"no per-stage plan fits: at best (layout {layout.text()}, {plan.recompute[stage].text()} "
+        f"recompute on every stage) stage {stage} of {plan.pp} holds "
+        f"{plan.stage_layers(stage)} layers and {in_flight(plan.pp, plan.vpp, int(layout.grad_accum), stage)} "
+        f"micro-batches in flight and needs {need / gib:.1f} GiB, "
+        f"{(need - capacity) / gib:.1f} GiB over the {capacity / gib:.1f} GiB capacity"
+    )
+    return {
+        "summary": summary,
+        "families": [],
+        "nearest_miss": {
+            "min_memory_bytes": need,
+            "capacity_bytes": capacity,
+            "layout": with_plan_recompute(layout, plan).to_dict(),
+            "stage": stage,
+            "stage_layers": plan.stage_layers(stage),
+        },
+        "suggestions": [],
+    }

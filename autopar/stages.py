@@ -112,6 +112,13 @@ class StagePlan:
         }
 
 
+def plan_recompute_mode(plan: StagePlan) -> str:
+    """The layout's ``recompute`` for a plan: full if any stage recomputes layers fully, else
+    selective if any stage does, else none."""
+    modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
+    return "full" if "full" in modes else "selective" if "selective" in modes else "none"
+
+
 def check_plan(plan: StagePlan, *, num_layers: int, recompute_modes: Sequence[str]) -> None:
     """Raise ``InputError`` naming the rule an explicit plan breaks."""
     chunks = plan.pp * plan.vpp

@@ -45,6 +45,9 @@ def register(app: typer.Typer) -> None:
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
+        pipeline_plan: o.PipelinePlan = "uniform",
+        stage_layers: o.StageLayers = None,
+        stage_recompute: o.StageRecompute = None,
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
@@ -61,6 +64,13 @@ def register(app: typer.Typer) -> None:
             sequence_parallel=sequence_parallel,
             uneven_pipeline=uneven_pipeline,
         )
-        layout = api.layout_of(problem, **layout_values)
-        result = api.evaluate_problem(problem, layout, cost_model=cost_model)
+        if stage_layers is not None or stage_recompute is not None:
+            pipeline_plan = "per-stage"
+        layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
+        plan = None
+        if pipeline_plan == "per-stage":
+            plan = api.plan_of(
+                problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+            )
+        result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
         emit(render_estimate(result, format, problem=problem), output)

@@ -152,6 +152,30 @@ def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, A
     return {key: values[key] for key in COMMON_KEYS if key not in skip}
 
 
+PipelinePlan = Annotated[
+    str,
+    typer.Option(
+        "--pipeline-plan",
+        help="uniform (every stage alike) or per-stage (layers per pipeline chunk and each "
+        "stage's recompute chosen too).",
+    ),
+]
+StageLayers = Annotated[
+    str | None,
+    typer.Option(
+        "--stage-layers",
+        help="Layers of every pipeline chunk, pp*vpp comma-separated counts in virtual stage "
+        "order (implies --pipeline-plan per-stage).",
+    ),
+]
+StageRecompute = Annotated[
+    str | None,
+    typer.Option(
+        "--stage-recompute",
+        help="Recompute per stage: none, selective or full:K (K layers of each chunk); one "
+        "entry for all stages or one per stage (implies --pipeline-plan per-stage).",
+    ),
+]
 UnevenPipeline = Annotated[
     bool,
     typer.Option(

@@ -8,6 +8,7 @@ layout as that framework's launch configuration (``autopar.emit``).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -35,11 +36,25 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
             "pass problem=autopar.make_problem(...)",
             source=f"--format {fmt}",
         )
+    plan = getattr(estimate, "pipeline_plan", None)
+    if plan is not None:
+        return _plan_text(estimate, plan, fmt, problem)
     if fmt == "megatron":
         return emitters.megatron_args(estimate, problem)
     if fmt == "torchtitan":
         return emitters.torchtitan_toml(estimate, problem).rstrip("\n")
     return json.dumps(emitters.deepspeed_json(estimate, problem), indent=2)
+
+
+def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:
+    """A per-stage plan: Megatron-LM expresses it (``autopar.stage_emit``), the others refuse."""
+    from autopar.stage_emit import megatron_plan_args, refuse
+
+    if fmt != "megatron":
+        raise refuse(fmt)
+    base = emitters.megatron_args(dataclasses.replace(estimate.layout, vpp=1), problem)
+    mtp = int(getattr(problem.model, "num_mtp_layers", 0) or 0)
+    return megatron_plan_args(base, plan, num_mtp_layers=mtp)
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:

@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option(help="Keep TP inside the NVLink domain.")
         ] = True,
         uneven_pipeline: o.UnevenPipeline = False,
+        pipeline_plan: o.PipelinePlan = "uniform",
         top: Annotated[int, typer.Option(help="How many best layouts to report.")] = 5,
         time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
@@ -93,6 +94,7 @@ def register(app: typer.Typer) -> None:
             time_limit=time_limit,
             num_workers=num_workers,
             cost_model=cost_model,
+            pipeline_plan=pipeline_plan,
         )
         emit(render_solve(result, format, problem=problem), output)
         if result.status in ("infeasible", "unknown"):

@@ -1,0 +1,331 @@
+"""Per-stage pipeline plans (issue 13): the schedule formula against a simulation, the plan's
+memory against the uniform model, CP-SAT against brute force, bad input and explanations."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autopar import api
+from autopar.cli import app
+from autopar.context import make_context
+from autopar.errors import InputError
+from autopar.plugin import load_cost_model
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.stage_costs import probe_stage_costs
+from autopar.stage_cpsat import _groups, _subset, _uniform_recomputes, per_stage_space, solve_stages
+from autopar.stage_emit import layout_string
+from autopar.stages import (
+    StagePlan,
+    StageRecompute,
+    even_plan,
+    in_flight,
+    pipeline_time_s,
+    stage_figures,
+)
+from autopar.terms import grid_of, memory_bytes, step_time_s
+from tests.pipeline_sim import simulate
+
+LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
+
+
+def _formula(times: np.ndarray, m: int) -> float:
+    """Step of chunk times ``(p, v)`` by ``autopar.stages.pipeline_time_s``."""
+    v = times.shape[1]
+    return float(pipeline_time_s(times.sum(axis=1)[None, :], np.array([m]), v)[0])
+
+
+def _sim(times: np.ndarray, m: int) -> float:
+    """The simulated step with a backward twice the forward."""
+    return simulate((times / 3).tolist(), (2 * times / 3).tolist(), m)
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(2, 1, 5), (4, 1, 8), (4, 1, 2), (3, 2, 6), (4, 3, 8)])
+def test_formula_is_the_simulated_schedule_for_equal_stages(p, v, m):
+    times = np.full((p, v), 0.7)
+    assert _formula(times, m) == pytest.approx(_sim(times, m), rel=1e-12)
+
+
+def test_1f1b_formula_bounds_the_simulation_from_above():
+    """With unequal stages 1F1B idles less than ``(m-1)*max + sum`` says when the slowest stage
+    is not the last (its warm-up forwards hide the later stages); exact when it is."""
+    rng = np.random.default_rng(7)
+    gaps = []
+    for _ in range(60):
+        p, m = int(rng.integers(2, 6)), int(rng.integers(1, 16))
+        times = rng.uniform(0.8, 1.2, (p, 1))
+        simulated, formula = _sim(times, m), _formula(times, m)
+        assert formula >= simulated * (1 - 1e-12)
+        gaps.append(formula / simulated - 1)
+        times[-1, 0] = times.max() * 1.05  # the last stage is the slowest
+        assert _formula(times, m) == pytest.approx(_sim(times, m), rel=1e-9)
+    assert max(gaps) < 0.15
+
+
+def test_interleaved_formula_for_chunks_within_one_layer():
+    """The CP-SAT model keeps a stage's chunks within one layer of each other; there the
+    interleaved formula stays within 15% of the simulated schedule."""
+    rng = np.random.default_rng(8)
+    for _ in range(30):
+        p, v = int(rng.choice([2, 4])), int(rng.choice([2, 3]))
+        m = p * int(rng.integers(1, 4))
+        layers = 8 + rng.integers(0, 2, size=(p, v))
+        times = layers * 0.1 + 0.01
+        assert _formula(times, m) == pytest.approx(_sim(times, m), rel=0.15)
+
+
+def test_in_flight_matches_korthikanti_for_equal_chunks():
+    """Stage 0 holds ``p * (1 + (p-1)/(p*v))`` stage-sized micro-batches (Korthikanti 2022)."""
+    for p, v, m in [(4, 5, 16), (8, 2, 16), (4, 1, 8), (4, 1, 2)]:
+        flights = in_flight(p, v, m, 0)
+        base = min(p, m)
+        expected = base * (1 + (p - 1) / (p * v)) if v > 1 else base
+        assert sum(flights) / v == pytest.approx(expected)
+        assert all(sum(in_flight(p, v, m, i)) >= sum(in_flight(p, v, m, i + 1)) for i in range(p - 1))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        dict(tp=8, pp=4, recompute="selective"),
+        dict(tp=8, pp=8, recompute="full"),
+        dict(tp=4, pp=2, cp=2, recompute="none", mbs=2),
+        dict(tp=8, pp=4, vpp=5, recompute="none"),
+    ],
+)
+def test_even_plan_reproduces_the_uniform_model(values):
+    """Memory of the first stage = the uniform model's (its most loaded rank); step time = the
+    uniform one less the logits the uniform model charges to every stage."""
+    problem = api.make_problem(**LLAMA)
+    layout = api.layout_of(problem, **values)
+    ctx, cm = make_context(problem), load_cost_model(None)
+    grid = grid_of([layout])
+    costs = probe_stage_costs(cm, ctx, grid)
+    full = problem.model.num_layers if layout.recompute == "full" else 0
+    plan = even_plan(problem.model.num_layers, layout.pp, layout.vpp,
+                     StageRecompute(layout.recompute, full))  # fmt: skip
+    fig = stage_figures(plan, costs, grid["grad_accum"])
+    uniform_memory = float(memory_bytes(cm, grid, ctx)[0])
+    if layout.vpp == 1:
+        assert fig.memory_bytes[0, 0] == pytest.approx(uniform_memory, rel=1e-9)
+    else:  # Megatron's chunk counts vs Korthikanti's average
+        assert fig.memory_bytes[0, 0] == pytest.approx(uniform_memory, rel=2e-3)
+    assert fig.memory_bytes[0].max() == pytest.approx(fig.memory_bytes[0, 0])
+    logits = float(costs.last_time_s[0])
+    assert logits > 0
+    expected = float(step_time_s(cm, grid, ctx)[0]) - (layout.pp - 1) * logits / layout.vpp
+    assert fig.step_time_s[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_staged_estimate_is_the_uniform_estimate_for_an_even_plan():
+    problem = api.make_problem(**LLAMA)
+    layout = api.layout_of(problem, tp=8, pp=4, recompute="selective", pipeline_plan="per-stage")
+    staged = api.evaluate_problem(problem, layout, plan=api.plan_of(problem, layout))
+    uniform = api.evaluate_problem(problem, layout)
+    assert staged.memory_bytes["total"] == pytest.approx(uniform.memory_bytes["total"])
+    assert staged.step_time_s < uniform.step_time_s
+    assert [s.in_flight for s in staged.stages] == [(4,), (3,), (2,), (1,)]
+    data = staged.to_dict()
+    assert [s["layers"] for s in data["stages"]] == [20, 20, 20, 20]
+    assert data["stages"][0]["holds"] == ["embedding"] and data["stages"][3]["holds"] == ["loss"]
+
+
+# --- brute force over every split and recompute choice ----------------------------------------
+
+
+def small_problem(seed: int) -> Problem:
+    rng = np.random.default_rng(seed)
+    heads = 8
+    layers = int(rng.choice([4, 6, 8]))
+    model = ModelSpec(
+        name=f"small-{seed}",
+        num_layers=layers,
+        hidden_size=heads * int(rng.choice([64, 128])),
+        num_attention_heads=heads,
+        num_kv_heads=int(rng.choice([2, 8])),
+        ffn_hidden_size=int(rng.choice([1024, 2048])),
+        vocab_size=int(rng.choice([1000, 32000])),
+    )
+    gpus = int(rng.choice([4, 8]))
+    gpu = GpuSpec(
+        name="test-gpu",
+        memory_bytes=int(rng.choice([1, 2, 4]) * GIB),
+        peak_bf16_flop_per_s=1e15,
+        peak_fp8_flop_per_s=None,
+        hbm_bytes_per_s=3e12,
+        nvlink_bytes_per_s=4e11,
+        nic_bytes_per_s=5e10,
+        gpus_per_node=4,
+    )
+    training = TrainingSpec(
+        num_gpus=gpus,
+        global_batch_sequences=int(gpus * rng.choice([2, 4])),
+        seq_len=int(rng.choice([1024, 2048])),
+    )
+    options = SearchOptions(
+        maxima=(("mbs", 2), ("pp", 4 if layers <= 6 else 3), ("vpp", 2), ("cp", 1)),
+        zero_stages=(0, 1),
+    )
+    return Problem(
+        model=model,
+        cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpu.gpus_per_node),
+        training=training,
+        options=options,
+    )
+
+
+def _compositions(num_layers: int, p: int, v: int):
+    chunks = p * v
+    for cuts in itertools.combinations_with_replacement(range(num_layers + 1), chunks - 1):
+        bounds = (0, *cuts, num_layers)
+        layers = tuple(b - a for a, b in itertools.pairwise(bounds))
+        if any(layers[c] < 1 for c in range(1, chunks - 1)):
+            continue
+        if v > 1 and not _within_one(layers, p, v):
+            continue
+        yield layers
+
+
+def _within_one(layers, p, v) -> bool:
+    chunks = p * v
+    for i in range(p):
+        mine = [layers[c] for c in range(i, chunks, p)]
+        middle = [layers[c] for c in range(i, chunks, p) if 0 < c < chunks - 1]
+        low = min(middle) if middle else min(mine)
+        if max(mine) > low + 1 or (middle and max(middle) - min(middle) > 1):
+            return False
+        if any(n > low + 1 for n in mine):
+            return False
+    return True
+
+
+def brute_force_s(problem: Problem) -> float:
+    """The best step time over every outer layout, chunk split and per-stage recompute."""
+    ctx, cm = make_context(problem), load_cost_model(None)
+    grid = per_stage_space(problem).pruned_grid(
+        ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero", "sp")
+    )
+    if not len(grid["pp"]):
+        return float("inf")
+    costs = probe_stage_costs(cm, ctx, grid)
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    best = float("inf")
+    for (p, v), index in _groups(grid).items():
+        sub = _subset(costs, index)
+        m = grid["grad_accum"][index]
+        for layers in _compositions(problem.model.num_layers, p, v):
+            options = _uniform_recomputes(problem.options.recompute, max(layers))
+            times, memory = [], []
+            for rec in options:
+                plan = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=(rec,) * p)
+                fig = stage_figures(plan, sub, m)
+                times.append(fig.time_s)
+                memory.append(fig.memory_bytes)
+            times_o, memory_o = np.stack(times, -1), np.stack(memory, -1)  # rows x p x options
+            for combo in itertools.product(range(len(options)), repeat=p):
+                t = times_o[:, np.arange(p), combo]
+                fits = (memory_o[:, np.arange(p), combo] <= capacity).all(axis=1)
+                if fits.any():
+                    step = sub.step_time_s + pipeline_time_s(t, m, v)
+                    best = min(best, float(step[fits].min()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cpsat_agrees_with_brute_force(seed):
+    problem = small_problem(seed)
+    expected = brute_force_s(problem)
+    solution = solve_stages(
+        problem, make_context(problem), load_cost_model(None), time_limit_s=30.0
+    )
+    if not np.isfinite(expected):
+        assert solution.status == "infeasible"
+        return
+    assert solution.status == "optimal"
+    assert solution.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
+    # the reported plan scores what the solver says
+    staged = api.evaluate_problem(problem, solution.layout, plan=solution.plan)
+    assert staged.fits
+    assert staged.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
+
+
+# --- interfaces ---------------------------------------------------------------------------------
+
+
+def test_solve_per_stage_beats_or_ties_the_uniform_layout():
+    uniform = api.solve(**LLAMA)
+    staged = api.solve(**LLAMA, pipeline_plan="per-stage")
+    assert staged.status == "optimal"
+    assert staged.best.step_time_s <= uniform.best.step_time_s
+    assert sum(staged.best.pipeline_plan.chunk_layers) == 80
+    assert staged.to_dict()["layouts"][0]["stages"]
+
+
+@pytest.mark.parametrize(
+    ("layers", "recompute", "field"),
+    [
+        ("19,20,21", None, "entries == pp*vpp"),
+        ("19,20,21,21", None, "sum == num_layers"),
+        ("40,0,20,20", None, "chunk layers >= 1"),
+        ("20,20,20,20", "full:2,none", "entries == pp"),
+        ("20,20,20,20", "half", None),
+        ("a,b,c,d", None, None),
+    ],
+)
+def test_bad_plans_name_the_rule(layers, recompute, field):
+    with pytest.raises(InputError) as err:
+        api.evaluate(**LLAMA, tp=8, pp=4, stage_layers=layers, stage_recompute=recompute)
+    if field:
+        assert err.value.field == field
+
+
+def test_cli_bad_plan_exits_2(runner):
+    argv = [
+        "evaluate", "--model", "llama-70b", "--gpus", "1024", "--seq-len", "8192",
+        "--global-batch", "1024", "--tp", "8", "--pp", "4", "--stage-layers", "19,20,21",
+    ]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2
+    assert "pp*vpp" in result.output
+
+
+def test_megatron_flags_express_the_plan_and_other_formats_refuse(runner):
+    common = (
+        "evaluate", "--model", "llama-70b", "--gpus", "1024", "--seq-len", "8192",
+        "--global-batch", "1024", "--tp", "8", "--pp", "4", "--stage-layers", "19,20,21,20",
+        "--stage-recompute", "full:2",
+    )  # fmt: skip
+    result = runner.invoke(app, [*common, "--format", "megatron"])
+    assert result.exit_code == 0
+    assert '--pipeline-model-parallel-layout "Et*19|t*20|t*21|t*20L"' in result.output
+    assert "--recompute-method block --recompute-num-layers 2" in result.output
+    assert "--decoder-first-pipeline-num-layers" not in result.output
+    refused = runner.invoke(app, [*common, "--format", "deepspeed"])
+    assert refused.exit_code == 2
+    assert "per-stage pipeline plan" in refused.output
+
+
+def test_layout_string_unrolls_to_the_plan():
+    import re
+
+    for num_layers, p, v in [(126, 16, 8), (80, 4, 1), (80, 1, 1), (80, 4, 5)]:
+        plan = even_plan(num_layers, p, v, StageRecompute())
+        text = layout_string(plan)
+        for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):  # Megatron parse_str_to_list
+            text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+        stages = text.split("|")
+        assert [s.count("t") for s in stages] == list(plan.chunk_layers)
+        assert stages[0].startswith("E") and stages[-1].endswith("L")
+
+
+def test_no_plan_fits_names_the_stage():
+    result = api.solve(
+        model="llama-70b", gpus=8, seq_len=8192, global_batch=64, pipeline_plan="per-stage",
+        gpu="h100", limits={"pp": 2},
+    )  # fmt: skip
+    assert result.status == "infeasible"
+    summary = result.explanation["summary"]
+    assert "stage 0" in summary and "GiB over" in summary
+    assert result.explanation["nearest_miss"]["stage"] == 0
