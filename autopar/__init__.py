@@ -25,7 +25,6 @@ from autopar.loading import load_cluster, load_gpu, load_model
 from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult
-from autopar.stages import StagePlan, StageRecompute
 from autopar.specs import (
     ClusterSpec,
     GpuSpec,
@@ -34,6 +33,7 @@ from autopar.specs import (
     SearchOptions,
     TrainingSpec,
 )
+from autopar.stages import StagePlan, StageRecompute
 from autopar.sweep import SweepResult, sweep
 from autopar.terms import CostModel, CostTerm, ResourceTerm, TermContext
 

@@ -25,6 +25,8 @@ from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
 from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
+from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.stack import StackSpec, with_overrides
 from autopar.stages import (
     PIPELINE_PLANS,
     StagePlan,
@@ -33,8 +35,6 @@ from autopar.stages import (
     even_plan,
     parse_plan,
 )
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
-from autopar.stack import StackSpec, with_overrides
 from autopar.terms import CostModel
 
 DEFAULT_SEQ_LEN = 4096
@@ -413,7 +413,5 @@ def evaluate(
     layout = layout_of(problem, pipeline_plan=pipeline_plan, **values)
     plan = None
     if pipeline_plan == "per-stage":
-        plan = plan_of(
-            problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
-        )
+        plan = plan_of(problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute)
     return evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)

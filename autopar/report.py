@@ -89,7 +89,9 @@ def stages_text(estimate) -> str:
     """The per-stage pipeline plan of an estimate (``autopar.stage_estimate.StagedEstimate``):
     layers per chunk and their kinds, what the stage also holds, recompute, one micro-batch's
     time, peak memory, and micro-batches in flight per chunk."""
-    cells = [["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]]
+    cells = [
+        ["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]
+    ]
     for stage in estimate.stages:
         kinds = ", ".join(f"{n} {kind}" for kind, n in stage.layer_kinds.items())
         cells.append(

@@ -169,8 +169,12 @@ def probe_stage_costs(
         )
     }
     pp_all = np.asarray(grid["pp"], dtype=np.int64)
-    static_terms = tuple(t for t in cost_model.static_memory_terms if t.name not in LAST_AS_SINGLE_STAGE)
-    single_terms = tuple(t for t in cost_model.static_memory_terms if t.name in LAST_AS_SINGLE_STAGE)
+    static_terms = tuple(
+        t for t in cost_model.static_memory_terms if t.name not in LAST_AS_SINGLE_STAGE
+    )
+    single_terms = tuple(
+        t for t in cost_model.static_memory_terms if t.name in LAST_AS_SINGLE_STAGE
+    )
     for p in np.unique(pp_all):
         rows = np.flatnonzero(pp_all == p)
         sub = {a: np.asarray(v)[rows] for a, v in grid.items()}
@@ -219,7 +223,9 @@ def probe_stage_costs(
         fixed["last_activation_bytes"] += num_mtp * act[mtp_kind][:, 0]
     step = np.zeros(size)
     for term in cost_model.step_terms:
-        step = step + np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+        step = step + np.broadcast_to(
+            np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,)
+        )
     return StageCosts(
         layer_kinds=kinds_in_order,
         time_s=time,

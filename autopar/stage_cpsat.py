@@ -45,8 +45,8 @@ from autopar.space import Space, products
 from autopar.specs import Problem
 from autopar.stage_costs import StageCosts, probe_stage_costs
 from autopar.stage_estimate import with_plan_recompute
+from autopar.stage_tables import StageTable, least_layers, stage_table
 from autopar.stages import (
-    RECOMPUTE_CODES,
     StagePlan,
     StageRecompute,
     even_plan,
@@ -61,10 +61,13 @@ ABSOLUTE_GAP_NS = 10_000
 """Optimality tolerance: 10 microseconds of step time."""
 CAPACITY_SLACK_BYTES = 4096
 """Integer memory slack over the float capacity (rounded coefficients, a few hundred terms)."""
-BISECTIONS = 36
+BISECTIONS = 24
 HINT_TIME_S = 2.0
+HEURISTIC_OPTIONS = 12
+"""Recompute options the heuristic plans try per stage (full counts spaced geometrically)."""
 """Time to turn the heuristic plan into a full hint."""
-"""Bisection steps of the water-filling bound (relative precision 2^-36 of the largest stage time)."""
+"""Bisection steps of the water-filling bound (any number gives a valid bound; 24 give a
+relative precision of 6e-8 of the largest stage time)."""
 """Optimality tolerance: 10 microseconds of step time."""
 SPLIT_FAMILY = "layers vs PP"
 
@@ -133,7 +136,9 @@ def _uniform_recomputes(modes: tuple[str, ...], max_chunk: int) -> list[StageRec
     return out
 
 
-def candidates(problem: Problem, space: Space, ctx: TermContext, cost_model: CostModel) -> Candidates:
+def candidates(
+    problem: Problem, space: Space, ctx: TermContext, cost_model: CostModel
+) -> Candidates:
     """Every outer row with its costs, lower bound and best heuristic plan (module docstring).
 
     Heuristic plans: the even split, then, on the rows whose lower bound beats the best plan so
@@ -151,7 +156,6 @@ def candidates(problem: Problem, space: Space, ctx: TermContext, cost_model: Cos
     peak_plans: list[StagePlan | None] = [None] * size
     num_layers = problem.model.num_layers
     modes = allowed_modes(problem)
-    splits = {}
 
     def consider(index, sub, m, layers, p, v):
         step, recompute, most = _best_recompute(layers, p, v, sub, m, modes, capacity)
@@ -170,24 +174,31 @@ def candidates(problem: Problem, space: Space, ctx: TermContext, cost_model: Cos
     for (p, v), index in groups.items():
         sub = _subset(costs, index)
         m = np.asarray(grid["grad_accum"][index], dtype=np.int64)
-        lower[index], splits[(p, v)] = _lower_bound(sub, p, v, m, modes, capacity)
+        lower[index] = _balanced_bound(sub, p, v, m)
         even = even_plan(num_layers, p, v, StageRecompute())
         counts = tuple(even.stage_layers(i) for i in range(p))
         consider(index, sub, m, _spread(counts, p, v, int(m[0])), p, v)
     bound = float(np.min(best_s)) if size else np.inf
     for (p, v), index in groups.items():
-        promising = np.flatnonzero(lower[index] < min(bound, np.inf) * (1 + 1e-9))
-        counts = splits[(p, v)][0]
+        # The water-filling bound where the balanced one does not already rule the row out.
+        open_rows = index[lower[index] <= bound * (1 + 1e-9)]
+        if not len(open_rows):
+            continue
+        sub = _subset(costs, open_rows)
+        m = np.asarray(grid["grad_accum"][open_rows], dtype=np.int64)
+        tight, split = _lower_bound(sub, p, v, m, modes, capacity)
+        lower[open_rows] = np.maximum(lower[open_rows], tight)
+        promising = np.flatnonzero(lower[open_rows] < bound * (1 + 1e-9))
         vectors: dict[tuple[int, ...], list[int]] = {}
         for j in promising:
-            n = _trim([int(c[j]) for c in counts], p, v, num_layers)
+            n = _trim([int(c[j]) for c in split[0]], p, v, num_layers)
             if n is not None:
                 vectors.setdefault(n, []).append(int(j))
         for n, rows in vectors.items():
-            rows_index = np.array(rows)
-            sub = _subset(costs, index[rows_index])
-            m = np.asarray(grid["grad_accum"][index[rows_index]], dtype=np.int64)
-            consider(index[rows_index], sub, m, _spread(n, p, v, int(m[0])), p, v)
+            chosen = open_rows[np.array(rows)]
+            sub = _subset(costs, chosen)
+            m = np.asarray(grid["grad_accum"][chosen], dtype=np.int64)
+            consider(chosen, sub, m, _spread(n, p, v, int(m[0])), p, v)
     return Candidates(
         grid=grid,
         costs=costs,
@@ -197,6 +208,20 @@ def candidates(problem: Problem, space: Space, ctx: TermContext, cost_model: Cos
         even_peak_bytes=peak,
         even_peak_plans=peak_plans,
     )
+
+
+def _balanced_bound(costs: StageCosts, p: int, v: int, m: np.ndarray) -> np.ndarray:
+    """A lower bound on each row's step time: no recompute, every layer at the cheapest kind,
+    perfect balance (``max_i T_i >= sum_i T_i / p``)."""
+    kinds = tuple(dict.fromkeys(costs.layer_kinds))
+    t_min = np.min([costs.time_s[k][:, 0] for k in kinds], axis=0)
+    total = (
+        len(costs.layer_kinds) * t_min
+        + p * costs.every_time_s
+        + costs.first_time_s
+        + costs.last_time_s
+    )
+    return costs.step_time_s + (m - 1.0 / v) * total / p + total / v
 
 
 def _most_saving(modes, layers) -> StageRecompute:
@@ -242,6 +267,13 @@ def _best_recompute(layers, p, v, costs: StageCosts, m, modes, capacity):
     smallest peak memory reachable."""
     max_chunk = max(layers)
     options = _uniform_recomputes(modes, max_chunk)
+    if len(options) > HEURISTIC_OPTIONS:  # a heuristic: every recompute count is too many
+        keep_k = {
+            1,
+            max_chunk,
+            *np.unique(np.geomspace(1, max_chunk, HEURISTIC_OPTIONS).astype(int)),
+        }
+        options = [o for o in options if o.mode != "full" or o.num_layers in keep_k]
     rows = len(m)
     best_t = np.full((rows, p), np.inf)
     choice = np.zeros((rows, p), dtype=np.int64)
@@ -278,15 +310,23 @@ def _stage_time_of_layers(costs: StageCosts, p: int, v: int, m: np.ndarray, mode
     n = np.arange(num_layers + 1, dtype=np.float64)[None, :]
     out_t, out_rec = [], []
     for i in range(p):
-        w = np.array([min(in_flight(p, v, int(mm), i)) for mm in m], dtype=np.float64)[:, None]
-        fixed_t = costs.every_time_s + (costs.first_time_s if i == 0 else 0) + (
-            costs.last_time_s if i == p - 1 else 0
+        distinct = np.unique(m)
+        least_w = np.array([min(in_flight(p, v, int(mm), i)) for mm in distinct], dtype=float)
+        w = least_w[np.searchsorted(distinct, m)][:, None]
+        fixed_t = (
+            costs.every_time_s
+            + (costs.first_time_s if i == 0 else 0)
+            + (costs.last_time_s if i == p - 1 else 0)
         )
-        static = costs.every_static_bytes + (costs.first_static_bytes if i == 0 else 0) + (
-            costs.last_static_bytes if i == p - 1 else 0
+        static = (
+            costs.every_static_bytes
+            + (costs.first_static_bytes if i == 0 else 0)
+            + (costs.last_static_bytes if i == p - 1 else 0)
         )
-        act = costs.every_activation_bytes + (costs.first_activation_bytes if i == 0 else 0) + (
-            costs.last_activation_bytes if i == p - 1 else 0
+        act = (
+            costs.every_activation_bytes
+            + (costs.first_activation_bytes if i == 0 else 0)
+            + (costs.last_activation_bytes if i == p - 1 else 0)
         )
         base = (static + w[:, 0] * act)[:, None] + n * s[:, None]
         best = np.full(base.shape, np.inf)
@@ -339,12 +379,7 @@ def _lower_bound(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capaci
     feasible = sum(counts) >= num_layers
     kinds = tuple(dict.fromkeys(costs.layer_kinds))
     t_min = np.min([costs.time_s[k][:, 0] for k in kinds], axis=0)
-    total = (
-        num_layers * t_min
-        + p * costs.every_time_s
-        + costs.first_time_s
-        + costs.last_time_s
-    )
+    total = num_layers * t_min + p * costs.every_time_s + costs.first_time_s + costs.last_time_s
     bound = costs.step_time_s + (m - 1.0 / v) * lo + total / v
     split = (counts, recs, times)
     return np.where(feasible, bound, np.inf), split
@@ -523,7 +558,9 @@ def _add_row(
     chunks = p * v
     kinds = tuple(dict.fromkeys(costs.layer_kinds))
     t = {kind: [_ns(costs.time_s[kind][r, code]) for code in range(3)] for kind in kinds}
-    a = {kind: [_bytes(costs.activation_bytes[kind][r, code]) for code in range(3)] for kind in kinds}
+    a = {
+        kind: [_bytes(costs.activation_bytes[kind][r, code]) for code in range(3)] for kind in kinds
+    }
     s = {kind: _bytes(costs.static_bytes[kind][r]) for kind in kinds}
 
     def chunk_time(c):
@@ -569,9 +606,7 @@ def _add_row(
             memory += w * (chunk_act(c) + extra)
         model.add(memory <= capacity).only_enforce_if(x)
     step = _ns(costs.step_time_s[r])
-    model.add(
-        v * objective >= v * step + (m * v - 1) * g.slowest + sum(g.times)
-    ).only_enforce_if(x)
+    model.add(v * objective >= v * step + (m * v - 1) * g.slowest + sum(g.times)).only_enforce_if(x)
 
 
 def _symmetry(model: cp_model.CpModel, g: _Group, ms: set[int], single_kind: bool) -> None:
@@ -639,8 +674,11 @@ def solve_stages(
     *,
     time_limit_s: float = 10.0,
     num_workers: int = 1,
+    tables: bool = True,
 ) -> StageSolution:
-    """The fastest layout with its per-stage plan, proven optimal when the status says so."""
+    """The fastest layout with its per-stage plan, proven optimal when the status says so.
+    Models of one layer kind use per-stage tables (``autopar.stage_tables``) unless ``tables``
+    is false; the others, chunk boundaries and recompute counts."""
     start = time.perf_counter()
     space = per_stage_space(problem)
     if not all(space.domains.values()):
@@ -657,12 +695,40 @@ def solve_stages(
             solve_s=0.0,
         )
     cand = candidates(problem, space, ctx, cost_model)
+    grid = cand.grid
+    modes = allowed_modes(problem)
+    capacity_float = float(ctx.cluster.usable_memory_bytes)
     upper = float(np.min(cand.even_s)) if len(cand.even_s) else np.inf
-    keep = np.flatnonzero(np.isfinite(cand.lower_s) & (cand.lower_s <= upper * (1 + 1e-9) + 1e-12))
+    lower = cand.lower_s.copy()
+    keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
+    single_kind = tables and len(set(cand.costs.layer_kinds)) == 1
+    by_group: dict[tuple[int, int], tuple[np.ndarray, list]] = {}
+    if single_kind and len(keep):
+        # Exact per-stage tables on the rows left: a tighter bound and an exact water-filled
+        # plan per row, then prune again.
+        for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
+            rows = keep[index]
+            sub = _subset(cand.costs, rows)
+            m = np.asarray(grid["grad_accum"][rows], dtype=np.int64)
+            stage_tables = [
+                stage_table(
+                    sub, p=p, v=v, stage=i, num_microbatches=m, modes=modes,
+                    capacity_bytes=capacity_float,
+                )
+                for i in range(p)
+            ]  # fmt: skip
+            by_group[(p, v)] = (rows, stage_tables)
+            bound, plans, steps = _table_bounds(stage_tables, sub, p, v, m)
+            lower[rows] = np.maximum(lower[rows], bound)
+            better = steps < cand.even_s[rows]
+            for j in np.flatnonzero(better):
+                cand.even_plans[int(rows[j])] = plans[j]
+            cand.even_s[rows] = np.where(better, steps, cand.even_s[rows])
+        upper = float(np.min(cand.even_s))
+        keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     model = cp_model.CpModel()
     vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0)
     _add_layout(model, space, vm, explain=False)
-    grid = cand.grid
     x = {int(r): model.new_bool_var(f"row{r}") for r in keep}
     model.add_exactly_one(x.values())
     for axis in GRID_AXES:
@@ -672,28 +738,44 @@ def solve_stages(
     costs = cand.costs
     worst_layers = sum(costs.time_s[k].max(axis=1) for k in costs.layer_kinds)
     worst_stage = worst_layers + costs.every_time_s + costs.first_time_s + costs.last_time_s
-    ceiling = costs.step_time_s + (grid["grad_accum"] + 1.0) * (worst_stage + costs.every_time_s * grid["pp"])
+    ceiling = costs.step_time_s + (grid["grad_accum"] + 1.0) * (
+        worst_stage + costs.every_time_s * grid["pp"]
+    )
     max_ns = _ns(1.1 * float(np.max(ceiling[keep], initial=1.0)) + 1.0)
     objective = model.new_int_var(0, max_ns, "step_time_ns")
     # The rows' lower bounds as a cut (slightly loosened against rounding).
-    model.add(objective >= sum(_ns(cand.lower_s[r] * (1 - 1e-7)) * x[r] for r in keep))
+    model.add(objective >= sum(_ns(lower[r] * (1 - 1e-7)) * x[r] for r in keep))
     kinds_in_order = cand.costs.layer_kinds
-    single_kind = len(set(kinds_in_order)) == 1
     # Coefficients are rounded to whole bytes: the slack keeps every plan that fits in float.
     capacity = int(ctx.cluster.usable_memory_bytes) + CAPACITY_SLACK_BYTES
-    groups: dict[tuple[int, int], _Group] = {}
-    modes = allowed_modes(problem)
+    groups: dict[tuple[int, int], object] = {}
+    best = int(np.argmin(cand.even_s)) if np.isfinite(upper) else None
     for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
         rows = keep[index]
+        if single_kind:
+            all_rows, stage_tables = by_group[(p, v)]
+            g = _add_table_group(
+                model, p, v, rows, all_rows, stage_tables, x, objective, costs, grid, max_ns
+            )
+            groups[(p, v)] = g
+            continue
         g = _add_group(model, p, v, kinds_in_order, modes, max_ns)
         groups[(p, v)] = g
         for r in rows:
-            _add_row(model, g, cand.costs, int(r), int(grid["grad_accum"][r]), x[int(r)], objective, capacity)
-        _symmetry(model, g, {int(grid["grad_accum"][r]) for r in rows}, single_kind)
-    best = int(np.argmin(cand.even_s)) if np.isfinite(upper) else None
+            _add_row(
+                model, g, costs, int(r), int(grid["grad_accum"][r]), x[int(r)], objective,
+                capacity,
+            )  # fmt: skip
+        _symmetry(
+            model, g, {int(grid["grad_accum"][r]) for r in rows}, len(set(kinds_in_order)) == 1
+        )
     if best is not None and best in x:
         group = groups[(int(grid["pp"][best]), int(grid["vpp"][best]))]
-        fixes = [(x[best], 1), *_hint_values(group, cand.even_plans[best])]
+        plan = cand.even_plans[best]
+        if single_kind:
+            fixes = [(x[best], 1), *zip(group.n, _stage_counts(plan), strict=True)]
+        else:
+            fixes = [(x[best], 1), *_hint_values(group, plan)]
         _complete_hint(model, fixes, time_limit_s=min(HINT_TIME_S, time_limit_s))
     model.minimize(objective)
     build_s = time.perf_counter() - start
@@ -703,13 +785,24 @@ def solve_stages(
     solver.parameters.absolute_gap_limit = ABSOLUTE_GAP_NS
     status = solver.solve(model)
     solve_s = time.perf_counter() - start - build_s
-    common = dict(rows_total=len(grid["pp"]), rows_kept=len(keep), candidates=cand, build_s=build_s, solve_s=solve_s)
+    common = dict(
+        rows_total=len(grid["pp"]),
+        rows_kept=len(keep),
+        candidates=cand,
+        build_s=build_s,
+        solve_s=solve_s,
+    )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
-        return StageSolution(status=name, layout=None, plan=None, step_time_s=None, bound_s=None, **common)
+        return StageSolution(
+            status=name, layout=None, plan=None, step_time_s=None, bound_s=None, **common
+        )
     row = next(r for r in keep if solver.boolean_value(x[int(r)]))
     g = groups[(int(grid["pp"][row]), int(grid["vpp"][row]))]
-    plan = _plan_of(solver, g)
+    if single_kind:
+        plan = _table_plan(g, int(row), [int(solver.value(n)) for n in g.n])
+    else:
+        plan = _plan_of(solver, g)
     layout = Layout.from_grid_row({a: int(grid[a][row]) for a in GRID_AXES})
     return StageSolution(
         status="optimal" if status == cp_model.OPTIMAL else "feasible",
@@ -798,11 +891,13 @@ def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict
     stage = int(np.argmax(figures.memory_bytes[0]))
     need = float(figures.memory_bytes[0, stage])
     gib = 2**30
+    flights = sum(in_flight(plan.pp, plan.vpp, int(layout.grad_accum), stage))
     summary = (
-        f"no per-stage plan fits: at best (layout {layout.text()}, {plan.recompute[stage].text()} "
+        f"no per-stage plan fits: at best (layout {with_plan_recompute(layout, plan).text()}, "
+        f"{plan.recompute[stage].text()} "
         f"recompute on every stage) stage {stage} of {plan.pp} holds "
-        f"{plan.stage_layers(stage)} layers and {in_flight(plan.pp, plan.vpp, int(layout.grad_accum), stage)} "
-        f"micro-batches in flight and needs {need / gib:.1f} GiB, "
+        f"{plan.stage_layers(stage)} layers and {flights} chunk micro-batches in flight "
+        f"and needs {need / gib:.1f} GiB, "
         f"{(need - capacity) / gib:.1f} GiB over the {capacity / gib:.1f} GiB capacity"
     )
     return {
@@ -817,3 +912,132 @@ def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict
         },
         "suggestions": [],
     }
+
+
+# --- one layer kind: the plan is the layer count of every stage ------------------------------
+
+
+@dataclass(slots=True)
+class _TableGroup:
+    """``(pp, vpp)`` with tables: layer counts ``n`` per stage and the row of the group."""
+
+    pp: int
+    vpp: int
+    n: list
+    times: list
+    slowest: cp_model.IntVar
+    rows: np.ndarray
+    """Global row indices of the tables' rows."""
+    tables: list[StageTable]
+
+
+def _add_table_group(
+    model, p, v, rows, all_rows, stage_tables, x, objective, costs, grid, max_ns
+) -> _TableGroup:
+    """Stage ``i`` takes ``n_i`` layers and its time is its table's entry for the chosen row
+    (an allowed-assignments table over (row, n_i, T_i)); the bottleneck by
+    ``add_max_equality``; the objective per row under its boolean."""
+    num_layers = len(costs.layer_kinds)
+    name = f"pp{p}v{v}"
+    local = {int(r): j for j, r in enumerate(all_rows)}
+    row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
+    active = [x[int(r)] for r in rows]
+    for r in rows:
+        model.add(row_var == local[int(r)]).only_enforce_if(x[int(r)])
+    model.add(row_var == -1).only_enforce_if([lit.Not() for lit in active])
+    n = []
+    for i in range(p):
+        least = least_layers(p, v, i, num_layers)
+        n.append(model.new_int_var(least, num_layers, f"{name}.n{i}"))
+    model.add(sum(n) == num_layers)
+    times = [model.new_int_var(0, max_ns, f"{name}.T{i}") for i in range(p)]
+    for i, table in enumerate(stage_tables):
+        tuples = [(-1, k, 0) for k in range(num_layers + 1)]
+        for r in rows:
+            j = local[int(r)]
+            finite = np.flatnonzero(np.isfinite(table.time_s[j]))
+            tuples += [(j, int(k), _ns(table.time_s[j, k])) for k in finite]
+        model.add_allowed_assignments([row_var, n[i], times[i]], tuples)
+    slowest = model.new_int_var(0, max_ns, f"{name}.Tmax")
+    model.add_max_equality(slowest, times)
+    for r in rows:
+        m = int(grid["grad_accum"][r])
+        step = _ns(costs.step_time_s[r])
+        model.add(v * objective >= v * step + (m * v - 1) * slowest + sum(times)).only_enforce_if(
+            x[int(r)]
+        )
+    # Middle stages whose tables agree on every row are interchangeable: order their counts.
+    for i in range(1, p - 2):
+        a, b = stage_tables[i].time_s, stage_tables[i + 1].time_s
+        if np.array_equal(a, b):
+            model.add(n[i] >= n[i + 1])
+    return _TableGroup(p, v, n, times, slowest, all_rows, stage_tables)
+
+
+def _table_bounds(stage_tables: list[StageTable], costs: StageCosts, p, v, m):
+    """Per row: a lower bound (the least possible slowest stage, by water-filling the exact
+    tables, and the time of every layer without recompute), and the plan of the water-filled
+    counts with its step time (an upper bound)."""
+    num_layers = len(costs.layer_kinds)
+    rows = len(m)
+    times = [t.time_s for t in stage_tables]
+    least = [least_layers(p, v, i, num_layers) for i in range(p)]
+    lo = np.zeros(rows)
+    hi = np.max([np.where(np.isfinite(t), t, 0).max(axis=1) for t in times], axis=0) + 1.0
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        take = sum(_most(t, mid, k) for t, k in zip(times, least, strict=True))
+        enough = take >= num_layers
+        hi = np.where(enough, mid, hi)
+        lo = np.where(enough, lo, mid)
+    counts = np.stack([_most(t, hi, k) for t, k in zip(times, least, strict=True)], axis=1)
+    feasible = counts.sum(axis=1) >= num_layers
+    kind = costs.layer_kinds[0]
+    total = (
+        num_layers * costs.time_s[kind][:, 0]
+        + p * costs.every_time_s
+        + costs.first_time_s
+        + costs.last_time_s
+    )
+    bound = np.where(feasible, costs.step_time_s + (m - 1.0 / v) * lo + total / v, np.inf)
+    plans: list[StagePlan | None] = [None] * rows
+    steps = np.full(rows, np.inf)
+    for r in np.flatnonzero(feasible):
+        n = list(counts[r])
+        surplus = sum(n) - num_layers
+        for i in range(p):
+            cut = min(surplus, n[i] - least[i])
+            n[i] -= cut
+            surplus -= cut
+        stage_t = np.array([[times[i][r, n[i]] for i in range(p)]])
+        if not np.isfinite(stage_t).all():
+            continue
+        steps[r] = costs.step_time_s[r] + pipeline_time_s(stage_t, m[r : r + 1], v)[0]
+        plans[r] = _plan_from_tables(stage_tables, r, n, p, v)
+    return bound, plans, steps
+
+
+def _most(times: np.ndarray, tau: np.ndarray, least: int) -> np.ndarray:
+    """Most layers a stage holds within ``tau`` (a large negative number below ``least``)."""
+    index = np.arange(times.shape[1])
+    most = np.max(np.where(times <= tau[:, None], index, -1), axis=1)
+    return np.where(most >= least, most, -(10**9))
+
+
+def _plan_from_tables(stage_tables: list[StageTable], row: int, n, p: int, v: int) -> StagePlan:
+    chunks = [0] * (p * v)
+    recompute = []
+    for i, table in enumerate(stage_tables):
+        for j, layers in enumerate(table.chunks(row, int(n[i]))):
+            chunks[j * p + i] = layers
+        recompute.append(table.recompute(row, int(n[i])))
+    return StagePlan(pp=p, vpp=v, chunk_layers=tuple(chunks), recompute=tuple(recompute))
+
+
+def _table_plan(g: _TableGroup, row: int, n) -> StagePlan:
+    local = int(np.flatnonzero(g.rows == row)[0])
+    return _plan_from_tables(g.tables, local, n, g.pp, g.vpp)
+
+
+def _stage_counts(plan: StagePlan) -> list[int]:
+    return [plan.stage_layers(i) for i in range(plan.pp)]

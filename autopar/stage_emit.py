@@ -45,7 +45,9 @@ def layout_string(plan: StagePlan, *, num_mtp_layers: int = 0) -> str:
         text = "E" if c == 0 else ""
         text += "" if n == 0 else "t" if n == 1 else f"t*{n}"
         if c == chunks - 1:
-            text += ("m" if num_mtp_layers == 1 else f"m*{num_mtp_layers}") if num_mtp_layers else ""
+            text += (
+                ("m" if num_mtp_layers == 1 else f"m*{num_mtp_layers}") if num_mtp_layers else ""
+            )
             text += "L"
         parts.append(text)
     if len(parts) < 3:
@@ -72,7 +74,9 @@ def recompute_flags(plan: StagePlan) -> tuple[list[str], str | None]:
         return ["--recompute-granularity selective"], None
     if "full" in modes:
         k = max(counts)
-        flags = [f"--recompute-granularity full --recompute-method block --recompute-num-layers {k}"]
+        flags = [
+            f"--recompute-granularity full --recompute-method block --recompute-num-layers {k}"
+        ]
         wanted = ",".join(r.text() for r in plan.recompute)
         exact = modes == {"full"} and all(
             r.mode == "full" and (r.num_layers == k or _covers(plan, i, r.num_layers, k))
@@ -110,7 +114,7 @@ def megatron_plan_args(args: str, plan: StagePlan, *, num_mtp_layers: int = 0) -
         if not part:
             continue
         flag = part if part.startswith("--") else f"--{part}"
-        if not flag.split()[0] in REPLACED_FLAGS:
+        if flag.split()[0] not in REPLACED_FLAGS:
             kept.append(flag)
     flags, note = recompute_flags(plan)
     layout = layout_string(plan, num_mtp_layers=num_mtp_layers)

@@ -13,7 +13,7 @@ from autopar.cli import app
 from autopar.context import make_context
 from autopar.errors import InputError
 from autopar.plugin import load_cost_model
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.specs import ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
 from autopar.stage_costs import probe_stage_costs
 from autopar.stage_cpsat import _groups, _subset, _uniform_recomputes, per_stage_space, solve_stages
 from autopar.stage_emit import layout_string
@@ -83,7 +83,9 @@ def test_in_flight_matches_korthikanti_for_equal_chunks():
         base = min(p, m)
         expected = base * (1 + (p - 1) / (p * v)) if v > 1 else base
         assert sum(flights) / v == pytest.approx(expected)
-        assert all(sum(in_flight(p, v, m, i)) >= sum(in_flight(p, v, m, i + 1)) for i in range(p - 1))
+        assert all(
+            sum(in_flight(p, v, m, i)) >= sum(in_flight(p, v, m, i + 1)) for i in range(p - 1)
+        )
 
 
 @pytest.mark.parametrize(
@@ -142,16 +144,18 @@ def small_problem(seed: int) -> Problem:
     model = ModelSpec(
         name=f"small-{seed}",
         num_layers=layers,
-        hidden_size=heads * int(rng.choice([64, 128])),
+        hidden_size=heads * int(rng.choice([128, 256])),
         num_attention_heads=heads,
         num_kv_heads=int(rng.choice([2, 8])),
-        ffn_hidden_size=int(rng.choice([1024, 2048])),
+        ffn_hidden_size=int(rng.choice([2048, 4096])),
         vocab_size=int(rng.choice([1000, 32000])),
     )
     gpus = int(rng.choice([4, 8]))
+    pp = int(rng.choice([2, 3, 4] if layers <= 6 else [2, 3]))
+    gpus = pp * int(rng.choice([1, 2]))
     gpu = GpuSpec(
         name="test-gpu",
-        memory_bytes=int(rng.choice([1, 2, 4]) * GIB),
+        memory_bytes=int(rng.choice([2560, 2816, 3072, 3584, 4096]) * 2**20),
         peak_bf16_flop_per_s=1e15,
         peak_fp8_flop_per_s=None,
         hbm_bytes_per_s=3e12,
@@ -161,11 +165,12 @@ def small_problem(seed: int) -> Problem:
     )
     training = TrainingSpec(
         num_gpus=gpus,
-        global_batch_sequences=int(gpus * rng.choice([2, 4])),
-        seq_len=int(rng.choice([1024, 2048])),
+        global_batch_sequences=int(gpus * rng.choice([2, 4, 8])),
+        seq_len=int(rng.choice([2048, 4096])),
     )
     options = SearchOptions(
-        maxima=(("mbs", 2), ("pp", 4 if layers <= 6 else 3), ("vpp", 2), ("cp", 1)),
+        pins=(("pp", pp),),
+        maxima=(("mbs", 2), ("vpp", 2), ("cp", 1)),
         zero_stages=(0, 1),
     )
     return Problem(
@@ -233,12 +238,21 @@ def brute_force_s(problem: Problem) -> float:
     return best
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_cpsat_agrees_with_brute_force(seed):
+SEEDS = (0, 3, 9, 19, 24, 37, 49, 58)
+"""Random small problems whose optima differ: uneven splits, per-stage recompute, interleaving,
+and one where nothing fits."""
+
+
+@pytest.mark.parametrize(
+    ("seed", "tables"), [*((s, True) for s in SEEDS), (3, False), (24, False), (58, False)]
+)
+def test_cpsat_agrees_with_brute_force(seed, tables):
+    """Both encodings: per-stage tables (one layer kind) and chunk boundaries with recompute
+    counts (the one for several kinds)."""
     problem = small_problem(seed)
     expected = brute_force_s(problem)
     solution = solve_stages(
-        problem, make_context(problem), load_cost_model(None), time_limit_s=30.0
+        problem, make_context(problem), load_cost_model(None), time_limit_s=30.0, tables=tables
     )
     if not np.isfinite(expected):
         assert solution.status == "infeasible"
