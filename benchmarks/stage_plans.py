@@ -1,0 +1,189 @@
+"""Per-stage pipeline plans (issue 13): proof time, the space covered, and the predicted gains.
+
+    python benchmarks/stage_plans.py [--workers N]
+
+For each case it prints
+
+- the per-stage optimum (``autopar solve --pipeline-plan per-stage``): outer layout, plan,
+  status and time to the proof, with the outer layouts left after the bounds;
+- the size of the space covered: per outer layout, the chunk splits (compositions of the layers
+  into ``pp*vpp`` chunks, the middle ones non-empty) times the recompute choices
+  (``none | selective | full:k`` per stage), summed, and the time numpy brute force would need
+  at the measured cost of scoring one plan;
+- the step time of: the best uniform layout (the default cost model and solver); that layout
+  scored by the per-stage model with Megatron's even split and with its
+  ``--account-for-embedding/loss-in-pipeline-split`` split (the embedding and the loss each
+  counted as a layer); the per-stage optimum; and the gains of the last over the others;
+- the per-stage optimum's schedule simulated (``tests/pipeline_sim.py``, backward twice the
+  forward) against the formula the solver used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autopar import api
+from autopar.axes import GRID_AXES
+from autopar.context import make_context
+from autopar.plugin import load_cost_model
+from autopar.stage_costs import probe_stage_costs
+from autopar.stage_cpsat import per_stage_space, solve_result
+from autopar.stage_estimate import estimate_plan
+from autopar.stages import RECOMPUTE_CODES, StagePlan, StageRecompute, even_plan, stage_figures
+from autopar.terms import grid_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.pipeline_sim import simulate  # noqa: E402
+
+CASES = [
+    ("Llama-3.1 405B, 16384 H100", dict(model="llama-3.1-405b", gpus=16384, global_batch=2048)),
+    ("Llama-3 70B, 1024 H100", dict(model="llama-70b", gpus=1024, global_batch=1024)),
+    ("Llama-3 70B, 1024 H100", dict(model="llama-70b", gpus=1024, global_batch=256, seq_len=32768)),
+    ("Llama-3.1 405B, 2048 H100", dict(model="llama-3.1-405b", gpus=2048, global_batch=512)),
+]
+SEQ_LEN = 8192
+
+
+def space_size(problem) -> tuple[float, int]:
+    """(log10 of the plans covered, outer layouts): sum over outer layouts of chunk splits times
+    recompute choices per stage."""
+    grid = per_stage_space(problem).pruned_grid(GRID_AXES)
+    num_layers = problem.model.num_layers
+    total = 0.0
+    for p, v in zip(grid["pp"], grid["vpp"], strict=True):
+        chunks = int(p * v)
+        middle = max(chunks - 2, 0)
+        free = num_layers - middle  # layers left once every middle chunk holds one
+        splits = math.comb(free + chunks - 1, chunks - 1) if free >= 0 else 0
+        per_stage = 2 + max(1, math.ceil(num_layers / chunks))  # none, selective, full:1..k
+        total += splits * float(per_stage) ** int(p)
+    return math.log10(total) if total else 0.0, len(grid["pp"])
+
+
+def seconds_per_plan(problem, layout) -> float:
+    """Numpy time to score one plan on one outer layout (vectorised over 2000 layouts)."""
+    ctx, cm = make_context(problem), load_cost_model(None)
+    grid = grid_of([layout] * 2000)
+    costs = probe_stage_costs(cm, ctx, grid)
+    plan = even_plan(problem.model.num_layers, layout.pp, layout.vpp, StageRecompute())
+    start = time.perf_counter()
+    for _ in range(5):
+        stage_figures(plan, costs, grid["grad_accum"])
+    return (time.perf_counter() - start) / (5 * 2000)
+
+
+def account_for_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> StagePlan:
+    """Megatron ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``:
+    ``L + 2`` slots split evenly over the ``pp*vpp`` virtual stages, the first holding the
+    embedding in one slot and the last the loss (transformer_block.py get_num_layers_to_build);
+    when ``L + 2`` does not divide, the remainder goes to the middle chunks."""
+    chunks = pp * vpp
+    slots = num_layers + 2
+    base, extra = divmod(slots, chunks)
+    layers = [base] * chunks
+    for c in range(1, 1 + extra):
+        layers[c % chunks] += 1
+    layers[0] -= 1
+    layers[-1] -= 1
+    return StagePlan(
+        pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp
+    )
+
+
+def simulated_error(problem, layout, plan) -> float:
+    """(formula - simulation) / simulation of the plan's pipeline part (step terms excluded)."""
+    ctx, cm = make_context(problem), load_cost_model(None)
+    grid = grid_of([layout])
+    costs = probe_stage_costs(cm, ctx, grid)
+    fig = stage_figures(plan, costs, grid["grad_accum"])
+    p, v = plan.pp, plan.vpp
+    chunk = np.zeros((p, v))
+    kind = costs.layer_kinds[0]
+    for c, n in enumerate(plan.chunk_layers):
+        i, j = c % p, c // p
+        rec = plan.recompute[i]
+        base = RECOMPUTE_CODES["selective"] if rec.mode == "selective" else 0
+        full = plan.recomputed_layers(c)
+        t = costs.time_s[kind][0]
+        chunk[i, j] = (n - full) * t[base] + full * t[2] + costs.every_time_s[0] / v
+    chunk[0, 0] += costs.first_time_s[0]
+    chunk[p - 1, v - 1] += costs.last_time_s[0]
+    m = int(layout.grad_accum)
+    formula = float(fig.step_time_s[0] - costs.step_time_s[0])
+    simulated = simulate((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m)
+    return formula / simulated - 1.0
+
+
+def run(name: str, options: dict, workers: int) -> None:
+    options = {"seq_len": SEQ_LEN, **options}
+    problem = api.make_problem(**options)
+    ctx, cm = make_context(problem), load_cost_model(None)
+    start = time.perf_counter()
+    staged = solve_result(problem, ctx, cm, time_limit_s=60.0, num_workers=workers)
+    staged_s = time.perf_counter() - start
+    uniform_options = dict(options)
+    if problem.model.num_layers % 8:
+        uniform_options["uneven_pipeline"] = True
+    uniform = api.solve(**uniform_options, num_workers=workers)
+    best = staged.best
+    lay = uniform.best.layout
+    rec = StageRecompute(lay.recompute, problem.model.num_layers if lay.recompute == "full" else 0)
+    even = estimate_plan(lay, even_plan(problem.model.num_layers, lay.pp, lay.vpp, rec), ctx, cm)
+    account = estimate_plan(
+        lay, account_for_plan(problem.model.num_layers, lay.pp, lay.vpp, rec), ctx, cm
+    )
+    log_plans, rows = space_size(problem)
+    per_plan = seconds_per_plan(problem, best.layout)
+    brute_years = 10**log_plans * per_plan / (3600 * 24 * 365)
+    error = simulated_error(problem, best.layout, best.pipeline_plan)
+    print(f"== {name}, seq {options['seq_len']}, global batch {options['global_batch']}")
+    print(f"per-stage   {staged.status} in {staged_s:.2f} s ({staged.notes[0]})")
+    print(f"            {best.layout.text()}")
+    print(f"            {best.pipeline_plan.text()}")
+    print(
+        f"space       {rows} outer layouts, 10^{log_plans:.0f} plans; brute force at "
+        f"{per_plan * 1e6:.1f} us/plan: 10^{math.log10(max(brute_years, 1e-30)):.0f} years"
+    )
+    print(f"uniform     {uniform.best.step_time_s:.3f} s  {lay.text()} ({uniform.solve_time_s:.2f} s)")
+    print(f"  even      {even.step_time_s:.3f} s  (per-stage model, Megatron's even split)")
+    print(f"  account   {account.step_time_s:.3f} s  (account-for-embedding/loss split)")
+    print(f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%}")
+    print(
+        f"gain        {uniform.best.step_time_s / best.step_time_s - 1:+.1%} over the uniform "
+        f"optimum, {even.step_time_s / best.step_time_s - 1:+.1%} over its even split, "
+        f"{account.step_time_s / best.step_time_s - 1:+.1%} over account-for-embedding/loss"
+    )
+    print(f"schedule    formula vs simulation of the optimum's pipeline: {error:+.2%}")
+    # The plan alone (AdaPipe's setting): the uniform optimum's outer layout pinned.
+    pins = {a: getattr(lay, a) for a in ("tp", "pp", "cp", "vpp", "mbs")}
+    pinned_problem = api.make_problem(**options, **pins)
+    pinned = solve_result(
+        pinned_problem, make_context(pinned_problem), cm, time_limit_s=60.0, num_workers=workers
+    )
+    if pinned.layouts:
+        plan_only = pinned.best
+        print(
+            f"plan only   {plan_only.step_time_s:.3f} s on the uniform optimum's layout "
+            f"({pinned.status}, {pinned.solve_time_s:.2f} s): "
+            f"{even.step_time_s / plan_only.step_time_s - 1:+.1%} over its even split; "
+            f"{plan_only.pipeline_plan.text()[:160]}"
+        )
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    for name, options in CASES:
+        run(name, options, args.workers)
+
+
+if __name__ == "__main__":
+    main()
