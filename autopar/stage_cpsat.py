@@ -178,6 +178,10 @@ def candidates(
         even = even_plan(num_layers, p, v, StageRecompute())
         counts = tuple(even.stage_layers(i) for i in range(p))
         consider(index, sub, m, _spread(counts, p, v, int(m[0])), p, v)
+        if len(set(costs.layer_kinds)) > 1:
+            balanced = _balanced_counts(sub, p, v)
+            if balanced != counts:
+                consider(index, sub, m, _spread(balanced, p, v, int(m[0])), p, v)
     bound = float(np.min(best_s)) if size else np.inf
     for (p, v), index in groups.items():
         # The water-filling bound where the balanced one does not already rule the row out.
@@ -210,17 +214,53 @@ def candidates(
     )
 
 
+def _balanced_counts(costs: StageCosts, p: int, v: int) -> tuple[int, ...]:
+    """Stage layer counts that minimise the slowest stage without recompute, for the first
+    row's per-layer times (layers of several kinds; a linear-partition dynamic programme)."""
+    kinds = costs.layer_kinds
+    num_layers = len(kinds)
+    layer_t = np.array([costs.time_s[k][0, 0] for k in kinds])
+    prefix = np.concatenate([[0.0], np.cumsum(layer_t)])
+    fixed = [
+        float(costs.every_time_s[0])
+        + (float(costs.first_time_s[0]) if i == 0 else 0.0)
+        + (float(costs.last_time_s[0]) if i == p - 1 else 0.0)
+        for i in range(p)
+    ]
+    least = [least_layers(p, v, i, num_layers) for i in range(p)]
+    inf = float("inf")
+    # best[i][e]: least slowest time of stages 0..i-1 holding the first e layers
+    best = [[inf] * (num_layers + 1) for _ in range(p + 1)]
+    cut = [[0] * (num_layers + 1) for _ in range(p + 1)]
+    best[0][0] = 0.0
+    for i in range(p):
+        for e in range(num_layers + 1):
+            if best[i][e] == inf:
+                continue
+            for n in range(least[i], num_layers - e + 1):
+                value = max(best[i][e], prefix[e + n] - prefix[e] + fixed[i])
+                if value < best[i + 1][e + n]:
+                    best[i + 1][e + n] = value
+                    cut[i + 1][e + n] = n
+    counts, e = [], num_layers
+    for i in range(p, 0, -1):
+        n = cut[i][e]
+        counts.append(n)
+        e -= n
+    return tuple(reversed(counts))
+
+
+def _least_total_s(costs: StageCosts, p: int) -> np.ndarray:
+    """``sum_i T_i`` without recompute: every layer once, the fixed parts of every stage."""
+    kinds = costs.layer_kinds
+    layers = sum(kinds.count(k) * costs.time_s[k][:, 0] for k in dict.fromkeys(kinds))
+    return layers + p * costs.every_time_s + costs.first_time_s + costs.last_time_s
+
+
 def _balanced_bound(costs: StageCosts, p: int, v: int, m: np.ndarray) -> np.ndarray:
-    """A lower bound on each row's step time: no recompute, every layer at the cheapest kind,
-    perfect balance (``max_i T_i >= sum_i T_i / p``)."""
-    kinds = tuple(dict.fromkeys(costs.layer_kinds))
-    t_min = np.min([costs.time_s[k][:, 0] for k in kinds], axis=0)
-    total = (
-        len(costs.layer_kinds) * t_min
-        + p * costs.every_time_s
-        + costs.first_time_s
-        + costs.last_time_s
-    )
+    """A lower bound on each row's step time: no recompute, perfect balance
+    (``max_i T_i >= sum_i T_i / p``)."""
+    total = _least_total_s(costs, p)
     return costs.step_time_s + (m - 1.0 / v) * total / p + total / v
 
 
@@ -377,10 +417,8 @@ def _lower_bound(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capaci
         lo = np.where(enough, lo, mid)
     counts = [_max_layers(t, hi, least) for t, least in zip(times, least_n, strict=True)]
     feasible = sum(counts) >= num_layers
-    kinds = tuple(dict.fromkeys(costs.layer_kinds))
-    t_min = np.min([costs.time_s[k][:, 0] for k in kinds], axis=0)
-    total = num_layers * t_min + p * costs.every_time_s + costs.first_time_s + costs.last_time_s
-    bound = costs.step_time_s + (m - 1.0 / v) * lo + total / v
+    total = _least_total_s(costs, p)
+    bound = costs.step_time_s + (m - 1.0 / v) * np.maximum(lo, total / p) + total / v
     split = (counts, recs, times)
     return np.where(feasible, bound, np.inf), split
 
@@ -793,6 +831,18 @@ def solve_stages(
         solve_s=solve_s,
     )
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if status != cp_model.INFEASIBLE and best is not None:
+            # Out of time with no solution of its own: the heuristic plan stands, unproven.
+            layout = Layout.from_grid_row({a: int(grid[a][best]) for a in GRID_AXES})
+            plan = cand.even_plans[best]
+            return StageSolution(
+                status="feasible",
+                layout=with_plan_recompute(layout, plan),
+                plan=plan,
+                step_time_s=float(cand.even_s[best]),
+                bound_s=float(np.min(lower[keep])),
+                **common,
+            )
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
         return StageSolution(
             status=name, layout=None, plan=None, step_time_s=None, bound_s=None, **common

@@ -46,7 +46,12 @@ CASES = [
     ("Llama-3 70B, 1024 H100", dict(model="llama-70b", gpus=1024, global_batch=1024)),
     ("Llama-3 70B, 1024 H100", dict(model="llama-70b", gpus=1024, global_batch=256, seq_len=32768)),
     ("Llama-3.1 405B, 2048 H100", dict(model="llama-3.1-405b", gpus=2048, global_batch=512)),
+    (
+        "DeepSeek-V3, 2048 H100",
+        dict(model="deepseek-v3", gpus=2048, global_batch=8192, seq_len=4096),
+    ),
 ]
+TIME_LIMIT_S = 10.0
 SEQ_LEN = 8192
 
 
@@ -91,9 +96,7 @@ def account_for_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompu
         layers[c % chunks] += 1
     layers[0] -= 1
     layers[-1] -= 1
-    return StagePlan(
-        pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp
-    )
+    return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
 
 
 def simulated_error(problem, layout, plan) -> float:
@@ -103,6 +106,11 @@ def simulated_error(problem, layout, plan) -> float:
     costs = probe_stage_costs(cm, ctx, grid)
     fig = stage_figures(plan, costs, grid["grad_accum"])
     p, v = plan.pp, plan.vpp
+    m = int(layout.grad_accum)
+    formula = float(fig.step_time_s[0] - costs.step_time_s[0])
+    if v == 1:  # a chunk is a stage (any layer kinds)
+        chunk = fig.time_s[0][:, None]
+        return formula / simulate((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m) - 1.0
     chunk = np.zeros((p, v))
     kind = costs.layer_kinds[0]
     for c, n in enumerate(plan.chunk_layers):
@@ -114,8 +122,6 @@ def simulated_error(problem, layout, plan) -> float:
         chunk[i, j] = (n - full) * t[base] + full * t[2] + costs.every_time_s[0] / v
     chunk[0, 0] += costs.first_time_s[0]
     chunk[p - 1, v - 1] += costs.last_time_s[0]
-    m = int(layout.grad_accum)
-    formula = float(fig.step_time_s[0] - costs.step_time_s[0])
     simulated = simulate((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m)
     return formula / simulated - 1.0
 
@@ -125,7 +131,7 @@ def run(name: str, options: dict, workers: int) -> None:
     problem = api.make_problem(**options)
     ctx, cm = make_context(problem), load_cost_model(None)
     start = time.perf_counter()
-    staged = solve_result(problem, ctx, cm, time_limit_s=60.0, num_workers=workers)
+    staged = solve_result(problem, ctx, cm, time_limit_s=TIME_LIMIT_S, num_workers=workers)
     staged_s = time.perf_counter() - start
     uniform_options = dict(options)
     if problem.model.num_layers % 8:
@@ -150,7 +156,9 @@ def run(name: str, options: dict, workers: int) -> None:
         f"space       {rows} outer layouts, 10^{log_plans:.0f} plans; brute force at "
         f"{per_plan * 1e6:.1f} us/plan: 10^{math.log10(max(brute_years, 1e-30)):.0f} years"
     )
-    print(f"uniform     {uniform.best.step_time_s:.3f} s  {lay.text()} ({uniform.solve_time_s:.2f} s)")
+    print(
+        f"uniform     {uniform.best.step_time_s:.3f} s  {lay.text()} ({uniform.solve_time_s:.2f} s)"
+    )
     print(f"  even      {even.step_time_s:.3f} s  (per-stage model, Megatron's even split)")
     print(f"  account   {account.step_time_s:.3f} s  (account-for-embedding/loss split)")
     print(f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%}")
@@ -164,7 +172,11 @@ def run(name: str, options: dict, workers: int) -> None:
     pins = {a: getattr(lay, a) for a in ("tp", "pp", "cp", "vpp", "mbs")}
     pinned_problem = api.make_problem(**options, **pins)
     pinned = solve_result(
-        pinned_problem, make_context(pinned_problem), cm, time_limit_s=60.0, num_workers=workers
+        pinned_problem,
+        make_context(pinned_problem),
+        cm,
+        time_limit_s=TIME_LIMIT_S,
+        num_workers=workers,
     )
     if pinned.layouts:
         plan_only = pinned.best
@@ -180,9 +192,11 @@ def run(name: str, options: dict, workers: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--case", type=int, action="append", help="run only these (0-based)")
     args = parser.parse_args()
-    for name, options in CASES:
-        run(name, options, args.workers)
+    for i, (name, options) in enumerate(CASES):
+        if args.case is None or i in args.case:
+            run(name, options, args.workers)
 
 
 if __name__ == "__main__":
