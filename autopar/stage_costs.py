@@ -53,6 +53,10 @@ PLACEMENT: Mapping[str, str] = {
 LAST_AS_SINGLE_STAGE = frozenset({"logits_bytes"})
 """Terms the cost model counts only with ``pp == 1`` because the first stage dominates there;
 the last stage holds them whatever ``pp`` is, so they are probed at ``pp = 1``."""
+EMBEDDING_TERMS = frozenset(
+    {"dense_weights_bytes", "dense_gradients_bytes", "dense_optimizer_bytes"}
+)
+"""Terms whose layer-free part is the input embedding (``pp > 1``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +139,10 @@ def _sum_by(terms, grid, ctx, size, placement_of) -> tuple[np.ndarray, dict[str,
     return total, by
 
 
+def _value(term, grid, ctx, size: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+
+
 def _place(term) -> str:
     return PLACEMENT.get(term.name, "every")
 
@@ -169,6 +177,7 @@ def probe_stage_costs(
         )
     }
     pp_all = np.asarray(grid["pp"], dtype=np.int64)
+    embedding_bytes = np.zeros(size)
     static_terms = tuple(
         t for t in cost_model.static_memory_terms if t.name not in LAST_AS_SINGLE_STAGE
     )
@@ -207,6 +216,14 @@ def probe_stage_costs(
                     for label, (_, intercepts) in parts.items():
                         for where, value in intercepts.items():
                             fixed[f"{where}_{label}"][rows] += value
+                    embedding_bytes[rows] = sum(
+                        (2.0 * one - two)
+                        for one, two in (
+                            (_value(t, g, probes[0], n), _value(t, g, probes[1], n))
+                            for t in static_terms
+                            if t.name in EMBEDDING_TERMS
+                        )
+                    )
                     static_none = static_fixed
                 else:
                     name = "full_workspace_bytes" if code == 2 else "selective_workspace_bytes"
@@ -215,7 +232,10 @@ def probe_stage_costs(
         for term in single_terms:
             value = np.asarray(term.evaluate(one, ctx), dtype=np.float64)
             fixed["last_static_bytes"][rows] += np.broadcast_to(value, (n,))
-    fixed["last_static_bytes"] += _output_layer_bytes(cost_model, ctx, grid)
+    if not getattr(model, "tied_embeddings", True):
+        # The untied output layer has the input embedding's shape: the last stage holds its
+        # parameters (the cost model counts them only with pp == 1, on the first stage).
+        fixed["last_static_bytes"] += np.where(pp_all > 1, embedding_bytes, 0.0)
     if num_mtp:
         # each MTP module: one more layer and one more pass through the output layer and loss
         fixed["last_time_s"] += num_mtp * (time[mtp_kind][:, 0] + fixed["last_time_s"])
@@ -234,26 +254,3 @@ def probe_stage_costs(
         step_time_s=step,
         **fixed,
     )
-
-
-def _output_layer_bytes(cost_model: CostModel, ctx: TermContext, grid) -> np.ndarray:
-    """The untied output layer on the last stage (``pp > 1``; with ``pp == 1`` the dense-parameter
-    terms already count it): its parameters at the bytes per parameter of the first stage's
-    (Megatron ``theoretical_memory_usage.py`` counts the output layer on the last stage)."""
-    from cost_models.memory import BYTES_OPTIMIZER, BYTES_WEIGHT
-    from cost_models.shapes import padded_vocab
-
-    model = ctx.model
-    if model.tied_embeddings or not any(
-        t.name == "dense_weights_bytes" for t in cost_model.static_memory_terms
-    ):
-        return np.zeros(len(grid["pp"]))
-    tp, pp, zero = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "zero"))
-    params = padded_vocab(model, tp) * model.hidden_size / tp
-    shards = ctx.training.num_gpus / (tp * pp)
-    per_param = (
-        BYTES_WEIGHT / np.where(zero >= 3, shards, 1.0)
-        + ctx.training.grad_bytes / np.where(zero >= 2, shards, 1.0)
-        + BYTES_OPTIMIZER / np.where(zero >= 1, shards, 1.0)
-    )
-    return np.where(pp > 1, params * per_param, 0.0)

@@ -343,3 +343,27 @@ def test_no_plan_fits_names_the_stage():
     summary = result.explanation["summary"]
     assert "stage 0" in summary and "GiB over" in summary
     assert result.explanation["nearest_miss"]["stage"] == 0
+
+
+def test_per_stage_json_matches_the_schemas(runner):
+    import json
+
+    from tests.test_formats_cli import _validator
+
+    argv = [
+        "evaluate", "--model", "llama-70b", "--gpus", "1024", "--seq-len", "8192",
+        "--global-batch", "1024", "--tp", "8", "--pp", "4", "--stage-layers", "19,20,21,20",
+        "--stage-recompute", "full:3,full:1,none,selective", "--format", "json",
+    ]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    _validator("evaluate").validate(data)
+    assert [s["recompute"] for s in data["stages"]] == ["full:3", "full:1", "none", "selective"]
+    solved = runner.invoke(
+        app,
+        ["solve", "--model", "llama-8b", "--gpus", "16", "--pipeline-plan", "per-stage",
+         "--format", "json"],
+    )  # fmt: skip
+    assert solved.exit_code == 0, solved.output
+    _validator("solve").validate(json.loads(solved.stdout))

@@ -149,6 +149,7 @@ def register(app: typer.Typer) -> None:
         framework: o.Framework = "megatron",
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
+        pipeline_plan: o.PipelinePlan = "uniform",
         train_tokens: Annotated[
             str | None,
             typer.Option("--train-tokens", help="Tokens to train on (15e12): adds days_to_train."),
@@ -188,6 +189,7 @@ def register(app: typer.Typer) -> None:
             num_workers=num_workers,
             cost_model=cost_model,
             uneven_pipeline=uneven_pipeline,
+            pipeline_plan=pipeline_plan,
             **common,
         )
         emit(render_sweep(result, format), output)
