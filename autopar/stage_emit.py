@@ -73,7 +73,15 @@ def recompute_flags(plan: StagePlan) -> tuple[list[str], str | None]:
     if modes == {"selective"}:
         return ["--recompute-granularity selective"], None
     if "full" in modes:
-        k = max(counts)
+        # One K for every stage: the largest planned count, and every layer of a selective
+        # stage (block recompute of fewer layers would keep more than selective keeps).
+        selective = [
+            plan.chunk_layers[c]
+            for i, r in enumerate(plan.recompute)
+            if r.mode == "selective"
+            for c in plan.chunks_of(i)
+        ]
+        k = max([*counts, *selective])
         flags = [
             f"--recompute-granularity full --recompute-method block --recompute-num-layers {k}"
         ]
@@ -86,17 +94,12 @@ def recompute_flags(plan: StagePlan) -> tuple[list[str], str | None]:
         if not exact:
             note = (
                 f"# autopar: the plan recomputes per stage ({wanted}); Megatron-LM takes one "
-                f"--recompute-num-layers for every stage (transformer_config.py "
-                f"recompute_num_layers), so every stage recomputes {k} layers per chunk here: "
-                "safe on memory, slower than planned"
+                f"--recompute-granularity and one --recompute-num-layers for every stage "
+                f"(transformer_config.py), so every stage recomputes {k} layers per chunk in "
+                "full here: safe on memory, slower than planned"
             )
         return flags, note
-    raise InputError(
-        "mixes selective and full recompute across stages; Megatron-LM takes one "
-        "--recompute-granularity for the whole model (transformer_config.py)",
-        source="--format megatron",
-        field="recompute",
-    )
+    return [], None  # unreachable: modes is non-empty
 
 
 def _covers(plan: StagePlan, stage: int, planned: int, k: int) -> bool:

@@ -367,3 +367,25 @@ def test_per_stage_json_matches_the_schemas(runner):
     )  # fmt: skip
     assert solved.exit_code == 0, solved.output
     _validator("solve").validate(json.loads(solved.stdout))
+
+
+def test_megatron_recompute_flags_cover_the_plan():
+    """One --recompute-num-layers for every stage: exact when the plan's counts agree (or cover
+    whole chunks), else the largest count with a note, covering selective stages in full."""
+    from autopar.stage_emit import recompute_flags
+
+    same = StagePlan(pp=2, vpp=1, chunk_layers=(5, 4), recompute=(StageRecompute("full", 5),) * 2)
+    assert recompute_flags(same) == (
+        ["--recompute-granularity full --recompute-method block --recompute-num-layers 5"],
+        None,
+    )
+    mixed = StagePlan(
+        pp=4,
+        vpp=1,
+        chunk_layers=(5, 4, 3, 4),
+        recompute=(StageRecompute("full", 3), StageRecompute("selective"), StageRecompute(),
+                   StageRecompute()),
+    )  # fmt: skip
+    flags, note = recompute_flags(mixed)
+    assert flags[0].endswith("--recompute-num-layers 4")  # all of the selective stage's layers
+    assert note and note.startswith("# autopar:")
