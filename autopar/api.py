@@ -248,7 +248,14 @@ def solve_problem(
             problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1
         )
         inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
-        return dataclasses.replace(result, inputs=inputs)
+        result = dataclasses.replace(result, inputs=inputs)
+        if result.status == "infeasible" and not (result.explanation or {}).get("nearest_miss"):
+            # no outer layout at all: the rules conflict, which the uniform explanation names
+            explanation = explain_infeasible(
+                problem, build_space(problem), ctx, cm, deadline=deadline
+            )
+            result = dataclasses.replace(result, explanation=explanation)
+        return result
     space = build_space(problem)
     result = solve_space(
         space, ctx, cm, top_k=top, time_limit_s=time_limit, num_workers=num_workers

@@ -389,3 +389,9 @@ def test_megatron_recompute_flags_cover_the_plan():
     flags, note = recompute_flags(mixed)
     assert flags[0].endswith("--recompute-num-layers 4")  # all of the selective stage's layers
     assert note and note.startswith("# autopar:")
+
+
+def test_rule_conflicts_are_explained_with_a_per_stage_plan():
+    result = api.solve(**LLAMA, tp=3, pipeline_plan="per-stage")
+    assert result.status == "infeasible"
+    assert any(f["family"] == "pins and limits" for f in result.explanation["families"])
