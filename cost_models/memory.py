@@ -50,13 +50,13 @@ from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_key
 from cost_models.shapes import (
     dense_layer_params,
     expert_params,
-    first_stage_kind_counts,
     kind_params,
     kv_size,
     mamba_in_proj_size,
     mtp_extra_params,
     norm_params,
     padded_vocab,
+    peak_in_flight_stage_bytes,
     query_size,
     stage_kinds,
     stage_layers,
@@ -344,8 +344,9 @@ def megatron_layer_activation_bytes_per_token(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerActivationMemory:
-    """Activations of one micro-batch on the first stage (it holds the most in flight): each of
-    its layers by kind (mixers, dense MLPs; MoE MLPs are ``ExpertActivationMemory``), plus the
+    """Activations of one micro-batch on the stage whose activations in flight peak (the first
+    one unless later stages hold more or heavier layers: ``peak_in_flight_stage_bytes``): each
+    of its layers by kind (mixers, dense MLPs; MoE MLPs are ``ExpertActivationMemory``), plus the
     embedding's dropout mask and token ids (Megatron: ``8*s*b + s*b*h`` per micro-batch)."""
 
     name: str = "layer_activations_bytes"
@@ -366,8 +367,10 @@ class LayerActivationMemory:
         flash = switch(self.flash_attention, ctx, "flash_attention")
         dropout = switch(self.dropout, ctx, "dropout")
         fp8 = fp8_linear_gemms(ctx)
-        layers = np.zeros(len(tp))
-        for kind, count in first_stage_kind_counts(model, grid["pp"]).items():
+        sp_divisor = np.where(np.asarray(grid["sp"]) == 1, tp, 1.0)
+        embedding = tokens * (8.0 + (model.hidden_size if dropout else 0.0) / sp_divisor)
+
+        def layer_bytes(kind: str) -> np.ndarray:
             per_token = kind_activation_bytes_per_token(
                 model,
                 kind,
@@ -379,10 +382,11 @@ class LayerActivationMemory:
                 recompute=grid["recompute"],
                 fp8_gemms=fp8,
             )
-            layers = layers + count * tokens * per_token
-        sp_divisor = np.where(np.asarray(grid["sp"]) == 1, tp, 1.0)
-        embedding = tokens * (8.0 + (model.hidden_size if dropout else 0.0) / sp_divisor)
-        return layers + embedding
+            return tokens * per_token
+
+        return peak_in_flight_stage_bytes(
+            model, grid["pp"], layer_bytes, first_stage_extra=embedding
+        )
 
     def _megatron(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, mbs = _axes(grid, "tp", "pp", "mbs")
@@ -407,7 +411,8 @@ class LayerActivationMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertActivationMemory:
-    """MoE-layer MLP activations of one micro-batch on the first stage. Per routed token copy
+    """MoE-layer MLP activations of one micro-batch on the stage whose activations in flight peak
+    (``peak_in_flight_stage_bytes``). Per routed token copy
     (``top_k`` per token; ``mbs*s/(tp*cp)`` tokens per rank with SP): the permuted input and the
     expert output before un-permutation (``2*2h``), FC1 output ``2*up`` and FC2 input ``2f`` of the
     expert; plus the shared expert as a dense TP MLP and the router's FP32 logits. Full recompute
@@ -436,11 +441,10 @@ class ExpertActivationMemory:
         router = tokens / tp * 4.0 * model.num_experts
         per_layer = routed + shared + router
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
-        moe_layers = sum(
-            (n for kind, n in first_stage_kind_counts(model, grid["pp"]).items() if "/moe" in kind),
-            np.zeros(len(tp)),
+        peak = peak_in_flight_stage_bytes(
+            model, grid["pp"], lambda kind: per_layer if kind.endswith("/moe") else 0.0
         )
-        return np.where(full, 0.0, moe_layers * per_layer)
+        return np.where(full, 0.0, peak)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

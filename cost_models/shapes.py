@@ -251,6 +251,47 @@ def stage_kind_counts(
     return heaviest_stage(model, pp, weight=weight)[0]
 
 
+def peak_in_flight_stage_bytes(
+    model: ModelSpec,
+    pp: np.ndarray,
+    per_kind_bytes: Callable[[str], np.ndarray | float],
+    *,
+    first_stage_extra: np.ndarray | float = 0.0,
+) -> np.ndarray:
+    """Activation bytes of one micro-batch on the stage whose activations in flight peak highest,
+    scaled to the first stage's in-flight count (the ``in_flight`` term multiplies it back).
+
+    Under 1F1B stage ``i`` of ``p`` holds ``p - i`` micro-batches at its peak (Narayanan et al.
+    2021 §2.2; Megatron ``schedules.py`` warm-up count ``p - i - 1`` plus the one in flight), the
+    first stage ``p``. With equal stages the first one peaks; with dense-first layers
+    (DeepSeek-V3: 3 dense then MoE), MTP on the last stage or an uneven split, a later stage
+    can hold more: ``max_i (p - i)/p * bytes_i``. ``per_kind_bytes(kind)`` gives one layer's
+    bytes per row; ``first_stage_extra`` (the embedding's) sits on stage 0 only. With fewer
+    micro-batches than stages the ratio ``(p - i)/p`` understates the later stages (they hold
+    ``min(p - i, m)``); the first stage's count is then ``m`` as well."""
+    pp = np.atleast_1d(np.asarray(pp, dtype=np.int64))
+    out = np.zeros(len(pp))
+    cache: dict[str, np.ndarray] = {}
+
+    def kind_bytes(kind: str) -> np.ndarray:
+        if kind not in cache:
+            cache[kind] = np.broadcast_to(np.asarray(per_kind_bytes(kind), float), (len(pp),))
+        return cache[kind]
+
+    extra = np.broadcast_to(np.asarray(first_stage_extra, dtype=np.float64), (len(pp),))
+    for value in np.unique(pp):
+        rows = pp == value
+        stages = int(value)
+        peak = np.zeros(int(rows.sum()))
+        for i in range(stages):
+            total = extra[rows] if i == 0 else np.zeros(int(rows.sum()))
+            for kind, count in stage_kinds(model, stages, i).items():
+                total = total + count * kind_bytes(kind)[rows]
+            peak = np.maximum(peak, total * (stages - i) / stages)
+        out[rows] = peak
+    return out
+
+
 def first_stage_kind_counts(model: ModelSpec, pp: np.ndarray) -> dict[str, np.ndarray]:
     """Layer-kind counts of the first stage (it holds the most micro-batches in flight)."""
     pp = np.asarray(pp, dtype=np.int64)

@@ -159,3 +159,28 @@ def test_best_dispatcher_is_the_fastest_per_layout() -> None:
     for name in DISPATCHERS:
         assert (best <= EpCommTime(dispatcher=name).evaluate(grid, ctx) + 1e-12).all()
     assert best_dispatcher(grid, ctx)[0] == "flex"
+
+
+def test_activation_memory_peaks_on_the_stage_with_the_most_in_flight_bytes() -> None:
+    """DeepSeek-V3 at PP 8: stage 0 holds 8 micro-batches of 3 dense + 4 MoE layers, stage 1
+    holds 7 of 8 MoE layers; the MoE activations of stage 1 set the peak, not stage 0's."""
+    from cost_models.memory import ExpertActivationMemory
+    from cost_models.shapes import peak_in_flight_stage_bytes, stage_kinds
+
+    model = load_model("deepseek-v3")
+    pp = np.array([8])
+    per_kind = {"mla/dense": 1.0, "mla/moe": 10.0}
+    peak = peak_in_flight_stage_bytes(model, pp, lambda kind: per_kind.get(kind, 0.0))[0]
+    by_stage = [
+        sum(n * per_kind.get(k, 0.0) for k, n in stage_kinds(model, 8, i).items()) * (8 - i) / 8
+        for i in range(8)
+    ]
+    assert peak == pytest.approx(max(by_stage)) and peak > by_stage[0]
+    ctx = _ctx("deepseek-v3", 2048, uneven_pipeline=True)
+    grid = _grid(tp=2, pp=8, dp=128, ep=64, grad_accum=8)
+    at_pp8 = ExpertActivationMemory().evaluate(grid, ctx)[0]
+    one_stage = _grid(tp=2, pp=1, dp=1024, ep=64, grad_accum=1)
+    at_pp1 = ExpertActivationMemory().evaluate(one_stage, ctx)[0]
+    # PP 1: all 58 MoE layers and the MTP layer; PP 8: stage 1's 8 layers x 7/8, not stage 0's 4
+    assert first_stage_kind_counts(model, pp)["mla/moe"][0] == 4
+    assert at_pp8 / at_pp1 == pytest.approx(8 * 7 / 8 / 59)
