@@ -10,7 +10,7 @@ from autopar import api
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
-from autopar.cli.render import render_estimate
+from autopar.cli.render import framework_notes, render_estimate
 
 
 def register(app: typer.Typer) -> None:
@@ -74,3 +74,5 @@ def register(app: typer.Typer) -> None:
             )
         result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
         emit(render_estimate(result, format, problem=problem), output)
+        for note in framework_notes(result, format, problem):
+            typer.echo(note, err=True)

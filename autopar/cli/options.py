@@ -131,7 +131,13 @@ CostModelOpt = Annotated[
     ),
 ]
 Format = Annotated[
-    str, typer.Option("--format", "-f", help="table, json, csv, megatron, torchtitan or deepspeed.")
+    str,
+    typer.Option(
+        "--format",
+        "-f",
+        help="table, json, csv, megatron, megatron-bridge, torchtitan (0.3), torchtitan-0.2 or "
+        "deepspeed.",
+    ),
 ]
 Output = Annotated[
     str | None, typer.Option("--output", "-o", help="Write to this file (atomically).")

@@ -1,8 +1,9 @@
 """Choose the rendering of a result by ``--format``.
 
 ``table`` is for people, ``json`` is the machine contract (``autopar/schemas/*.schema.json``),
-``csv`` is one row per layout, and ``megatron`` / ``torchtitan`` / ``deepspeed`` emit the best
-layout as that framework's launch configuration (``autopar.emit``).
+``csv`` is one row per layout, and the formats of ``autopar.emit.FORMATS`` (``megatron``,
+``megatron-bridge``, ``torchtitan``, ``torchtitan-0.2``, ``deepspeed``) emit the best layout as
+that framework's launch configuration.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,11 +39,15 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
     plan = getattr(estimate, "pipeline_plan", None)
     if plan is not None:
         return _plan_text(estimate, plan, fmt, problem)
-    if fmt == "megatron":
-        return emitters.megatron_args(estimate, problem)
-    if fmt == "torchtitan":
-        return emitters.torchtitan_toml(estimate, problem).rstrip("\n")
-    return json.dumps(emitters.deepspeed_json(estimate, problem), indent=2)
+    return emitters.FORMATS[fmt].text(estimate, problem)
+
+
+def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None) -> list[str]:
+    """What the launch script must do that ``fmt``'s output cannot say (the CLI writes these to
+    stderr): empty for other formats or without a layout."""
+    if fmt not in emitters.EMITTERS or problem is None or estimate is None:
+        return []
+    return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
 
 
 def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:

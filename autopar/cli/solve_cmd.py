@@ -10,7 +10,7 @@ from autopar import api
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
-from autopar.cli.render import render_solve
+from autopar.cli.render import framework_notes, render_solve
 
 
 def register(app: typer.Typer) -> None:
@@ -97,6 +97,8 @@ def register(app: typer.Typer) -> None:
             pipeline_plan=pipeline_plan,
         )
         emit(render_solve(result, format, problem=problem), output)
+        for note in framework_notes(result.best if result.layouts else None, format, problem):
+            typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):
             explanation = result.explanation or {}
             if format == "table":

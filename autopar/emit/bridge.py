@@ -1,0 +1,147 @@
+"""Megatron-Bridge (NeMo 2 successor): Hydra-style ``section.key=value`` overrides of its
+``ConfigContainer`` for a layout (DESIGN §7).
+
+Checked against megatron-bridge 0.3.1 (PyPI): ``megatron/bridge/training/config.py``
+``ConfigContainer`` (sections ``model``, ``train``, ``ddp``, ``optimizer``, ``checkpoint``,
+``dataset``, ``mixed_precision``), ``training/utils/omegaconf_utils.py``
+(``parse_hydra_overrides``), ``training/mixed_precision.py`` (recipe names) and
+``models/gpt_provider.py`` (``GPTModelProvider`` is megatron-core's ``TransformerConfig`` plus
+``seq_length``, ``vocab_size``, ...). Megatron-Bridge imports Transformer Engine, which does not
+install without CUDA, so the tests check ``model.*`` with megatron-core's own ``TransformerConfig``
+and the other sections against field lists read from the package source
+(``tests/data/megatron_bridge/``).
+
+The recipe chooses the model family (activation, normalization, position embedding); these
+overrides set its sizes, the layout, the batch, ZeRO and the precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.emit.common import layout_of, stage_layers
+from autopar.plan import Estimate, Layout
+from autopar.specs import ModelSpec, Problem
+
+BRIDGE_TARGET = "Megatron-Bridge 0.3.1 (megatron-core 0.16)"
+
+
+def _value(value: Any) -> str:
+    """A Hydra override value: ``true``/``false``/``null``, numbers and bare strings."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
+    sizes: dict[str, Any] = {
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "num_query_groups": model.num_kv_heads,
+        "kv_channels": model.kv_channels,
+        "vocab_size": model.vocab_size,
+        "seq_length": seq_len,
+        "share_embeddings_and_output_weights": model.tied_embeddings,
+    }
+    if model.is_moe:
+        sizes |= {
+            "num_moe_experts": model.num_experts,
+            "moe_router_topk": model.experts_per_token,
+            "moe_ffn_hidden_size": model.expert_ffn_hidden_size,
+            "moe_token_dispatcher_type": "alltoall",  # as the cost model times it
+            "moe_grouped_gemm": True,
+        }
+        if model.shared_expert_ffn_hidden_size:
+            sizes["moe_shared_expert_intermediate_size"] = model.shared_expert_ffn_hidden_size
+    return sizes
+
+
+def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "context_parallel_size": lay.cp,
+        "sequence_parallel": lay.sequence_parallel,
+    }
+    if model.is_moe:
+        fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
+    if lay.pp > 1:
+        per_stage, first, last = stage_layers(model.num_layers, lay.pp, lay.vpp)
+        if (first, last) != (per_stage, per_stage):
+            fields |= {
+                "num_layers_in_first_pipeline_stage": first,
+                "num_layers_in_last_pipeline_stage": last,
+            }
+    if lay.recompute == "selective":
+        fields["recompute_granularity"] = "selective"
+    elif lay.recompute == "full":
+        fields |= {
+            "recompute_granularity": "full",
+            "recompute_method": "uniform",
+            "recompute_num_layers": 1,
+        }
+    return fields
+
+
+def _sharding(lay: Layout, problem: Problem) -> dict[str, dict[str, Any]]:
+    """ZeRO as megatron-core ``DistributedDataParallelConfig`` fields (ZeRO-2/3: Megatron-FSDP)."""
+    ddp: dict[str, Any] = {
+        "use_distributed_optimizer": lay.zero >= 1,
+        "overlap_grad_reduce": lay.zero >= 1,
+        "overlap_param_gather": lay.zero >= 1,
+        "grad_reduce_in_fp32": problem.training.grad_precision == "fp32",
+    }
+    sections: dict[str, dict[str, Any]] = {
+        "ddp": ddp,
+        "optimizer": {"use_distributed_optimizer": lay.zero >= 1},
+    }
+    if lay.zero >= 2:
+        ddp["use_megatron_fsdp"] = True
+        ddp["data_parallel_sharding_strategy"] = (
+            "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        )
+        sections["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
+    return sections
+
+
+def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
+    """The overrides as ``{section: {field: value}}``."""
+    lay = layout_of(item)
+    model, training = problem.model, problem.training
+    sections: dict[str, dict[str, Any]] = {
+        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model),
+        "train": {
+            "micro_batch_size": lay.mbs,
+            "global_batch_size": training.global_batch_sequences,
+        },
+        "dataset": {"seq_length": training.seq_len},
+    }
+    sections |= _sharding(lay, problem)
+    sections["mixed_precision"] = {
+        "": "bf16_with_fp8_delayed_scaling_mixed" if training.precision == "fp8" else "bf16_mixed"
+    }
+    return sections
+
+
+def bridge_args(item: Estimate | Layout, problem: Problem) -> list[str]:
+    """The overrides as ``section.key=value`` strings (``parse_hydra_overrides``)."""
+    out = []
+    for section, fields in bridge_overrides(item, problem).items():
+        for key, value in fields.items():
+            name = f"{section}.{key}" if key else section
+            out.append(f"{name}={_value(value)}")
+    return out
+
+
+def bridge_text(item: Estimate | Layout, problem: Problem) -> str:
+    """A header naming the target, then one override per line."""
+    header = (
+        f"# autopar: {BRIDGE_TARGET} recipe overrides for {problem.model.name}; start from the "
+        "recipe of this model family"
+    )
+    return "\n".join([header, *bridge_args(item, problem)])

@@ -1,0 +1,199 @@
+"""Megatron-LM: the complete ``pretrain_gpt.py`` argument list for a layout (DESIGN §7).
+
+Flag names, value counts and choices were read from Megatron-LM ``megatron/training/arguments.py``
+at main ``d98e8a6`` (2026-08-22; Megatron-Core 0.20.0). The transformer flags there are generated
+from ``TransformerConfig`` fields (``ArgumentGroupFactory``, arguments.py:2373), so
+``--num-query-groups``, ``--normalization``, ``--moe-token-dispatcher-type``, ``--fp8-recipe`` are
+those fields' names. ``tests/data/megatron/`` holds that parser's flag list; the tests also build
+megatron-core's own ``TransformerConfig`` from these flags.
+"""
+
+from __future__ import annotations
+
+from autopar.emit.common import layout_of, stage_layers
+from autopar.errors import InputError
+from autopar.plan import Estimate, Layout
+from autopar.specs import ModelSpec, Problem
+
+MEGATRON_TARGET = "Megatron-LM main d98e8a6 (2026-08-22), Megatron-Core 0.20.0"
+
+Flag = tuple[str, str | None]
+
+# Megatron's default vocabulary padding unit (arguments.py --make-vocab-size-divisible-by 128);
+# the embedding is padded to a multiple of this times TP (build_tokenizer.vocab_size_with_padding).
+_VOCAB_DIVISOR = 128
+
+
+def padded_vocab_size(vocab_size: int, tp: int) -> int:
+    """Megatron's padded vocabulary (``megatron/core/tokenizers/utils/build_tokenizer.py``)."""
+    multiple = _VOCAB_DIVISOR * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def _architecture(model: ModelSpec, seq_len: int, tp: int) -> list[Flag]:
+    flags: list[Flag] = [
+        ("--num-layers", str(model.num_layers)),
+        ("--hidden-size", str(model.hidden_size)),
+        ("--ffn-hidden-size", str(model.ffn_hidden_size)),
+        ("--num-attention-heads", str(model.num_attention_heads)),
+        ("--kv-channels", str(model.kv_channels)),
+    ]
+    if model.num_kv_heads != model.num_attention_heads:
+        flags += [
+            ("--group-query-attention", None),
+            ("--num-query-groups", str(model.num_kv_heads)),
+        ]
+    # arguments.py:1354 asserts max_position_embeddings >= seq_length
+    flags.append(("--max-position-embeddings", str(max(model.max_position_embeddings, seq_len))))
+    flags.append(
+        (
+            "--position-embedding-type",
+            "learned_absolute" if model.learned_position_embeddings else "rope",
+        )
+    )
+    flags.append(("--normalization", "LayerNorm" if model.layernorm else "RMSNorm"))
+    if model.mlp_kind == "swiglu":
+        flags.append(("--swiglu", None))
+    elif model.mlp_kind == "squared_relu":
+        flags.append(("--squared-relu", None))  # gelu is Megatron's default activation
+    if not model.linear_bias:
+        flags.append(("--disable-bias-linear", None))
+    if not model.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    # NullTokenizer (eod = vocab_size - 1) for mock-data runs; the header says to swap in yours.
+    flags += [
+        ("--tokenizer-type", "NullTokenizer"),
+        ("--vocab-size", str(model.vocab_size)),
+        ("--padded-vocab-size", str(padded_vocab_size(model.vocab_size, tp))),
+    ]
+    return flags
+
+
+def _moe_layer_pattern(model: ModelSpec) -> str:
+    """HF ``decoder_sparse_step`` N: layer i (from 0) is MoE when (i+1) % N == 0, written as the
+    list expression ``--moe-layer-freq`` evaluates (arguments.py ``moe_freq_type``)."""
+    step = model.moe_layer_freq
+    repeats, rest = divmod(model.num_layers, step)
+    pattern = f"([0]*{step - 1}+[1])*{repeats}"
+    return pattern + (f"+[0]*{rest}" if rest else "")
+
+
+def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
+    if not model.is_moe:
+        return []
+    flags: list[Flag] = [
+        ("--num-experts", str(model.num_experts)),
+        ("--moe-router-topk", str(model.experts_per_token)),
+        ("--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size)),
+        # the cost model times the expert exchange as all-to-all (cost_models/data_parallel.py);
+        # Megatron's default dispatcher is allgather
+        ("--moe-token-dispatcher-type", "alltoall"),
+        ("--moe-grouped-gemm", None),
+        ("--moe-router-load-balancing-type", "aux_loss"),
+        ("--expert-model-parallel-size", str(lay.ep)),
+        ("--expert-tensor-parallel-size", str(lay.etp)),
+    ]
+    if model.shared_expert_ffn_hidden_size:
+        size = str(model.shared_expert_ffn_hidden_size)
+        flags.append(("--moe-shared-expert-intermediate-size", size))
+    if model.moe_layer_freq > 1:
+        flags.append(("--moe-layer-freq", _moe_layer_pattern(model)))
+    return flags
+
+
+def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
+    flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
+    if lay.pp == 1:
+        return flags
+    per_stage, first, last = stage_layers(model.num_layers, lay.pp, lay.vpp)
+    if lay.vpp > 1:
+        flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
+    elif (first, last) != (per_stage, per_stage):
+        flags += [
+            ("--decoder-first-pipeline-num-layers", str(first)),
+            ("--decoder-last-pipeline-num-layers", str(last)),
+        ]
+    return flags
+
+
+def _zero(lay: Layout) -> list[Flag]:
+    """ZeRO-1 is the distributed optimizer; ZeRO-2/3 are Megatron-FSDP (arguments.py:1118-1170:
+    v1 needs the distributed optimizer and ``--ckpt-format fsdp_dtensor``)."""
+    if lay.zero == 0:
+        return []
+    flags: list[Flag] = [("--use-distributed-optimizer", None)]
+    if lay.zero >= 2:
+        strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        flags = [
+            ("--use-megatron-fsdp", None),
+            *flags,
+            ("--data-parallel-sharding-strategy", strategy),
+            ("--ckpt-format", "fsdp_dtensor"),
+        ]
+    return [*flags, ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
+
+
+def _recompute(lay: Layout) -> list[Flag]:
+    if lay.recompute == "selective":
+        return [("--recompute-granularity", "selective")]
+    if lay.recompute == "full":
+        return [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", "1"),
+        ]
+    return []
+
+
+def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
+    """The arguments as (flag, value) pairs; value ``None`` for a switch."""
+    lay = layout_of(item)
+    model, training = problem.model, problem.training
+    if lay.vpp > 1 and lay.pp == 1:
+        raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
+    flags = _architecture(model, training.seq_len, lay.tp) + _moe(model, lay)
+    flags += [("--tensor-model-parallel-size", str(lay.tp)), *_pipeline(model, lay)]
+    flags.append(("--context-parallel-size", str(lay.cp)))
+    if lay.cp > 1:
+        flags.append(("--cp-comm-type", "p2p"))  # ring attention, as the cost model times it
+    if lay.sequence_parallel:
+        flags.append(("--sequence-parallel", None))
+    flags += [
+        ("--micro-batch-size", str(lay.mbs)),
+        ("--global-batch-size", str(training.global_batch_sequences)),
+        ("--seq-length", str(training.seq_len)),
+    ]
+    flags += _zero(lay) + _recompute(lay)
+    flags.append(("--bf16", None))
+    if training.grad_precision == "bf16":
+        flags.append(("--grad-reduce-in-bf16", None))  # else FP32 gradient accumulation
+    if training.precision == "fp8":
+        # Transformer Engine's default recipe, as cost_models/compute.py assumes
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+    return flags
+
+
+def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
+    """The arguments as one shell-pasteable line."""
+    return " ".join(
+        flag if value is None else f"{flag} {value}"
+        for flag, value in megatron_flags(item, problem)
+    )
+
+
+def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
+    """The arguments with a header naming the version targeted and what to add."""
+    lay = layout_of(item)
+    notes = [
+        f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, {MEGATRON_TARGET}.",
+        "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
+    ]
+    if lay.zero >= 2:
+        notes.append(
+            "# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (arguments.py:1167)."
+        )
+    elif lay.tp > 1 or lay.cp > 1:
+        notes.append(
+            "# export CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1477, before Blackwell)."
+        )
+    return "\n".join([*notes, megatron_args(item, problem)])

@@ -1,0 +1,214 @@
+"""torchtitan: a layout as 0.3.x ``--section.key`` overrides or a 0.2.x TOML snippet (DESIGN §7).
+
+torchtitan 0.3 reads no TOML: a run is ``--module M --config F`` (a ``config_registry`` function
+returning ``Trainer.Config``) plus ``--section.key value`` overrides parsed by tyro
+(``torchtitan/config/manager.py``); activation checkpointing is a subcommand
+(``activation_checkpoint:full|selective|none``, ``distributed/activation_checkpoint.py``), and PP
+needs ``--training.disable_cuda_graphs`` (``trainer.py`` ``_validate_cuda_graphs``). torchtitan
+0.2.x reads a TOML job config (``torchtitan/config/job_config.py``; its fields are vendored in
+``tests/data/torchtitan/``).
+
+Both versions split the pipeline in ``distributed/pipeline_parallel.py``: the embedding and the
+output count as ``pipeline_parallel_first/last_stage_less_layers`` layers (default 1 each), so
+``L / (pp*vpp)`` layers per stage gives one stage too many unless both are set; they are set here
+so the stages hold exactly the layers autopar planned (0 when even, the shortfall of the end
+stages when uneven).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autopar.emit.common import layout_of, refuse, stage_layers
+from autopar.plan import Estimate, Layout
+from autopar.specs import ModelSpec, Problem
+
+TORCHTITAN_TARGET = "torchtitan 0.3.0"
+TORCHTITAN_02_TARGET = "torchtitan 0.2.2"
+
+# torchtitan's own model configs, keyed by architecture: (layers, hidden, heads, kv heads, vocab,
+# experts) -> (0.3 module, 0.3 config function, 0.2 flavor). Checked against torchtitan's
+# model registry in tests/test_emit_consumers.py.
+TORCHTITAN_MODELS: dict[tuple[int, ...], tuple[str, str, str]] = {
+    (32, 4096, 32, 8, 128256, 0): ("llama3", "llama3_8b", "8B"),
+    (80, 8192, 64, 8, 128256, 0): ("llama3", "llama3_70b", "70B"),
+    (126, 16384, 128, 8, 128256, 0): ("llama3", "llama3_405b", "405B"),
+    (48, 2048, 32, 4, 151936, 128): ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
+}
+
+
+def torchtitan_model(model: ModelSpec) -> tuple[str, str, str] | None:
+    """torchtitan's (module, config, flavor) for this architecture, or None."""
+    key = (
+        model.num_layers,
+        model.hidden_size,
+        model.num_attention_heads,
+        model.num_kv_heads,
+        model.vocab_size,
+        model.num_experts,
+    )
+    return TORCHTITAN_MODELS.get(key)
+
+
+def _check(lay: Layout, fmt: str, *, etp_equal_tp_ok: bool) -> None:
+    """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 and an SP switch."""
+    if lay.zero == 1:
+        raise refuse(
+            fmt,
+            "ZeRO-1: torchtitan shards with FSDP (ZeRO-2/3) or not at all",
+            "solve with --framework torchtitan, or use --format megatron",
+        )
+    if lay.etp > 1 and not (etp_equal_tp_ok and lay.etp == lay.tp):
+        allowed = "1 or tp" if etp_equal_tp_ok else "1"
+        raise refuse(
+            fmt,
+            f"expert tensor parallelism etp={lay.etp} (torchtitan allows {allowed})",
+            "use --format megatron",
+        )
+    if etp_equal_tp_ok and lay.tp > 1 and not lay.sequence_parallel:
+        raise refuse(
+            fmt,
+            "TP without sequence parallelism (0.2 always pairs them)",
+            "solve with --sequence-parallel, or use --format torchtitan",
+        )
+
+
+def _pipeline(lay: Layout, problem: Problem) -> dict[str, Any]:
+    if lay.pp == 1:
+        return {}
+    per_stage, first, last = stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    return {
+        "pipeline_parallel_schedule": "Interleaved1F1B" if lay.vpp > 1 else "1F1B",
+        "pipeline_parallel_microbatch_size": lay.mbs,
+        "pipeline_parallel_layers_per_stage": per_stage,
+        "pipeline_parallel_first_stage_less_layers": per_stage - first,
+        "pipeline_parallel_last_stage_less_layers": per_stage - last,
+    }
+
+
+def _parallelism(lay: Layout, problem: Problem) -> dict[str, Any]:
+    """ZeRO-3 is FSDP (``data_parallel_shard_degree = dp``), ZeRO-2 FSDP that keeps parameters
+    gathered after forward (``fsdp_reshard_after_forward = "never"``), ZeRO-0 DDP."""
+    fsdp = lay.zero >= 2
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if fsdp else lay.dp,
+        "data_parallel_shard_degree": lay.dp if fsdp else 1,
+        "tensor_parallel_degree": lay.tp,
+        "pipeline_parallel_degree": lay.pp,
+        "context_parallel_degree": lay.cp,
+        "expert_parallel_degree": lay.ep,
+    }
+    if lay.zero == 2:
+        parallelism["fsdp_reshard_after_forward"] = "never"
+    return parallelism | _pipeline(lay, problem)
+
+
+def _training(lay: Layout, problem: Problem) -> dict[str, Any]:
+    """``local_batch_size`` is one DP rank's batch per forward pass without PP and per step
+    (split into ``pipeline_parallel_microbatch_size`` micro-batches) with PP;
+    ``global_batch_size`` then sets the gradient accumulation (``configs.py TrainingConfig``)."""
+    return {
+        "local_batch_size": lay.mbs * lay.grad_accum if lay.pp > 1 else lay.mbs,
+        "global_batch_size": problem.training.global_batch_sequences,
+        "seq_len": problem.training.seq_len,
+    }
+
+
+def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
+    """The torchtitan 0.2.x job-config sections as nested dicts."""
+    lay = layout_of(item)
+    _check(lay, "torchtitan-0.2", etp_equal_tp_ok=True)
+    sections: dict[str, dict[str, Any]] = {}
+    known = torchtitan_model(problem.model)
+    model: dict[str, Any] = {"name": known[0], "flavor": known[2]} if known else {}
+    if problem.training.precision == "fp8":
+        converters = ["quantize.linear.float8"]
+        if problem.model.is_moe:
+            converters.append("quantize.grouped_mm.float8")
+        model["converters"] = converters  # components/quantization/float8.py:238
+    if model:
+        sections["model"] = model
+    parallelism = _parallelism(lay, problem)
+    if problem.model.is_moe:
+        parallelism["expert_tensor_parallel_degree"] = lay.etp
+    sections["parallelism"] = parallelism
+    sections["training"] = _training(lay, problem)
+    ac: dict[str, Any] = {"mode": lay.recompute}
+    if lay.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    sections["activation_checkpoint"] = ac
+    return sections
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def torchtitan_toml(item: Estimate | Layout, problem: Problem) -> str:
+    """``torchtitan_config`` as a TOML snippet to merge into a torchtitan 0.2.x job config."""
+    blocks = [f"# autopar: {TORCHTITAN_02_TARGET} job config sections for {problem.model.name}"]
+    for section, fields in torchtitan_config(item, problem).items():
+        lines = [f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
+    """torchtitan 0.3 command-line arguments: ``--module``, ``--config``, overrides and the
+    activation-checkpoint subcommand (which tyro wants last)."""
+    lay = layout_of(item)
+    fmt = "torchtitan"
+    _check(lay, fmt, etp_equal_tp_ok=False)
+    known = torchtitan_model(problem.model)
+    if known is None:
+        names = ", ".join(sorted(config for _, config, _ in TORCHTITAN_MODELS.values()))
+        raise refuse(
+            fmt,
+            f"{problem.model.name}: torchtitan 0.3 has no config for it (it has {names})",
+            "write a config_registry function, or use --format megatron",
+        )
+    if problem.training.precision == "fp8":
+        raise refuse(
+            fmt,
+            "FP8: torchtitan 0.3 sets it in a config_registry function (model converters)",
+            "use --format torchtitan-0.2 or megatron",
+        )
+    if lay.ep > 1 and lay.zero < 2 and (lay.cp * lay.tp) % lay.ep:
+        raise refuse(
+            fmt,
+            f"ep={lay.ep} without FSDP: torchtitan 0.3 takes EP ranks from dp_shard*cp*tp "
+            "(configs.py expert_parallel_degree)",
+            "use --format megatron",
+        )
+    module, config, _ = known
+    args = ["--module", module, "--config", config]
+    for section, fields in (
+        ("parallelism", _parallelism(lay, problem)),
+        ("training", _training(lay, problem)),
+    ):
+        for key, value in fields.items():
+            args += [f"--{section}.{key}", str(value)]
+    if lay.tp > 1 and not lay.sequence_parallel:
+        args.append("--parallelism.no-enable-sequence-parallel")
+    if lay.pp > 1 or lay.ep > 1:
+        args.append("--training.disable-cuda-graphs")
+    args.append(f"activation_checkpoint:{lay.recompute}")
+    return args
+
+
+def torchtitan_text(item: Estimate | Layout, problem: Problem) -> str:
+    """``torchtitan_args`` as a header comment and one command line."""
+    args = torchtitan_args(item, problem)
+    return "\n".join(
+        [
+            f"# autopar: {TORCHTITAN_TARGET} overrides for {problem.model.name}",
+            "torchrun --nproc_per_node 8 -m torchtitan.train " + " ".join(args),
+        ]
+    )
