@@ -1,11 +1,13 @@
-"""Emitters (autopar.emit): Megatron-LM arguments, torchtitan TOML, DeepSpeed JSON.
+"""Emitters (autopar.emit): Megatron-LM arguments, Megatron-Bridge overrides, torchtitan 0.3
+command lines and 0.2 TOML, DeepSpeed JSON.
 
-Flag and field names are checked against the frameworks' own sources (see autopar/emit.py).
+Flag and field names are checked against the consumers (tests/consumers.py); the matrix over
+all presets is tests/test_emit_consumers.py.
 """
 
 from __future__ import annotations
 
-import shlex
+import dataclasses
 import tomllib
 
 import pytest
@@ -14,44 +16,7 @@ import autopar
 from autopar import emit
 from autopar.errors import InputError
 from autopar.plan import Layout
-
-# megatron/training/arguments.py (NVIDIA/Megatron-LM): the flags the emitter may use.
-MEGATRON_FLAGS = {
-    "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--context-parallel-size",
-    "--expert-model-parallel-size",
-    "--expert-tensor-parallel-size",
-    "--micro-batch-size",
-    "--global-batch-size",
-    "--seq-length",
-    "--sequence-parallel",
-    "--use-distributed-optimizer",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
-    "--recompute-granularity",
-    "--recompute-method",
-    "--recompute-num-layers",
-    "--bf16",
-    "--fp8-format",
-}
-# torchtitan/config/job_config.py (pytorch/torchtitan): Parallelism, Training, ActivationCheckpoint.
-TORCHTITAN_FIELDS = {
-    "parallelism": {
-        "data_parallel_replicate_degree",
-        "data_parallel_shard_degree",
-        "tensor_parallel_degree",
-        "pipeline_parallel_degree",
-        "pipeline_parallel_layers_per_stage",
-        "pipeline_parallel_schedule",
-        "pipeline_parallel_microbatch_size",
-        "context_parallel_degree",
-        "expert_parallel_degree",
-    },
-    "training": {"local_batch_size", "global_batch_size", "seq_len"},
-    "activation_checkpoint": {"mode", "selective_ac_option"},
-}
+from tests import consumers
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +32,8 @@ def moe():
 
 
 def _args(line: str) -> dict[str, str | None]:
-    tokens = shlex.split(line)
-    out: dict[str, str | None] = {}
-    for i, token in enumerate(tokens):
-        if token.startswith("--"):
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-            out[token] = None if nxt is None or nxt.startswith("--") else nxt
-    return out
+    """Flag -> its value (None for a switch), every flag known to Megatron-LM's parser."""
+    return {flag: (v[0] if v else None) for flag, v in consumers.megatron_parse(line).items()}
 
 
 INTERLEAVED = Layout(tp=4, pp=4, dp=4, vpp=2, mbs=1, grad_accum=16, zero=1, sequence_parallel=True)
@@ -81,7 +41,6 @@ INTERLEAVED = Layout(tp=4, pp=4, dp=4, vpp=2, mbs=1, grad_accum=16, zero=1, sequ
 
 def test_megatron_interleaved_dense(dense):
     args = _args(emit.megatron_args(INTERLEAVED, dense))
-    assert set(args) <= MEGATRON_FLAGS
     assert args["--tensor-model-parallel-size"] == "4"
     assert args["--pipeline-model-parallel-size"] == "4"
     assert args["--num-layers-per-virtual-pipeline-stage"] == "10"  # 80 / (4 * 2)
@@ -96,10 +55,11 @@ def test_megatron_interleaved_dense(dense):
 def test_megatron_moe_fp8_full_recompute(moe):
     lay = Layout(tp=2, pp=2, dp=16, ep=8, mbs=1, grad_accum=16, recompute="full", zero=0)
     args = _args(emit.megatron_args(lay, moe))
-    assert set(args) <= MEGATRON_FLAGS
     assert args["--expert-model-parallel-size"] == "8"
     assert args["--expert-tensor-parallel-size"] == "1"
-    assert args["--fp8-format"] == "hybrid"
+    assert args["--fp8-format"] == "hybrid" and args["--fp8-recipe"] == "delayed"
+    assert args["--moe-token-dispatcher-type"] == "alltoall"  # what the cost model times
+    assert args["--num-experts"] == "8" and args["--moe-router-topk"] == "2"
     assert args["--recompute-granularity"] == "full"
     assert args["--recompute-method"] == "uniform" and args["--recompute-num-layers"] == "1"
     assert "--use-distributed-optimizer" not in args and "--overlap-grad-reduce" not in args
@@ -111,22 +71,41 @@ def test_megatron_rejects_uneven_virtual_stages(dense):
         emit.megatron_args(Layout(tp=8, pp=2, dp=4, vpp=3, grad_accum=16), dense)
 
 
-def test_torchtitan_interleaved_ddp(dense):
-    config = tomllib.loads(emit.torchtitan_toml(INTERLEAVED, dense))
+TT_FIELDS = consumers.vendored("torchtitan-0.2.2-job-config.json")["sections"]
+INTERLEAVED_DDP = Layout(tp=4, pp=4, dp=4, vpp=2, grad_accum=16, sequence_parallel=True)
+
+
+def test_torchtitan_02_interleaved_ddp(dense):
+    config = tomllib.loads(emit.torchtitan_toml(INTERLEAVED_DDP, dense))
     for section, keys in config.items():
-        assert set(keys) <= TORCHTITAN_FIELDS[section], section
+        assert set(keys) <= set(TT_FIELDS[section]), section
     par = config["parallelism"]
     assert par["tensor_parallel_degree"] == 4 and par["pipeline_parallel_degree"] == 4
     assert par["data_parallel_replicate_degree"] == 4 and par["data_parallel_shard_degree"] == 1
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
-    assert par["pipeline_parallel_microbatch_size"] == 1
+    # 80 layers over 4 x 2 stages, embedding and output not counted as layers
+    assert par["pipeline_parallel_layers_per_stage"] == 10
+    assert par["pipeline_parallel_first_stage_less_layers"] == 0
+    assert par["pipeline_parallel_last_stage_less_layers"] == 0
+    assert consumers.torchtitan_stage_layers(80, {k: v for k, v in par.items()}) == [10] * 8
     # with PP, local_batch_size is one DP rank's batch per step, split into micro-batches
     assert config["training"] == {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 4096}
     assert config["activation_checkpoint"]["mode"] == "none"
+    assert config["model"] == {"name": "llama3", "flavor": "70B"}
 
 
-def test_torchtitan_fsdp_selective(dense):
-    lay = Layout(tp=8, pp=1, dp=4, cp=2, mbs=2, grad_accum=8, zero=3, recompute="selective")
+def test_torchtitan_02_fsdp_selective(dense):
+    lay = Layout(
+        tp=8,
+        pp=1,
+        dp=4,
+        cp=2,
+        mbs=2,
+        grad_accum=8,
+        zero=3,
+        recompute="selective",
+        sequence_parallel=True,
+    )
     config = tomllib.loads(emit.torchtitan_toml(lay, dense))
     par = config["parallelism"]
     assert par["data_parallel_shard_degree"] == 4 and par["data_parallel_replicate_degree"] == 1
@@ -136,15 +115,64 @@ def test_torchtitan_fsdp_selective(dense):
     assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
+def test_torchtitan_refuses_zero1_and_keeps_etp(moe):
+    with pytest.raises(InputError, match="cannot express ZeRO-1.*--format"):
+        emit.torchtitan_args(INTERLEAVED, moe)
+    lay = Layout(tp=2, pp=1, dp=32, ep=8, etp=2, grad_accum=8, zero=3, sequence_parallel=True)
+    with pytest.raises(InputError, match="etp=2"):
+        emit.torchtitan_args(lay, moe)  # 0.3 has no expert TP
+    config = emit.torchtitan_config(lay, moe)  # 0.2 allows etp = tp
+    assert config["parallelism"]["expert_tensor_parallel_degree"] == 2
+    assert config["model"]["converters"] == ["quantize.linear.float8", "quantize.grouped_mm.float8"]
+
+
+def test_torchtitan_03_uneven_pipeline():
+    """Llama-3.1 405B's 126 layers over PP 8: torchtitan's split equals Megatron's."""
+    problem = autopar.make_problem(model="llama-3.1-405b", gpus=1024, global_batch=512)
+    lay = Layout(tp=8, pp=8, dp=16, grad_accum=32, zero=3, sequence_parallel=True)
+    args = emit.torchtitan_args(lay, problem)
+    assert args[:4] == ["--module", "llama3", "--config", "llama3_405b"]
+    par = {
+        a[len("--parallelism.") :]: int(v) if v.isdigit() else v
+        for a, v in zip(args, args[1:], strict=False)
+        if a.startswith("--parallelism.")
+    }
+    stages = consumers.torchtitan_stage_layers(126, par)
+    first, last = emit.uneven_end_layers(126, 8)
+    assert stages == [first, *[16] * 6, last]
+    megatron = _args(emit.megatron_args(lay, problem))
+    assert megatron["--decoder-first-pipeline-num-layers"] == str(first)
+
+
 def test_deepspeed_fields(dense):
-    config = emit.deepspeed_json(INTERLEAVED, dense)
+    lay = Layout(tp=4, pp=4, dp=4, grad_accum=16, zero=1, recompute="full")
+    config = emit.deepspeed_json(lay, dense)
     assert config["train_batch_size"] == 64 == dense.training.global_batch_sequences
     assert config["train_micro_batch_size_per_gpu"] == 1
     assert config["gradient_accumulation_steps"] == 16
     assert config["zero_optimization"] == {"stage": 1}
     assert config["bf16"] == {"enabled": True}
     assert config["tensor_parallel"] == {"autotp_size": 4}
-    assert config["pipeline"] == {"stages": 4}
+    assert config["pipeline"] == {"activation_checkpoint_interval": 1}  # never "stages"
+    assert emit.deepspeed_notes(lay, dense) == (
+        "DeepSpeed: the config has no pipeline size; build the model as "
+        "PipelineModule(layers, num_stages=4) (DeepSpeed 0.19.8).",
+    )
+
+
+@pytest.mark.parametrize(
+    "layout, what",
+    [
+        (Layout(tp=4, pp=4, dp=4, vpp=2, grad_accum=16), "interleaved pipeline"),
+        (Layout(tp=8, pp=1, dp=8, ep=8, grad_accum=8), "expert parallelism"),
+        (Layout(tp=8, pp=1, dp=8, etp=2, grad_accum=8), "expert tensor parallelism"),
+        (Layout(tp=8, pp=2, dp=4, grad_accum=16, sequence_parallel=True), "sequence parallelism"),
+        (Layout(tp=8, pp=2, dp=4, grad_accum=16, zero=3), "ZeRO-3 with pipeline"),
+    ],
+)
+def test_deepspeed_refuses_what_it_cannot_express(dense, layout, what):
+    with pytest.raises(InputError, match=f"cannot express .*{what}.*--format megatron"):
+        emit.deepspeed_json(layout, dense)
 
 
 def test_deepspeed_rejects_context_parallel(dense):
@@ -152,21 +180,13 @@ def test_deepspeed_rejects_context_parallel(dense):
         emit.deepspeed_json(Layout(tp=8, pp=1, dp=4, cp=2, grad_accum=16), dense)
 
 
-def test_deepspeed_config_loads_in_deepspeed(dense, monkeypatch):
+def test_deepspeed_config_loads_in_deepspeed(dense):
     """DeepSpeed itself accepts the config and agrees on the batch arithmetic."""
-    from deepspeed.runtime import config as ds_config
-
-    monkeypatch.setattr(ds_config.dist, "get_rank", lambda *a, **k: 0)  # no process group here
-
-    class Mpu:  # DeepSpeed's world size for batch checks is the data-parallel size
-        def get_data_parallel_world_size(self) -> int:
-            return INTERLEAVED.dp
-
-    config = ds_config.DeepSpeedConfig(emit.deepspeed_json(INTERLEAVED, dense), mpu=Mpu())
+    lay = Layout(tp=4, pp=4, dp=4, grad_accum=16, zero=1)
+    config = consumers.deepspeed_config(emit.deepspeed_json(lay, dense), lay.dp)
     assert config.train_batch_size == 64
     assert config.gradient_accumulation_steps == 16
     assert config.zero_optimization_stage == 1
-    assert config.pipeline["stages"] == 4
     assert config.bfloat16_config.enabled
 
 
@@ -181,11 +201,14 @@ def test_bf16_gradients_reach_the_framework_configs():
     problem = autopar.make_problem(
         model="llama-70b", gpus=64, seq_len=4096, global_batch=64, grad_precision="bf16"
     )
+    plain = Layout(tp=4, pp=4, dp=4, grad_accum=16, zero=1)
     assert "--grad-reduce-in-bf16" in emit.megatron_args(INTERLEAVED, problem).split()
-    assert emit.deepspeed_json(INTERLEAVED, problem)["communication_data_type"] == "bf16"
+    assert emit.deepspeed_json(plain, problem)["communication_data_type"] == "bf16"
+    with pytest.raises(InputError, match="grad_reduce_in_fp32"):
+        emit.bridge_overrides(plain, problem)  # the Bridge recipe would reduce in FP32
     fp32 = autopar.make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
     assert "--grad-reduce-in-bf16" not in emit.megatron_args(INTERLEAVED, fp32)
-    assert "communication_data_type" not in emit.deepspeed_json(INTERLEAVED, fp32)
+    assert "communication_data_type" not in emit.deepspeed_json(plain, fp32)
 
 
 def test_uneven_pipeline_split_reaches_megatron():
@@ -197,3 +220,44 @@ def test_uneven_pipeline_split_reaches_megatron():
     first = args[args.index("--decoder-first-pipeline-num-layers") + 1]
     last = args[args.index("--decoder-last-pipeline-num-layers") + 1]
     assert int(first) + int(last) + 6 * 16 == 126 and int(first) <= 16 and int(last) <= 16
+
+
+@pytest.mark.parametrize("zero, strategy", [(2, "optim_grads"), (3, "optim_grads_params")])
+def test_megatron_zero_2_3_is_megatron_fsdp(zero, strategy):
+    """ZeRO-2/3 must not come out as the distributed optimizer alone (that is ZeRO-1)."""
+    problem = autopar.make_problem(model="llama-3.1-405b", gpus=4096, global_batch=2048)
+    lay = Layout(tp=8, pp=8, dp=64, grad_accum=32, zero=zero, sequence_parallel=True)
+    args = _args(emit.megatron_args(lay, problem))
+    assert "--use-megatron-fsdp" in args and "--use-distributed-optimizer" in args
+    assert args["--data-parallel-sharding-strategy"] == strategy
+    assert args["--ckpt-format"] == "fsdp_dtensor"  # arguments.py:1170 requires it
+    assert "unset" in emit.FORMATS["megatron"].text(lay, problem).splitlines()[2]
+
+
+def test_megatron_architecture_of_gpt3():
+    """GPT-3: learned positions, LayerNorm, GELU, biases, tied embeddings, MHA."""
+    problem = autopar.make_problem(model="gpt3-175b", gpus=1024, seq_len=2048, global_batch=1536)
+    args = _args(emit.megatron_args(Layout(tp=8, pp=16, dp=8, grad_accum=192), problem))
+    assert args["--position-embedding-type"] == "learned_absolute"
+    assert args["--normalization"] == "LayerNorm" and args["--max-position-embeddings"] == "2048"
+    for absent in (
+        "--swiglu",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+        "--group-query-attention",
+        "--num-experts",
+    ):
+        assert absent not in args
+    assert args["--padded-vocab-size"] == "51200"  # 51200 is a multiple of 128 * 8
+    header = emit.FORMATS["megatron"].text(Layout(tp=8, pp=16, dp=8), problem).splitlines()[0]
+    assert "Megatron-Core 0.20.0" in header
+
+
+def test_megatron_moe_layer_pattern_follows_decoder_sparse_step():
+    """HF decoder_sparse_step 2: layers 1, 3, 5 ... are MoE; Megatron evaluates the pattern."""
+    problem = autopar.make_problem(model="mixtral-8x7b", gpus=64, global_batch=256)
+    model = dataclasses.replace(problem.model, moe_layer_freq=2, num_layers=31)
+    problem = dataclasses.replace(problem, model=model)
+    args = _args(emit.megatron_args(Layout(tp=8, pp=1, dp=8, ep=8, grad_accum=4), problem))
+    pattern = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
+    assert pattern == [i % 2 for i in range(31)]

@@ -11,15 +11,16 @@ install without CUDA, so the tests check ``model.*`` with megatron-core's own ``
 and the other sections against field lists read from the package source
 (``tests/data/megatron_bridge/``).
 
-The recipe chooses the model family (activation, normalization, position embedding); these
-overrides set its sizes, the layout, the batch, ZeRO and the precision.
+The recipe chooses the model family and its activation function (a Python callable, which an
+override cannot set); these overrides set the sizes, bias, gating, normalization, position
+embedding, the layout, the batch, ZeRO and the precision.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autopar.emit.common import layout_of, stage_layers
+from autopar.emit.common import layout_of, refuse, stage_layers
 from autopar.plan import Estimate, Layout
 from autopar.specs import ModelSpec, Problem
 
@@ -46,6 +47,12 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
         "vocab_size": model.vocab_size,
         "seq_length": seq_len,
         "share_embeddings_and_output_weights": model.tied_embeddings,
+        "add_bias_linear": model.linear_bias,
+        "gated_linear_unit": model.mlp_kind == "swiglu",
+        "normalization": "LayerNorm" if model.layernorm else "RMSNorm",
+        "position_embedding_type": "learned_absolute"
+        if model.learned_position_embeddings
+        else "rope",
     }
     if model.is_moe:
         sizes |= {
@@ -94,7 +101,6 @@ def _sharding(lay: Layout, problem: Problem) -> dict[str, dict[str, Any]]:
         "use_distributed_optimizer": lay.zero >= 1,
         "overlap_grad_reduce": lay.zero >= 1,
         "overlap_param_gather": lay.zero >= 1,
-        "grad_reduce_in_fp32": problem.training.grad_precision == "fp32",
     }
     sections: dict[str, dict[str, Any]] = {
         "ddp": ddp,
@@ -113,13 +119,21 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
     """The overrides as ``{section: {field: value}}``."""
     lay = layout_of(item)
     model, training = problem.model, problem.training
+    if training.grad_precision == "bf16":
+        # the recipe's MixedPrecisionConfig overwrites ddp.grad_reduce_in_fp32 in setup()
+        raise refuse(
+            "megatron-bridge",
+            "BF16 gradient reduction: the bf16_mixed recipe sets grad_reduce_in_fp32=True "
+            "(training/mixed_precision.py); set it in your recipe",
+            "use --format megatron",
+        )
     sections: dict[str, dict[str, Any]] = {
         "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model),
         "train": {
             "micro_batch_size": lay.mbs,
             "global_batch_size": training.global_batch_sequences,
         },
-        "dataset": {"seq_length": training.seq_len},
+        "dataset": {"sequence_length": training.seq_len},  # GPTDatasetConfig field
     }
     sections |= _sharding(lay, problem)
     sections["mixed_precision"] = {

@@ -1,0 +1,214 @@
+"""The emitted configs as their consumers read them: real classes where they install on a CPU-only
+Python 3.11 machine, vendored field lists (``tests/data/consumers/``, made by ``vendor.py``
+there) where they do not.
+
+- Megatron-LM ``pretrain_gpt.py``: its parser's flags, arities and choices (vendored, main
+  d98e8a6), then megatron-core's own ``TransformerConfig`` (PyPI 0.16.1) built from the flags the
+  way ``core_transformer_config_from_args`` does (``megatron/training/arguments.py``), so its
+  ``__post_init__`` checks run.
+- Megatron-Bridge: ``model.*`` through megatron-core's ``TransformerConfig``, ``ddp.*`` through
+  ``DistributedDataParallelConfig``, ``optimizer.*`` / ``dataset.*`` against megatron-core's
+  ``OptimizerConfig`` / ``GPTDatasetConfig`` fields, the rest against the vendored field lists.
+- torchtitan 0.3.0: ``ParallelismConfig`` / ``TrainingConfig`` (``__post_init__``), its pipeline
+  stage arithmetic (``_get_pipeline_metadata``, ``_generate_llm_fqn_per_model_part``) and, for a
+  few, its own ``ConfigManager``. torchtitan 0.2.2: vendored fields and the same arithmetic (the
+  function is unchanged between the two releases except for the output module's name).
+- DeepSpeed: ``DeepSpeedConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "data" / "consumers"
+
+
+@functools.cache
+def vendored(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+def megatron_parse(line: str) -> dict[str, list[str]]:
+    """Flags of a Megatron argument line -> their values, checked against Megatron-LM's parser:
+    known flag, right number of values, values among the choices."""
+    flags = vendored("megatron-lm-arguments.json")["flags"]
+    tokens = shlex.split(line)
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        assert flag in flags, f"Megatron-LM has no {flag}"
+        spec = flags[flag]
+        if spec["nargs"] == 0:
+            values: list[str] = []
+        elif spec["nargs"] == 1:
+            values = tokens[i + 1 : i + 2]
+        else:  # "+" / "*": up to the next flag
+            values = []
+            while i + 1 + len(values) < len(tokens) and not tokens[i + 1 + len(values)].startswith(
+                "--"
+            ):
+                values.append(tokens[i + 1 + len(values)])
+        if spec["nargs"] == 1:
+            assert len(values) == 1 and not values[0].startswith("--"), f"{flag} needs a value"
+        if spec["choices"]:
+            for value in values:
+                assert value in [str(c) for c in spec["choices"]], f"{flag} {value}"
+        assert flag not in out, f"{flag} twice"
+        out[flag] = values
+        i += 1 + len(values)
+    return out
+
+
+def _typed(text: str) -> Any:
+    """A flag value as argparse's ``type=`` would give it (int, float or str)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+# Megatron-LM flag dests named otherwise in TransformerConfig (core_transformer_config_from_args)
+_RENAMED = {
+    "num_experts": "num_moe_experts",
+    "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
+    "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
+}
+
+
+def megatron_transformer_config(line: str):
+    """megatron-core's ``TransformerConfig`` from a Megatron argument line."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    flags = vendored("megatron-lm-arguments.json")["flags"]
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    kwargs: dict[str, Any] = {}
+    for flag, values in megatron_parse(line).items():
+        dest = _RENAMED.get(flags[flag]["dest"], flags[flag]["dest"])
+        if flag == "--swiglu":
+            kwargs |= {"gated_linear_unit": True, "activation_func": F.silu}
+        elif flag == "--squared-relu":
+            kwargs["activation_func"] = lambda x: torch.pow(F.relu(x), 2)
+        elif flag == "--disable-bias-linear":
+            kwargs["add_bias_linear"] = False
+        elif flag == "--bf16":
+            # core_transformer_config_from_args: pipeline_dtype = params_dtype
+            kwargs |= {
+                "bf16": True,
+                "params_dtype": torch.bfloat16,
+                "pipeline_dtype": torch.bfloat16,
+            }
+        elif flag == "--num-layers-per-virtual-pipeline-stage":
+            kwargs["_vpp_layers"] = int(values[0])
+        elif flag == "--moe-layer-freq":
+            kwargs["moe_layer_freq"] = eval(values[0], {"__builtins__": {}})  # noqa: S307
+        elif dest in fields and dest != "moe_router_load_balancing_type":
+            kwargs[dest] = True if not values else _typed(values[0])
+    vpp_layers = kwargs.pop("_vpp_layers", None)
+    if vpp_layers:
+        stages = kwargs["num_layers"] // vpp_layers
+        kwargs["virtual_pipeline_model_parallel_size"] = (
+            stages // kwargs["pipeline_model_parallel_size"]
+        )
+    return transformer_config(**kwargs)
+
+
+def transformer_config(**kwargs: Any):
+    """megatron-core's ``TransformerConfig``, its checks run as on a machine with Transformer
+    Engine (which needs CUDA): version probes answer "recent enough" instead of crashing on None."""
+    from megatron.core.transformer import transformer_config as module
+
+    original = module.is_te_min_version
+    module.is_te_min_version = lambda *a, **k: True
+    try:
+        return module.TransformerConfig(**kwargs)
+    finally:
+        module.is_te_min_version = original
+
+
+def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
+    """Megatron-Bridge overrides, section by section, against the classes that hold them."""
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    bridge = vendored("megatron-bridge-0.3.1-config.json")
+    container = set(bridge["classes"]["ConfigContainer"])
+    assert set(overrides) <= container, set(overrides) - container
+    model = dict(overrides["model"])
+    core = {f.name for f in dataclasses.fields(TransformerConfig)}
+    provider_only = set(bridge["gpt_model_provider_own_fields"]) - core
+    extra = {k: model.pop(k) for k in list(model) if k in provider_only}
+    assert set(extra) <= {
+        "seq_length",
+        "vocab_size",
+        "share_embeddings_and_output_weights",
+        "position_embedding_type",
+    }
+    # what the mixed-precision recipe sets on the model (training/mixed_precision.py bf16_mixed,
+    # bf16_with_fp8_delayed_scaling_mixed), as ConfigContainer.validate -> setup() does
+    import torch
+
+    model |= {"bf16": True, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}
+    if "fp8" in overrides["mixed_precision"][""]:
+        model |= {"fp8": "hybrid", "fp8_recipe": "delayed"}
+    transformer_config(**model)
+    DistributedDataParallelConfig(**overrides["ddp"])
+    for section, cls in (("optimizer", OptimizerConfig), ("dataset", GPTDatasetConfig)):
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert set(overrides.get(section, {})) <= names, (section, overrides[section])
+    for section, cls in (("train", "TrainingConfig"), ("checkpoint", "CheckpointConfig")):
+        assert set(overrides.get(section, {})) <= set(bridge["classes"][cls]), section
+    assert overrides["mixed_precision"][""] in bridge["mixed_precision_recipes"]
+
+
+def torchtitan_stage_layers(num_layers: int, parallelism: dict[str, Any]) -> list[int]:
+    """Transformer layers per virtual stage as torchtitan splits them
+    (``distributed/pipeline_parallel.py``)."""
+    from torchtitan.config.configs import ParallelismConfig
+    from torchtitan.distributed import pipeline_parallel as pp_mod
+
+    config = ParallelismConfig(**parallelism)
+
+    class Dims:  # the one attribute _get_pipeline_metadata reads
+        pp = config.pipeline_parallel_degree
+
+    class Model:
+        layers = [None] * num_layers
+
+    stages, layers, first_w, last_w = pp_mod._get_pipeline_metadata(Dims(), config, Model())
+    parts = pp_mod._generate_llm_fqn_per_model_part(stages, layers, first_w, last_w)
+    return [sum(name.startswith("layers.") for name in part) for part in parts]
+
+
+def torchtitan_parse(args: list[str]):
+    """torchtitan 0.3's own ``ConfigManager`` on the emitted arguments."""
+    from torchtitan.config.manager import ConfigManager
+
+    return ConfigManager().parse_args(args)
+
+
+def deepspeed_config(config: dict[str, Any], dp: int):
+    """DeepSpeed's ``DeepSpeedConfig`` (no process group: rank 0, a DP-only model-parallel unit)."""
+    from deepspeed.runtime import config as ds_config
+
+    class Mpu:  # DeepSpeed's world size for batch checks is the data-parallel size
+        def get_data_parallel_world_size(self) -> int:
+            return dp
+
+    original = ds_config.dist.get_rank
+    ds_config.dist.get_rank = lambda *a, **k: 0
+    try:
+        return ds_config.DeepSpeedConfig(config, mpu=Mpu())
+    finally:
+        ds_config.dist.get_rank = original

@@ -1,0 +1,267 @@
+"""Every model preset x a set of layouts (dense and MoE, with and without interleaving, uneven
+pipelines, ZeRO 0-3, CP) x every launch format: the consumer accepts the output and reads back the
+layout autopar planned, or autopar refuses with an InputError naming what the format cannot
+express. No third outcome: no traceback, no silent drop. See tests/consumers.py for how each
+consumer is checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import autopar
+from autopar import emit
+from autopar.errors import InputError
+from autopar.plan import Layout
+from autopar.specs import ModelSpec
+from tests import consumers
+
+PRESETS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/models").glob("*.yaml"))
+
+
+def _tp(model: ModelSpec) -> int:
+    """Largest TP Megatron's TransformerConfig accepts for the model (heads, query groups, FFN)."""
+    sizes = (model.num_attention_heads, model.num_kv_heads, model.ffn_hidden_size)
+    return next(t for t in (8, 4, 2, 1) if all(s % t == 0 for s in sizes))
+
+
+def _interleaving(layers: int) -> tuple[int, int] | None:
+    return next(
+        ((pp, vpp) for pp in (4, 8, 3) for vpp in (2, 3, 4, 5) if layers % (pp * vpp) == 0), None
+    )
+
+
+def layouts(model: ModelSpec) -> dict[str, Layout]:
+    tp, sp = _tp(model), _tp(model) > 1
+    out = {
+        "zero1-selective": Layout(
+            tp=tp, pp=1, dp=8, grad_accum=4, zero=1, sequence_parallel=sp, recompute="selective"
+        ),
+        "zero3-full": Layout(
+            tp=tp, pp=1, dp=16, grad_accum=2, zero=3, sequence_parallel=sp, recompute="full"
+        ),
+        "zero2-pp2": Layout(tp=tp, pp=2, dp=4, mbs=2, grad_accum=4, zero=2, sequence_parallel=sp),
+        "zero0-cp2-pp4": Layout(tp=tp, pp=4, dp=2, cp=2, grad_accum=8, sequence_parallel=sp),
+        "no-sp-pp4-full": Layout(tp=tp, pp=4, dp=2, grad_accum=8, zero=1, recompute="full"),
+    }
+    if (split := _interleaving(model.num_layers)) is not None:
+        pp, vpp = split
+        out["interleaved"] = Layout(
+            tp=tp, pp=pp, dp=4, vpp=vpp, grad_accum=2 * pp, zero=1, sequence_parallel=sp
+        )
+    uneven = next(pp for pp in (3, 5, 7, 6) if model.num_layers % pp)
+    out["uneven"] = Layout(tp=tp, pp=uneven, dp=2, grad_accum=uneven, sequence_parallel=sp)
+    if model.is_moe:
+        ep = min(8, model.num_experts)
+        out["moe-ep"] = Layout(tp=tp, pp=1, dp=8, ep=ep, grad_accum=4, zero=1, sequence_parallel=sp)
+        out["moe-ep-etp-fsdp"] = Layout(
+            tp=tp, pp=2, dp=8, ep=ep, etp=tp, grad_accum=4, zero=3, sequence_parallel=sp
+        )
+    return out
+
+
+def _problem(name: str, lay: Layout, precision: str):
+    gpus = lay.tp * lay.pp * lay.dp * lay.cp
+    batch = lay.mbs * lay.grad_accum * lay.dp
+    return autopar.make_problem(
+        model=name, gpus=gpus, seq_len=4096, global_batch=batch, precision=precision
+    )
+
+
+def _megatron(lay: Layout, problem) -> None:
+    config = consumers.megatron_transformer_config(emit.megatron_args(lay, problem))
+    model = problem.model
+    assert config.num_layers == model.num_layers and config.hidden_size == model.hidden_size
+    assert config.num_query_groups == model.num_kv_heads
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (
+        lay.tp,
+        lay.pp,
+    )
+    assert (config.virtual_pipeline_model_parallel_size or 1) == lay.vpp
+    assert (
+        config.context_parallel_size == lay.cp and config.sequence_parallel == lay.sequence_parallel
+    )
+    assert (config.num_moe_experts or 0) == model.num_experts
+    if model.is_moe:
+        assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (
+            lay.ep,
+            lay.etp,
+        )
+        assert config.moe_token_dispatcher_type == "alltoall"
+    if lay.pp > 1 and config.num_layers_in_first_pipeline_stage is not None:
+        middle = (
+            model.num_layers
+            - config.num_layers_in_first_pipeline_stage
+            - config.num_layers_in_last_pipeline_stage
+        )
+        assert middle % (lay.pp - 2 or 1) == 0
+    assert config.recompute_granularity == (None if lay.recompute == "none" else lay.recompute)
+    assert (config.fp8 == "hybrid") == (problem.training.precision == "fp8")
+    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
+    zero = ("--use-megatron-fsdp" in args, "--use-distributed-optimizer" in args)
+    assert zero == {0: (False, False), 1: (False, True), 2: (True, True), 3: (True, True)}[lay.zero]
+    if lay.zero >= 2:
+        expected = "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        assert args["--data-parallel-sharding-strategy"] == [expected]
+
+
+def _bridge(lay: Layout, problem) -> None:
+    overrides = emit.bridge_overrides(lay, problem)
+    consumers.bridge_check(overrides)
+    assert overrides["model"]["virtual_pipeline_model_parallel_size"] == (
+        lay.vpp if lay.vpp > 1 else None
+    )
+    assert overrides["ddp"].get("use_megatron_fsdp", False) == (lay.zero >= 2)
+
+
+def _stages_match(lay: Layout, problem, parallelism: dict) -> None:
+    if lay.pp == 1:
+        return
+    per_stage = consumers.torchtitan_stage_layers(problem.model.num_layers, parallelism)
+    assert len(per_stage) == lay.pp * lay.vpp
+    assert sum(per_stage) == problem.model.num_layers
+    _, first, last = emit.common.stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    assert (per_stage[0], per_stage[-1]) == (first, last)
+
+
+def _torchtitan(lay: Layout, problem) -> None:
+    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
+
+    args = emit.torchtitan_args(lay, problem)
+    assert args[-1] == f"activation_checkpoint:{lay.recompute}"
+    pairs = dict(zip(args[4:-1:2], args[5:-1:2], strict=False))
+    parallelism, training = {}, {}
+    for key, value in pairs.items():
+        if not key.startswith("--") or value.startswith("--"):
+            continue
+        section, field = key[2:].split(".")
+        target = parallelism if section == "parallelism" else training
+        target[field] = int(value) if value.isdigit() else value
+    ParallelismConfig(**parallelism)  # unknown field or failing __post_init__ raises
+    TrainingConfig(**training)
+    assert parallelism["tensor_parallel_degree"] == lay.tp
+    assert parallelism["expert_parallel_degree"] == lay.ep
+    assert (
+        parallelism["data_parallel_shard_degree"] * parallelism["data_parallel_replicate_degree"]
+        == lay.dp
+    )
+    assert ("--training.disable-cuda-graphs" in args) == (lay.pp > 1 or lay.ep > 1)
+    _stages_match(lay, problem, parallelism)
+
+
+def _torchtitan_02(lay: Layout, problem) -> None:
+    fields = consumers.vendored("torchtitan-0.2.2-job-config.json")["sections"]
+    config = emit.torchtitan_config(lay, problem)
+    for section, values in config.items():
+        assert set(values) <= set(fields[section]), (section, set(values) - set(fields[section]))
+    parallelism = {
+        k: v for k, v in config["parallelism"].items() if k != "expert_tensor_parallel_degree"
+    }
+    _stages_match(lay, problem, parallelism)
+    if problem.model.is_moe:
+        assert config["parallelism"]["expert_tensor_parallel_degree"] == lay.etp
+
+
+def _deepspeed(lay: Layout, problem) -> None:
+    config = consumers.deepspeed_config(emit.deepspeed_json(lay, problem), lay.dp)
+    assert config.train_batch_size == problem.training.global_batch_sequences
+    assert config.zero_optimization_stage == lay.zero
+    assert config.pipeline["stages"] == "auto"  # DeepSpeed's default: the size is in code
+    notes = emit.deepspeed_notes(lay, problem)
+    assert any(f"num_stages={lay.pp}" in n for n in notes) == (lay.pp > 1)
+
+
+CHECKS = {
+    "megatron": _megatron,
+    "megatron-bridge": _bridge,
+    "torchtitan": _torchtitan,
+    "torchtitan-0.2": _torchtitan_02,
+    "deepspeed": _deepspeed,
+}
+
+
+def test_every_format_is_checked():
+    assert set(CHECKS) == set(emit.EMITTERS)
+
+
+def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
+    fp8 = problem.training.precision == "fp8"
+    if fmt == "deepspeed":
+        return bool(
+            lay.vpp > 1
+            or lay.ep > 1
+            or lay.etp > 1
+            or lay.cp > 1
+            or fp8
+            or (lay.sequence_parallel and lay.tp > 1)
+            or (lay.pp > 1 and lay.zero >= 2)
+        )
+    if fmt == "torchtitan-0.2":
+        return bool(
+            lay.zero == 1
+            or (lay.etp > 1 and lay.etp != lay.tp)
+            or (lay.tp > 1 and not lay.sequence_parallel)
+        )
+    if fmt == "megatron-bridge":
+        return problem.training.grad_precision == "bf16"
+    if fmt == "torchtitan":
+        known = emit.torchtitan.torchtitan_model(problem.model) is not None
+        ep_ok = lay.ep == 1 or lay.zero >= 2 or (lay.cp * lay.tp) % lay.ep == 0
+        return not known or fp8 or lay.zero == 1 or lay.etp > 1 or not ep_ok
+    return False
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_accepted_or_refused(name):
+    """Each preset x layout x format: accepted by the consumer or refused as expected."""
+    model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+    outcomes = {}
+    for label, lay in layouts(model).items():
+        for precision in ("bf16", "fp8") if label == "zero1-selective" else ("bf16",):
+            problem = _problem(name, lay, precision)
+            for fmt, check in CHECKS.items():
+                try:
+                    check(lay, problem)
+                    outcome = "accepted"
+                except InputError as error:
+                    assert "cannot express" in str(error) and "--format" in str(error), error
+                    outcome = "refused"
+                expected = "refused" if _expected_refusal(fmt, lay, problem) else "accepted"
+                outcomes[fmt, label, precision] = outcome
+                assert outcome == expected, (fmt, label, precision)
+    assert all(outcomes["megatron", label, "bf16"] == "accepted" for label in layouts(model))
+
+
+def test_readme_main_job_in_every_format():
+    """The README's main job, solved, then emitted in every format (refusals allowed)."""
+    result = autopar.solve(model="llama-70b", gpus=1024, top=1, time_limit=20)
+    problem = autopar.make_problem(model="llama-70b", gpus=1024)
+    best = result.best.layout
+    for fmt, check in CHECKS.items():
+        try:
+            check(best, problem)
+        except InputError as error:
+            assert _expected_refusal(fmt, best, problem), (fmt, error)
+
+
+def test_torchtitan_config_manager_reads_interleaved_70b():
+    """torchtitan 0.3's own parser on the emitted command line, interleaved PP."""
+    problem = autopar.make_problem(model="llama-3.1-70b", gpus=256, seq_len=8192, global_batch=64)
+    lay = Layout(
+        tp=8, pp=4, dp=8, vpp=5, grad_accum=8, zero=3, sequence_parallel=True, recompute="selective"
+    )
+    config = consumers.torchtitan_parse(emit.torchtitan_args(lay, problem))
+    par = config.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree) == (8, 4)
+    assert (
+        par.data_parallel_shard_degree == 8 and par.pipeline_parallel_schedule == "Interleaved1F1B"
+    )
+    assert (
+        par.pipeline_parallel_first_stage_less_layers,
+        par.pipeline_parallel_last_stage_less_layers,
+    ) == (0, 0)
+    assert config.training.local_batch_size == 8 and config.training.global_batch_size == 64
+    assert config.training.disable_cuda_graphs
+    assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
+    assert len(config.model_spec.model.layers) == problem.model.num_layers  # the same model
