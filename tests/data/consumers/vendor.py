@@ -84,6 +84,10 @@ def torchtitan(wheel_dir: str) -> None:
     (HERE / "torchtitan-0.2.2-job-config.json").write_text(json.dumps(data, indent=1))
 
 
+CLASSES = ("TrainingConfig", "CheckpointConfig", "GPTDatasetConfig", "DatasetProvider",
+           "DataloaderConfig", "ConfigContainer")  # fmt: skip
+
+
 def bridge(wheel_dir: str) -> None:
     root = Path(wheel_dir) / "megatron/bridge"
     config = _dataclass_fields(root / "training/config.py")
@@ -95,11 +99,11 @@ def bridge(wheel_dir: str) -> None:
     ]
     provider = _dataclass_fields(root / "models/gpt_provider.py")["GPTModelProvider"]
     data = {
-        "source": "https://pypi.org/project/megatron-bridge/0.3.1/ megatron/bridge/training/config.py",
+        "source": "https://pypi.org/project/megatron-bridge/0.3.1/ "
+        "megatron/bridge/training/config.py",
         "version": "0.3.1",
         "date": "2026-11-30",
-        "classes": {k: config[k] for k in ("TrainingConfig", "CheckpointConfig", "GPTDatasetConfig",
-                                           "DatasetProvider", "DataloaderConfig", "ConfigContainer")},
+        "classes": {k: config[k] for k in CLASSES},
         "gpt_model_provider_own_fields": provider,
         "mixed_precision_recipes": recipes,
     }
