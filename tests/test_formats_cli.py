@@ -98,35 +98,94 @@ def test_evaluate_csv():
 def test_solve_megatron(solved):
     result = solved["megatron"]
     assert result.exit_code == 0, result.output
-    line = result.stdout.strip()
-    assert "\n" not in line
+    *header, line = result.stdout.strip().splitlines()
+    assert all(h.startswith("#") for h in header) and "Megatron-Core" in header[0]
     tokens = shlex.split(line)
     assert tokens[tokens.index("--pipeline-model-parallel-size") + 1] == "4"
     assert tokens[tokens.index("--num-layers-per-virtual-pipeline-stage") + 1] == "10"
     assert tokens[tokens.index("--global-batch-size") + 1] == "64"
+    assert tokens[tokens.index("--num-layers") + 1] == "80"
 
 
-def test_solve_torchtitan(solved):
-    result = solved["torchtitan"]
+def test_solve_megatron_bridge(solved):
+    result = solved["megatron-bridge"]
     assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert "Megatron-Bridge 0.3.1" in lines[0]
+    assert "model.virtual_pipeline_model_parallel_size=2" in lines[1:]
+
+
+SOLVE_TT = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2"
+
+
+def test_solve_torchtitan_03():
+    result = run(SOLVE_TT, "--framework", "torchtitan", "--format", "torchtitan")
+    assert result.exit_code == 0, result.output
+    header, command = result.stdout.strip().splitlines()
+    assert "torchtitan 0.3.0" in header
+    tokens = shlex.split(command)
+    assert tokens[tokens.index("--module") + 1] == "llama3"
+    assert tokens[tokens.index("--parallelism.pipeline_parallel_schedule") + 1] == "Interleaved1F1B"
+    assert (
+        tokens[tokens.index("--parallelism.pipeline_parallel_first_stage_less_layers") + 1] == "0"
+    )
+    assert "--training.disable-cuda-graphs" in tokens
+
+
+def test_solve_torchtitan_02():
+    result = run(SOLVE_TT, "--framework", "torchtitan", "--format", "torchtitan-0.2")
+    assert result.exit_code == 0, result.output
+    assert "torchtitan 0.2.2" in result.stdout.splitlines()[0]
     config = tomllib.loads(result.stdout)
     assert config["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert config["parallelism"]["pipeline_parallel_last_stage_less_layers"] == 0
     assert config["training"]["seq_len"] == 4096
 
 
-def test_solve_deepspeed(solved):
-    result = solved["deepspeed"]
+def test_solve_deepspeed_notes_the_pipeline_on_stderr():
+    result = run(
+        "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4",
+        "--framework", "deepspeed", "--no-sequence-parallel", "--format", "deepspeed",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     config = json.loads(result.stdout)
-    assert config["train_batch_size"] == 64
-    assert config["pipeline"] == {"stages": 4}
+    assert (
+        config["train_batch_size"] == 64
+        and "pipeline" not in config
+        or ("stages" not in config["pipeline"])
+    )
+    assert "PipelineModule(layers, num_stages=4)" in result.stderr
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
-def test_evaluate_framework_formats(fmt):
-    result = run(EVALUATE, "--format", fmt)
+@pytest.mark.parametrize(
+    "fmt, extra",
+    [
+        ("megatron", ()),
+        ("megatron-bridge", ()),
+        ("torchtitan", ("--zero", "3", "--framework", "torchtitan")),
+        ("torchtitan-0.2", ("--zero", "0")),
+        ("deepspeed", ("--no-sequence-parallel",)),
+    ],
+)
+def test_evaluate_framework_formats(fmt, extra):
+    result = run(EVALUATE, *extra, "--format", fmt)
     assert result.exit_code == 0, result.output
-    assert "4" in result.stdout
+    assert "4" in result.stdout and result.stdout.startswith(("#", "{"))
+
+
+@pytest.mark.parametrize(
+    "fmt, extra, what",
+    [
+        ("deepspeed", ("--vpp", "2"), "interleaved pipeline"),
+        ("torchtitan", ("--zero", "1"), "ZeRO-1"),
+        ("torchtitan", ("--model", "gpt3-175b", "--zero", "3"), "no config for it"),
+    ],
+)
+def test_format_that_cannot_express_the_layout_exits_2(fmt, extra, what):
+    result = run(EVALUATE, *extra, "--format", fmt)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert what in line and "use --format" in line
 
 
 def test_solve_table_default(solved):
@@ -150,7 +209,7 @@ def test_unknown_format_is_bad_input():
 def test_deepspeed_with_context_parallel_is_bad_input():
     result = run(EVALUATE, "--cp", "2", "--format", "deepspeed")
     assert result.exit_code == 2
-    assert "context parallelism" in result.output
+    assert "cannot express context parallelism" in result.output
 
 
 def test_render_api_with_problem():
@@ -162,6 +221,8 @@ def test_render_api_with_problem():
         est, "megatron", problem=problem
     )
     result = SolveResult(status="optimal", solve_time_s=0.1, layouts=(est,))
-    assert json.loads(render_solve(result, "deepspeed", problem=problem))["pipeline"]["stages"] == 4
+    assert "model.pipeline_model_parallel_size=4" in render_solve(
+        result, "megatron-bridge", problem=problem
+    )
     with pytest.raises(InputError, match="problem"):
         render_estimate(est, "torchtitan")  # outside a command, the Problem must be given
