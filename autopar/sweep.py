@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -81,6 +82,9 @@ class SweepResult:
     (gpu, then seq_len, then gpus)."""
 
     rows: tuple[SweepRow, ...]
+    memory_gib: tuple[dict[str, float] | None, ...] = ()
+    """Per row, the best layout's per-GPU memory by part (weights, gradients, optimizer,
+    activations, other) in GiB; None where no layout was found."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"columns": list(COLUMNS), "rows": [row.to_dict() for row in self.rows]}
@@ -149,6 +153,99 @@ def _row(
     )
 
 
+EXECUTORS: tuple[str, ...] = ("processes", "dask")
+EXTRA_HINT = {"dask": "pip install 'autopar[dask]'", "plotly": "pip install 'autopar[html]'"}
+
+
+@dataclass(frozen=True, slots=True)
+class _PointJob:
+    """One grid point and everything a worker process needs to solve it (picklable)."""
+
+    gpus: int
+    gpu: str | GpuSpec | None
+    seq_len: int
+    options: dict[str, Any]
+    train_tokens: float | None
+    gpu_hour_cost: float | None
+
+
+Solved = tuple[SweepRow, dict[str, float] | None]
+
+
+def _solve_point(job: _PointJob) -> Solved:
+    """Solve one point; module-level so that process pools and Dask can ship it."""
+    result = api.solve(gpus=job.gpus, gpu=job.gpu, seq_len=job.seq_len, top=1, **job.options)
+    best = result.layouts[0] if result.layouts else None
+    name = _gpu_name(job.gpu, job.options.get("cluster"))
+    row = _row(
+        job.gpus, name, job.seq_len, result.status, best, job.train_tokens, job.gpu_hour_cost
+    )
+    memory = None
+    if best is not None:
+        memory = {k: v / GIB for k, v in best.memory_bytes.items() if k != "total"}
+    return row, memory
+
+
+Progress = Callable[[int, int, SweepRow], None]
+
+
+def _run_serial(jobs: list[_PointJob], progress: Progress | None) -> list[Solved]:
+    rows = []
+    for done, job in enumerate(jobs, 1):
+        rows.append(_solve_point(job))
+        if progress is not None:
+            progress(done, len(jobs), rows[-1][0])
+    return rows
+
+
+def _run_processes(jobs: list[_PointJob], workers: int, progress: Progress | None):
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    rows: list[Solved | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_solve_point, job): i for i, job in enumerate(jobs)}
+        for done, future in enumerate(as_completed(futures), 1):
+            rows[futures[future]] = solved = future.result()
+            if progress is not None:
+                progress(done, len(jobs), solved[0])
+    return rows
+
+
+def _run_dask(jobs: list[_PointJob], workers: int, scheduler: str | None, progress):
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise InputError(f"needs Dask: {EXTRA_HINT['dask']}", source="--executor dask") from None
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+    client = Client(cluster if cluster is not None else scheduler)
+    try:
+        futures = client.map(_solve_point, jobs, pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        rows: list[Solved | None] = [None] * len(jobs)
+        for done, future in enumerate(as_completed(futures), 1):
+            rows[index[future.key]] = solved = future.result()
+            if progress is not None:
+                progress(done, len(jobs), solved[0])
+        return rows
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def check_jobs(jobs: Any, executor: str) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InputError(f"must be a positive number of processes, got {jobs!r}", source="--jobs")
+    if executor not in EXECUTORS:
+        raise InputError(
+            f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", source="--executor"
+        )
+
+
 def sweep(
     *,
     gpus: int | Sequence[int],
@@ -156,16 +253,24 @@ def sweep(
     seq_len: int | Sequence[int] = api.DEFAULT_SEQ_LEN,
     train_tokens: float | None = None,
     gpu_hour_cost: float | None = None,
-    progress: Callable[[int, int, SweepRow], None] | None = None,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    executor: str = "processes",
+    scheduler: str | None = None,
     **options: Any,
 ) -> SweepResult:
     """Solve every combination of ``gpus`` x ``gpu`` x ``seq_len`` (each an item or a list);
     ``options`` go to ``autopar.solve`` (``model=...``, ``global_batch_tokens=...``, ...).
 
-    ``progress(done, total, row)`` is called after each point.
+    ``jobs`` points are solved at once, in worker processes (``executor="processes"``) or on a
+    Dask cluster (``executor="dask"``: a local one of ``jobs`` workers, or the scheduler at
+    ``scheduler``); rows come back in grid order either way. With ``jobs > 1`` and no
+    ``num_workers``, each solve gets ``cpu_count // jobs`` CP-SAT workers, so that the processes
+    do not fight over cores. ``progress(done, total, row)`` is called as points finish.
     """
     if "top" in options:
         raise TypeError("sweep solves with top=1; do not pass 'top'")
+    check_jobs(jobs, executor)
     gpus_list = _as_list(gpus, "gpus", int)
     seq_list = _as_list(seq_len, "seq_len", int)
     gpu_list = [None] if gpu is None else _as_list(gpu, "gpu", str)
@@ -174,14 +279,16 @@ def sweep(
             raise InputError(
                 f"must be a positive number, got {value!r}", source=f"--{name.replace('_', '-')}"
             )
-    points = list(itertools.product(gpu_list, seq_list, gpus_list))
-    rows: list[SweepRow] = []
-    for done, (gpu_type, seq, num_gpus) in enumerate(points, 1):
-        result = api.solve(gpus=num_gpus, gpu=gpu_type, seq_len=seq, top=1, **options)
-        best = result.layouts[0] if result.layouts else None
-        name = _gpu_name(gpu_type, options.get("cluster"))
-        row = _row(num_gpus, name, seq, result.status, best, train_tokens, gpu_hour_cost)
-        rows.append(row)
-        if progress is not None:
-            progress(done, len(points), row)
-    return SweepResult(tuple(rows))
+    if (jobs > 1 or executor == "dask") and options.get("num_workers") is None:
+        options["num_workers"] = max(1, (os.cpu_count() or 1) // jobs)
+    points = [
+        _PointJob(num_gpus, gpu_type, seq, options, train_tokens, gpu_hour_cost)
+        for gpu_type, seq, num_gpus in itertools.product(gpu_list, seq_list, gpus_list)
+    ]
+    if executor == "dask":
+        rows = _run_dask(points, jobs, scheduler, progress)
+    elif jobs == 1:
+        rows = _run_serial(points, progress)
+    else:
+        rows = _run_processes(points, jobs, progress)
+    return SweepResult(tuple(r for r, _ in rows), tuple(m for _, m in rows))

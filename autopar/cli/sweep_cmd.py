@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import typer
@@ -14,9 +16,9 @@ from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
 from autopar.cli.render import csv_text
 from autopar.errors import InputError
-from autopar.sweep import SweepResult, SweepRow, sweep
+from autopar.sweep import SweepResult, SweepRow, check_jobs, sweep
 
-FORMATS: tuple[str, ...] = ("table", "csv", "json")
+FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
 
 
 def parse_list(text: str, flag: str, kind: type = int) -> list:
@@ -95,10 +97,14 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         return to_json(result.to_dict())
     if fmt == "csv":
         return csv_text([row.to_dict() for row in result.rows])
+    if fmt == "html":
+        from autopar.sweep_html import sweep_html
+
+        return sweep_html(result)
     return sweep_table(result)
 
 
-def _progress(done: int, total: int, row: SweepRow) -> None:
+def _progress_line(done: int, total: int, row: SweepRow) -> None:
     figure = (
         f"{row.step_time_s:.3f} s/step, {row.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
         if row.status in ("optimal", "feasible")
@@ -109,6 +115,35 @@ def _progress(done: int, total: int, row: SweepRow) -> None:
         f"{row.status}, {figure}",
         err=True,
     )
+
+
+@contextlib.contextmanager
+def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], None]]:
+    """A progress callback for ``sweep``: a rich progress bar when stderr is a terminal (or
+    ``console`` is given), else one line per point (readable in CI logs)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        yield _progress_line
+        return
+    columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def advance(done: int, total: int, row: SweepRow) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
 
 
 def register(app: typer.Typer) -> None:
@@ -162,8 +197,20 @@ def register(app: typer.Typer) -> None:
             float, typer.Option(help="Solver time limit per point in seconds.")
         ] = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
+        jobs: Annotated[
+            int, typer.Option("--jobs", "-j", help="Points solved at once (processes).")
+        ] = 1,
+        executor: Annotated[
+            str,
+            typer.Option(help="processes (this machine) or dask (needs autopar[dask])."),
+        ] = "processes",
+        scheduler: Annotated[
+            str | None,
+            typer.Option(help="Dask scheduler address (default: a local cluster of --jobs)."),
+        ] = None,
         format: Annotated[
-            str, typer.Option("--format", "-f", help="table, csv or json.")
+            str,
+            typer.Option("--format", "-f", help="table, csv, json or html (needs autopar[html])."),
         ] = "table",
         output: o.Output = None,
     ) -> None:
@@ -172,24 +219,33 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 f"must be one of {', '.join(FORMATS)}, got {format!r}", source="--format"
             )
+        check_jobs(jobs, executor)
         gpus_list = parse_list(gpus, "--gpus")
         seq_list = parse_list(seq_len, "--seq-len")
         gpu_list = None if gpu is None else parse_list(gpu, "--gpu", str)
         tokens = _number(train_tokens, "--train-tokens")
         price = _number(gpu_hour_cost, "--gpu-hour-cost")
         common = o.common(locals(), skip=("gpus", "gpu", "seq_len"))
-        result = sweep(
-            gpus=gpus_list,
-            gpu=gpu_list,
-            seq_len=seq_list,
-            train_tokens=tokens,
-            gpu_hour_cost=price,
-            progress=_progress,
-            time_limit=time_limit,
-            num_workers=num_workers,
-            cost_model=cost_model,
-            uneven_pipeline=uneven_pipeline,
-            pipeline_plan=pipeline_plan,
-            **common,
-        )
+        if format == "html":
+            from autopar.sweep_html import require_plotly
+
+            require_plotly()  # a missing extra fails before the solves, not after
+        with progress_reporter() as progress:
+            result = sweep(
+                gpus=gpus_list,
+                gpu=gpu_list,
+                seq_len=seq_list,
+                train_tokens=tokens,
+                gpu_hour_cost=price,
+                progress=progress,
+                jobs=jobs,
+                executor=executor,
+                scheduler=scheduler,
+                time_limit=time_limit,
+                num_workers=num_workers,
+                cost_model=cost_model,
+                uneven_pipeline=uneven_pipeline,
+                pipeline_plan=pipeline_plan,
+                **common,
+            )
         emit(render_sweep(result, format), output)

@@ -1,0 +1,190 @@
+"""Sweeps that scale out: ``--jobs`` processes, the Dask executor, the progress bar and the
+HTML capacity report."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import sys
+from html.parser import HTMLParser
+
+import pytest
+from typer.testing import CliRunner
+
+import autopar
+from autopar.cli import app
+from autopar.errors import InputError
+from autopar.sweep_html import sweep_html
+
+GRID = dict(
+    model="llama-8b",
+    gpus=[8, 16, 32, 64],
+    global_batch=256,
+    pp=1,
+    train_tokens=1e12,
+    gpu_hour_cost=2.5,
+)
+
+
+def _same(a, b) -> bool:
+    """Rows equal field by field (NaN equal to NaN)."""
+
+    def norm(row):
+        return {
+            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            for k, v in dataclasses.asdict(row).items()
+        }
+
+    return [norm(r) for r in a.rows] == [norm(r) for r in b.rows]
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return autopar.sweep(**GRID, num_workers=1)
+
+
+def test_jobs_keep_grid_order_and_values(serial):
+    done = []
+    parallel = autopar.sweep(**GRID, jobs=2, progress=lambda d, t, row: done.append((d, t)))
+    assert _same(parallel, serial)
+    assert [r.gpus for r in parallel.rows] == [8, 16, 32, 64]
+    assert sorted(done) == [(i, 4) for i in range(1, 5)]
+    assert parallel.memory_gib == serial.memory_gib
+
+
+def test_dask_executor_on_a_local_cluster(serial):
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
+        result = autopar.sweep(**GRID, executor="dask", scheduler=cluster.scheduler_address)
+    assert _same(result, serial)
+
+
+def test_missing_dask_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import fails
+    with pytest.raises(InputError, match=r"pip install 'autopar\[dask\]'"):
+        autopar.sweep(**GRID, executor="dask")
+
+
+@pytest.mark.parametrize("jobs", [0, -1, True, 1.5])
+def test_bad_jobs_is_bad_input(jobs):
+    with pytest.raises(InputError, match="--jobs"):
+        autopar.sweep(**GRID, jobs=jobs)
+
+
+@pytest.mark.parametrize("extra", [["--jobs", "0"], ["--jobs", "-3"], ["--executor", "ray"]])
+def test_cli_bad_jobs_or_executor_exits_2(extra):
+    result = CliRunner().invoke(app, ["sweep", "--model", "llama-8b", "--gpus", "8", *extra])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_progress_bar_on_a_terminal():
+    from rich.console import Console
+
+    from autopar.cli.sweep_cmd import progress_reporter
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    with progress_reporter(console) as progress:
+        autopar.sweep(**GRID, progress=progress)
+    assert "4/4" in out.getvalue()
+
+
+class _Page(HTMLParser):
+    """Scripts, table cells and external references of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.external: list[str] = []
+        self.rows: list[list[str]] = []
+        self._in: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            self._in = "script"
+            self.scripts.append("")
+        if attrs.get("src") or (tag == "link" and attrs.get("href")):
+            self.external.append(attrs.get("src") or attrs["href"])
+        if tag == "tr":
+            self.rows.append([])
+        if tag == "td":
+            self._in = "td"
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "script":
+            self.scripts[-1] += data
+        elif self._in == "td":
+            self.rows[-1].append(data)
+
+
+def _figure(script: str) -> dict:
+    """The data and layout passed to Plotly.newPlot."""
+    start = script.index('"charts",') + len('"charts",')
+    decoder = json.JSONDecoder()
+    data, end = decoder.raw_decode(script[start:].lstrip())
+    rest = script[start:].lstrip()[end:].lstrip().lstrip(",").lstrip()
+    layout, _ = decoder.raw_decode(rest)
+    return {"data": data, "layout": layout}
+
+
+def test_html_report_is_self_contained_and_complete(serial):
+    page = _Page()
+    page.feed(sweep_html(serial))
+    assert page.external == []  # plotly.js inlined: opens offline, can be mailed
+    assert any("plotly" in s.lower() and len(s) > 1_000_000 for s in page.scripts)
+    figure = _figure(next(s for s in page.scripts if "Plotly.newPlot" in s))
+    titles = {a["text"] for a in figure["layout"]["annotations"]}
+    assert {
+        "Throughput per GPU",
+        "Model FLOPs utilisation",
+        "Time to train",
+        "Cost to train",
+        "Memory per GPU (best layout)",
+    } <= titles
+    lines = [t for t in figure["data"] if t["type"] == "scatter"]
+    assert len(lines) == 4 and all(t["x"] == [8, 16, 32, 64] for t in lines)
+    throughput = next(t for t in lines if t["yaxis"] == "y")
+    assert throughput["y"] == pytest.approx([r.tokens_per_s_per_gpu for r in serial.rows])
+    bars = {t["name"] for t in figure["data"] if t["type"] == "bar"}
+    assert bars == {"weights GiB", "gradients GiB", "optimizer GiB", "activations GiB", "other GiB"}
+    table = [row for row in page.rows if row]
+    assert [row[0] for row in table] == ["8", "16", "32", "64"]
+
+
+def test_html_through_the_cli(tmp_path):
+    target = tmp_path / "plan.html"
+    result = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            "--model",
+            "llama-8b",
+            "--gpus",
+            "8,16",
+            "--format",
+            "html",
+            "--output",
+            str(target),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert target.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_html_without_plotly_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
+    result = CliRunner().invoke(
+        app, ["sweep", "--model", "llama-8b", "--gpus", "8", "--format", "html"]
+    )
+    assert result.exit_code == 2
+    assert "pip install 'autopar[html]'" in result.stderr
