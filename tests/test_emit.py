@@ -155,8 +155,9 @@ def test_deepspeed_fields(dense):
     assert config["tensor_parallel"] == {"autotp_size": 4}
     assert config["pipeline"] == {"activation_checkpoint_interval": 1}  # never "stages"
     assert emit.deepspeed_notes(lay, dense) == (
+        "DeepSpeed 0.19.8 config for llama-3-70b (JSON has no comments).",
         "DeepSpeed: the config has no pipeline size; build the model as "
-        "PipelineModule(layers, num_stages=4) (DeepSpeed 0.19.8).",
+        "PipelineModule(layers, num_stages=4).",
     )
 
 

@@ -265,3 +265,16 @@ def test_torchtitan_config_manager_reads_interleaved_70b():
     assert config.training.disable_cuda_graphs
     assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
     assert len(config.model_spec.model.layers) == problem.model.num_layers  # the same model
+
+
+def test_torchtitan_config_manager_reads_qwen3_moe_with_ep():
+    """torchtitan 0.3's own parser, an MoE model with EP over FSDP ranks (CUDA graphs off)."""
+    problem = autopar.make_problem(model="qwen3-30b-a3b", gpus=64, seq_len=4096, global_batch=128)
+    lay = Layout(tp=2, pp=1, dp=32, ep=8, mbs=4, grad_accum=1, zero=3, recompute="full")
+    config = consumers.torchtitan_parse(emit.torchtitan_args(lay, problem))
+    assert config.parallelism.expert_parallel_degree == 8
+    assert config.parallelism.data_parallel_shard_degree == 32
+    assert not config.parallelism.enable_sequence_parallel  # TP without SP, as planned
+    assert config.training.disable_cuda_graphs and config.training.local_batch_size == 4
+    assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
+    assert len(config.model_spec.model.layers) == 48

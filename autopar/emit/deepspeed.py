@@ -68,13 +68,13 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
 
 
 def deepspeed_notes(item: Estimate | Layout, problem: Problem) -> tuple[str, ...]:
-    """What the training script must do that the config file cannot say."""
+    """The version targeted, and what the training script must do that the config cannot say."""
     lay = layout_of(item)
-    notes = []
+    notes = [f"{DEEPSPEED_TARGET} config for {problem.model.name} (JSON has no comments)."]
     if lay.pp > 1:
         notes.append(
             f"DeepSpeed: the config has no pipeline size; build the model as "
-            f"PipelineModule(layers, num_stages={lay.pp}) ({DEEPSPEED_TARGET})."
+            f"PipelineModule(layers, num_stages={lay.pp})."
         )
     if lay.recompute == "selective" or (lay.recompute == "full" and lay.pp == 1):
         what = "the attention core" if lay.recompute == "selective" else "each layer"
