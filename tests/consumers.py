@@ -159,15 +159,33 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
     # bf16_with_fp8_delayed_scaling_mixed), as ConfigContainer.validate -> setup() does
     import torch
 
+    recipe = overrides["mixed_precision"][""]
     model |= {"bf16": True, "params_dtype": torch.bfloat16, "pipeline_dtype": torch.bfloat16}
-    if "fp8" in overrides["mixed_precision"][""]:
-        model |= {"fp8": "hybrid", "fp8_recipe": "delayed"}
+    if "fp8" in recipe:
+        fp8_recipe = {
+            "delayed": "delayed",
+            "current": "tensorwise",
+            "subchannel": "blockwise",
+            "mxfp8": "mxfp8",
+        }
+        model |= {
+            "fp8": "hybrid",
+            "fp8_recipe": next(v for k, v in fp8_recipe.items() if k in recipe),
+        }
+    if "attention_backend" in model:  # OmegaConf turns the member name into the enum
+        from megatron.core.transformer.enums import AttnBackend
+
+        model["attention_backend"] = AttnBackend[model["attention_backend"]]
     transformer_config(**model)
     DistributedDataParallelConfig(**overrides["ddp"])
     for section, cls in (("optimizer", OptimizerConfig), ("dataset", GPTDatasetConfig)):
         names = {f.name for f in dataclasses.fields(cls)}
         assert set(overrides.get(section, {})) <= names, (section, overrides[section])
-    for section, cls in (("train", "TrainingConfig"), ("checkpoint", "CheckpointConfig")):
+    for section, cls in (
+        ("train", "TrainingConfig"),
+        ("checkpoint", "CheckpointConfig"),
+        ("comm_overlap", "CommOverlapConfig"),
+    ):
         assert set(overrides.get(section, {})) <= set(bridge["classes"][cls]), section
     assert overrides["mixed_precision"][""] in bridge["mixed_precision_recipes"]
 

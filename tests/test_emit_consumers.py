@@ -61,12 +61,25 @@ def layouts(model: ModelSpec) -> dict[str, Layout]:
     return out
 
 
-def _problem(name: str, lay: Layout, precision: str):
+STACKS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/stacks").glob("*.yaml"))
+STACK_LAYOUTS = ("zero1-selective", "interleaved", "zero0-cp2-pp4", "no-sp-pp4-full", "moe-ep")
+
+
+def _problem(name: str, lay: Layout, precision: str, stack: str | None = None):
     gpus = lay.tp * lay.pp * lay.dp * lay.cp
     batch = lay.mbs * lay.grad_accum * lay.dp
     return autopar.make_problem(
-        model=name, gpus=gpus, seq_len=4096, global_batch=batch, precision=precision
+        model=name, gpus=gpus, seq_len=4096, global_batch=batch, precision=precision, stack=stack
     )
+
+
+def _cases(label: str):
+    """(precision, stack) pairs tried for a layout: every stack preset on a few layouts."""
+    yield "bf16", None
+    if label in STACK_LAYOUTS:
+        yield from (("bf16", stack) for stack in STACKS)
+    if label == "zero1-selective":
+        yield from (("fp8", None), ("fp8", "nemo-24.07"))
 
 
 def _megatron(lay: Layout, problem) -> None:
@@ -98,6 +111,11 @@ def _megatron(lay: Layout, problem) -> None:
         assert middle % (lay.pp - 2 or 1) == 0
     assert config.recompute_granularity == (None if lay.recompute == "none" else lay.recompute)
     assert (config.fp8 == "hybrid") == (problem.training.precision == "fp8")
+    stack = problem.training.stack
+    assert config.tp_comm_overlap == (stack.tp_comm_overlap and lay.tp > 1)
+    assert config.hidden_dropout == config.attention_dropout == (0.1 if stack.dropout else 0.0)
+    assert config.cross_entropy_loss_fusion == stack.cross_entropy_fusion
+    assert config.cp_comm_type == (stack.cp_comm_type if lay.cp > 1 else None)
     args = consumers.megatron_parse(emit.megatron_args(lay, problem))
     zero = ("--use-megatron-fsdp" in args, "--use-distributed-optimizer" in args)
     assert zero == {0: (False, False), 1: (False, True), 2: (True, True), 3: (True, True)}[lay.zero]
@@ -187,6 +205,15 @@ def test_every_format_is_checked():
 
 def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
     fp8 = problem.training.precision == "fp8"
+    bf16_grads = problem.training.grad_precision == "bf16"
+    stack = problem.training.stack
+    tp_overlap_without_sp = stack.tp_comm_overlap and lay.tp > 1 and not lay.sequence_parallel
+    if fmt == "megatron":
+        return tp_overlap_without_sp
+    if fmt == "megatron-bridge":
+        return bf16_grads or tp_overlap_without_sp
+    if fmt.startswith("torchtitan") and bf16_grads:
+        return True
     if fmt == "deepspeed":
         return bool(
             lay.vpp > 1
@@ -203,8 +230,6 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
             or (lay.etp > 1 and lay.etp != lay.tp)
             or (lay.tp > 1 and not lay.sequence_parallel)
         )
-    if fmt == "megatron-bridge":
-        return problem.training.grad_precision == "bf16"
     if fmt == "torchtitan":
         known = emit.torchtitan.torchtitan_model(problem.model) is not None
         ep_ok = lay.ep == 1 or lay.zero >= 2 or (lay.cp * lay.tp) % lay.ep == 0
@@ -218,8 +243,8 @@ def test_presets_accepted_or_refused(name):
     model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
     outcomes = {}
     for label, lay in layouts(model).items():
-        for precision in ("bf16", "fp8") if label == "zero1-selective" else ("bf16",):
-            problem = _problem(name, lay, precision)
+        for precision, stack in _cases(label):
+            problem = _problem(name, lay, precision, stack)
             for fmt, check in CHECKS.items():
                 try:
                     check(lay, problem)
@@ -228,9 +253,10 @@ def test_presets_accepted_or_refused(name):
                     assert "cannot express" in str(error) and "--format" in str(error), error
                     outcome = "refused"
                 expected = "refused" if _expected_refusal(fmt, lay, problem) else "accepted"
-                outcomes[fmt, label, precision] = outcome
-                assert outcome == expected, (fmt, label, precision)
-    assert all(outcomes["megatron", label, "bf16"] == "accepted" for label in layouts(model))
+                outcomes[fmt, label, precision, stack] = outcome
+                assert outcome == expected, (fmt, label, precision, stack)
+    default = [outcomes["megatron", label, "bf16", None] for label in layouts(model)]
+    assert default == ["accepted"] * len(default)
 
 
 def test_readme_main_job_in_every_format():

@@ -22,7 +22,8 @@ from typing import Any
 
 from autopar.emit.common import layout_of, refuse, stage_layers
 from autopar.plan import Estimate, Layout
-from autopar.specs import ModelSpec, Problem
+from autopar.specs import ModelSpec, Problem, TrainingSpec
+from autopar.stack import DEFAULT_FP8_GEMMS, StackSpec
 
 BRIDGE_TARGET = "Megatron-Bridge 0.3.1 (megatron-core 0.16)"
 
@@ -95,12 +96,15 @@ def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
     return fields
 
 
-def _sharding(lay: Layout, problem: Problem) -> dict[str, dict[str, Any]]:
-    """ZeRO as megatron-core ``DistributedDataParallelConfig`` fields (ZeRO-2/3: Megatron-FSDP)."""
+def _sharding(lay: Layout, stack: StackSpec) -> dict[str, dict[str, Any]]:
+    """ZeRO as megatron-core ``DistributedDataParallelConfig`` fields (ZeRO-2/3: Megatron-FSDP)
+    and the stack's DP overlaps (``overlap_param_gather`` needs a sharded optimizer)."""
     ddp: dict[str, Any] = {
         "use_distributed_optimizer": lay.zero >= 1,
-        "overlap_grad_reduce": lay.zero >= 1,
-        "overlap_param_gather": lay.zero >= 1,
+        "overlap_grad_reduce": stack.overlap_grad_reduce,
+        "overlap_param_gather": stack.overlap_grad_reduce
+        and stack.overlap_param_gather
+        and lay.zero >= 1,
     }
     sections: dict[str, dict[str, Any]] = {
         "ddp": ddp,
@@ -113,6 +117,32 @@ def _sharding(lay: Layout, problem: Problem) -> dict[str, dict[str, Any]]:
         )
         sections["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
     return sections
+
+
+def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[str, Any]]:
+    """The stack's switches: ``CommOverlapConfig`` (training/comm_overlap.py) and the
+    ``TransformerConfig`` fields behind Megatron's flags of the same names."""
+    if stack.tp_comm_overlap and lay.tp > 1 and not lay.sequence_parallel:
+        raise refuse(
+            "megatron-bridge",
+            "TP communication overlap without sequence parallelism",
+            "solve with --sequence-parallel",
+        )
+    overlap: dict[str, Any] = {"tp_comm_overlap": stack.tp_comm_overlap and lay.tp > 1}
+    if lay.vpp > 1:
+        overlap["overlap_p2p_comm"] = stack.pp_comm_overlap
+    if model.is_moe and lay.ep > 1:
+        overlap["overlap_moe_expert_parallel_comm"] = stack.ep_comm_overlap
+    fields: dict[str, Any] = {
+        "hidden_dropout": 0.1 if stack.dropout else 0.0,
+        "attention_dropout": 0.1 if stack.dropout else 0.0,
+        "cross_entropy_loss_fusion": stack.cross_entropy_fusion,
+    }
+    if lay.cp > 1:
+        fields["cp_comm_type"] = stack.cp_comm_type
+    if not stack.flash_attention:
+        fields["attention_backend"] = "unfused"  # AttnBackend member name
+    return {"comm_overlap": overlap, "model": fields}
 
 
 def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
@@ -135,11 +165,34 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
         },
         "dataset": {"sequence_length": training.seq_len},  # GPTDatasetConfig field
     }
-    sections |= _sharding(lay, problem)
-    sections["mixed_precision"] = {
-        "": "bf16_with_fp8_delayed_scaling_mixed" if training.precision == "fp8" else "bf16_mixed"
-    }
+    sections |= _sharding(lay, training.stack)
+    stack = _stack(lay, model, training.stack)
+    sections["model"] |= stack["model"]
+    sections["comm_overlap"] = stack["comm_overlap"]
+    sections["mixed_precision"] = {"": _mixed_precision(training)}
     return sections
+
+
+_FP8_RECIPES = {
+    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "current": "bf16_with_fp8_current_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+}
+"""autopar FP8 recipe -> Megatron-Bridge mixed-precision recipe (training/mixed_precision.py)."""
+
+
+def _mixed_precision(training: TrainingSpec) -> str:
+    if training.precision != "fp8":
+        return "bf16_mixed"
+    if set(training.stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        raise refuse(
+            "megatron-bridge",
+            f"FP8 on the GEMMs {', '.join(training.stack.fp8_gemms)} (recipes cover the linear "
+            "layers)",
+            "use fp8_gemms qkv,proj,fc1,fc2",
+        )
+    return _FP8_RECIPES[training.stack.fp8_recipe]
 
 
 def bridge_args(item: Estimate | Layout, problem: Problem) -> list[str]:
@@ -155,7 +208,7 @@ def bridge_args(item: Estimate | Layout, problem: Problem) -> list[str]:
 def bridge_text(item: Estimate | Layout, problem: Problem) -> str:
     """A header naming the target, then one override per line."""
     header = (
-        f"# autopar: {BRIDGE_TARGET} recipe overrides for {problem.model.name}; start from the "
-        "recipe of this model family"
+        f"# autopar: {BRIDGE_TARGET} recipe overrides for {problem.model.name}, stack "
+        f"{problem.training.stack.name}; start from the recipe of this model family"
     )
     return "\n".join([header, *bridge_args(item, problem)])

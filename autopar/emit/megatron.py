@@ -10,10 +10,11 @@ megatron-core's own ``TransformerConfig`` from these flags.
 
 from __future__ import annotations
 
-from autopar.emit.common import layout_of, stage_layers
+from autopar.emit.common import layout_of, refuse, stage_layers
 from autopar.errors import InputError
 from autopar.plan import Estimate, Layout
-from autopar.specs import ModelSpec, Problem
+from autopar.specs import ModelSpec, Problem, TrainingSpec
+from autopar.stack import DEFAULT_FP8_GEMMS, StackSpec
 
 MEGATRON_TARGET = "Megatron-LM main d98e8a6 (2026-08-22), Megatron-Core 0.20.0"
 
@@ -116,12 +117,14 @@ def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
     return flags
 
 
-def _zero(lay: Layout) -> list[Flag]:
+def _zero(lay: Layout, stack: StackSpec) -> list[Flag]:
     """ZeRO-1 is the distributed optimizer; ZeRO-2/3 are Megatron-FSDP (arguments.py:1118-1170:
-    v1 needs the distributed optimizer and ``--ckpt-format fsdp_dtensor``)."""
-    if lay.zero == 0:
-        return []
-    flags: list[Flag] = [("--use-distributed-optimizer", None)]
+    v1 needs the distributed optimizer and ``--ckpt-format fsdp_dtensor``). The DP overlaps are
+    the stack's; ``--overlap-param-gather`` needs a sharded optimizer and the grad overlap
+    (arguments.py:1024-1029)."""
+    flags: list[Flag] = []
+    if lay.zero >= 1:
+        flags.append(("--use-distributed-optimizer", None))
     if lay.zero >= 2:
         strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"
         flags = [
@@ -130,7 +133,69 @@ def _zero(lay: Layout) -> list[Flag]:
             ("--data-parallel-sharding-strategy", strategy),
             ("--ckpt-format", "fsdp_dtensor"),
         ]
-    return [*flags, ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)]
+    if stack.overlap_grad_reduce:
+        flags.append(("--overlap-grad-reduce", None))
+        if stack.overlap_param_gather and lay.zero >= 1:
+            flags.append(("--overlap-param-gather", None))
+    return flags
+
+
+_FP8_RECIPES = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
+"""autopar stack recipe -> Megatron ``--fp8-recipe`` (arguments.py choices)."""
+
+
+def _precision(training: TrainingSpec) -> list[Flag]:
+    flags: list[Flag] = [("--bf16", None)]
+    if training.grad_precision == "bf16":
+        flags.append(("--grad-reduce-in-bf16", None))  # else FP32 gradient accumulation
+    if training.precision != "fp8":
+        return flags
+    stack = training.stack
+    if set(stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        raise refuse(
+            "megatron",
+            f"FP8 on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
+            "linear layers in FP8 (no flag for the attention core or the logits)",
+            "use fp8_gemms qkv,proj,fc1,fc2",
+        )
+    return [*flags, ("--fp8-format", "hybrid"), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+
+
+def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
+    """The stack's switches that Megatron-LM takes as flags (``autopar/stack.py`` names them)."""
+    flags: list[Flag] = []
+    if lay.cp > 1:
+        if stack.cp_comm_type == "a2a+p2p":
+            raise refuse(
+                "megatron",
+                "cp_comm_type a2a+p2p without its --hierarchical-context-parallel-sizes",
+                "use cp_comm_type p2p or a2a",
+            )
+        flags.append(("--cp-comm-type", stack.cp_comm_type))
+    if stack.tp_comm_overlap and lay.tp > 1:
+        if not lay.sequence_parallel:  # arguments.py:1442 asserts it
+            raise refuse(
+                "megatron",
+                "TP communication overlap without sequence parallelism",
+                "solve with --sequence-parallel",
+            )
+        flags.append(("--tp-comm-overlap", None))
+    if lay.vpp > 1 and not stack.pp_comm_overlap and lay.pp > 2:
+        flags.append(("--no-overlap-p2p-communication", None))  # Megatron overlaps by default
+    if stack.ep_comm_overlap and model.is_moe and lay.ep > 1:
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
+    if stack.cross_entropy_fusion:
+        flags.append(("--cross-entropy-loss-fusion", None))
+    if not stack.dropout:
+        flags += [("--hidden-dropout", "0"), ("--attention-dropout", "0")]
+    if not stack.flash_attention:
+        flags.append(("--attention-backend", "unfused"))
+    return flags
 
 
 def _recompute(lay: Layout) -> list[Flag]:
@@ -154,8 +219,6 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     flags = _architecture(model, training.seq_len, lay.tp) + _moe(model, lay)
     flags += [("--tensor-model-parallel-size", str(lay.tp)), *_pipeline(model, lay)]
     flags.append(("--context-parallel-size", str(lay.cp)))
-    if lay.cp > 1:
-        flags.append(("--cp-comm-type", "p2p"))  # ring attention, as the cost model times it
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel", None))
     flags += [
@@ -163,14 +226,8 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
         ("--global-batch-size", str(training.global_batch_sequences)),
         ("--seq-length", str(training.seq_len)),
     ]
-    flags += _zero(lay) + _recompute(lay)
-    flags.append(("--bf16", None))
-    if training.grad_precision == "bf16":
-        flags.append(("--grad-reduce-in-bf16", None))  # else FP32 gradient accumulation
-    if training.precision == "fp8":
-        # Transformer Engine's default recipe, as cost_models/compute.py assumes
-        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
-    return flags
+    flags += _zero(lay, training.stack) + _recompute(lay) + _stack(model, lay, training.stack)
+    return flags + _precision(training)
 
 
 def megatron_args(item: Estimate | Layout, problem: Problem) -> str:

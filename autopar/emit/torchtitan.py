@@ -51,8 +51,15 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, str] | None:
     return TORCHTITAN_MODELS.get(key)
 
 
-def _check(lay: Layout, fmt: str, *, etp_equal_tp_ok: bool) -> None:
-    """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 and an SP switch."""
+def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) -> None:
+    """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 and an SP switch.
+    Both reduce gradients in FP32 only (``mixed_precision_reduce: Literal["float32"]``)."""
+    if problem.training.grad_precision == "bf16":
+        raise refuse(
+            fmt,
+            "BF16 gradient reduction (mixed_precision_reduce is float32 only)",
+            "use --format megatron",
+        )
     if lay.zero == 1:
         raise refuse(
             fmt,
@@ -118,7 +125,7 @@ def _training(lay: Layout, problem: Problem) -> dict[str, Any]:
 def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
     """The torchtitan 0.2.x job-config sections as nested dicts."""
     lay = layout_of(item)
-    _check(lay, "torchtitan-0.2", etp_equal_tp_ok=True)
+    _check(lay, problem, "torchtitan-0.2", etp_equal_tp_ok=True)
     sections: dict[str, dict[str, Any]] = {}
     known = torchtitan_model(problem.model)
     model: dict[str, Any] = {"name": known[0], "flavor": known[2]} if known else {}
@@ -165,7 +172,7 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
     activation-checkpoint subcommand (which tyro wants last)."""
     lay = layout_of(item)
     fmt = "torchtitan"
-    _check(lay, fmt, etp_equal_tp_ok=False)
+    _check(lay, problem, fmt, etp_equal_tp_ok=False)
     known = torchtitan_model(problem.model)
     if known is None:
         names = ", ".join(sorted(config for _, config, _ in TORCHTITAN_MODELS.values()))

@@ -85,7 +85,7 @@ def torchtitan(wheel_dir: str) -> None:
 
 
 CLASSES = ("TrainingConfig", "CheckpointConfig", "GPTDatasetConfig", "DatasetProvider",
-           "DataloaderConfig", "ConfigContainer")  # fmt: skip
+           "DataloaderConfig", "ConfigContainer", "CommOverlapConfig")  # fmt: skip
 
 
 def bridge(wheel_dir: str) -> None:
@@ -98,6 +98,9 @@ def bridge(wheel_dir: str) -> None:
         and any(getattr(d, "id", None) == "register" for d in node.decorator_list)
     ]
     provider = _dataclass_fields(root / "models/gpt_provider.py")["GPTModelProvider"]
+    config["CommOverlapConfig"] = _dataclass_fields(root / "training/comm_overlap.py")[
+        "CommOverlapConfig"
+    ]
     data = {
         "source": "https://pypi.org/project/megatron-bridge/0.3.1/ "
         "megatron/bridge/training/config.py",
