@@ -1,5 +1,6 @@
 """Megatron-LM's own ``parse_args`` + ``validate_args`` + ``core_transformer_config_from_args``
-on the ``--format megatron`` output for every preset x layout of tests/test_emit_consumers.py
+on the ``--format megatron`` output for every preset x layout x stack case of
+tests/test_emit_consumers.py
 (run by hand with a Megatron-LM checkout; CI checks the vendored flag list and megatron-core's
 ``TransformerConfig`` instead, as Megatron-LM's training package does not install from PyPI).
 
@@ -26,19 +27,32 @@ def main() -> None:
     import torch
 
     torch.cuda.get_device_properties = lambda *a, **k: type("P", (), {"major": 9, "minor": 0})()
+    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.transformer import transformer_config
     from megatron.training import arguments
+
+    # as on a machine with Transformer Engine (CUDA): its probes answer "present, recent"
+    transformer_config.is_te_min_version = lambda *a, **k: True
+    rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
     from megatron.training.argument_utils import core_transformer_config_from_args
 
     import autopar
     from autopar import emit
-    from tests.test_emit_consumers import PRESETS, _problem, layouts
+    from autopar.errors import InputError
+    from tests.test_emit_consumers import PRESETS, _cases, _problem, layouts
 
     outcomes: Counter = Counter()
     for name in PRESETS:
         model = autopar.make_problem(model=name, gpus=8, global_batch=8).model
-        for label, lay in layouts(model).items():
-            problem = _problem(name, lay, "bf16")
-            line = emit.megatron_args(lay, problem)
+        for case_label, lay, (precision, stack) in (
+            (label, lay, case) for label, lay in layouts(model).items() for case in _cases(label)
+        ):
+            problem = _problem(name, lay, precision, stack)
+            try:
+                line = emit.megatron_args(lay, problem)
+            except InputError:
+                outcomes["refused by autopar"] += 1
+                continue
             os.environ["WORLD_SIZE"] = str(lay.tp * lay.pp * lay.dp * lay.cp)
             os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1" if lay.zero < 2 else "8"
             sys.argv = ["pretrain_gpt.py", *shlex.split(line)]
@@ -51,7 +65,7 @@ def main() -> None:
                 outcomes["accepted"] += 1
             except (AssertionError, ValueError, RuntimeError, TypeError, SystemExit) as error:
                 outcomes["rejected"] += 1
-                print(f"{name} {label}: {type(error).__name__}: {error}")
+                print(f"{name} {case_label} {precision} {stack}: {type(error).__name__}: {error}")
     print(dict(outcomes))
 
 
