@@ -77,6 +77,7 @@ def _typed(text: str) -> Any:
 
 # Megatron-LM flag dests named otherwise in TransformerConfig (core_transformer_config_from_args)
 _RENAMED = {
+    "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size",
     "num_experts": "num_moe_experts",
     "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
     "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
@@ -87,10 +88,10 @@ def megatron_transformer_config(line: str):
     """megatron-core's ``TransformerConfig`` from a Megatron argument line."""
     import torch
     import torch.nn.functional as F
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
 
     flags = vendored("megatron-lm-arguments.json")["flags"]
-    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    fields = {f.name: f for f in dataclasses.fields(MLATransformerConfig)}
     kwargs: dict[str, Any] = {}
     for flag, values in megatron_parse(line).items():
         dest = _RENAMED.get(flags[flag]["dest"], flags[flag]["dest"])
@@ -129,8 +130,9 @@ def transformer_config(**kwargs: Any):
 
     original = module.is_te_min_version
     module.is_te_min_version = lambda *a, **k: True
+    cls = module.MLATransformerConfig if kwargs.get("multi_latent_attention") else None
     try:
-        return module.TransformerConfig(**kwargs)
+        return (cls or module.TransformerConfig)(**kwargs)
     finally:
         module.is_te_min_version = original
 
@@ -140,13 +142,14 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     bridge = vendored("megatron-bridge-0.3.1-config.json")
     container = set(bridge["classes"]["ConfigContainer"])
     assert set(overrides) <= container, set(overrides) - container
     model = dict(overrides["model"])
-    core = {f.name for f in dataclasses.fields(TransformerConfig)}
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    core = {f.name for f in dataclasses.fields(MLATransformerConfig)}
     provider_only = set(bridge["gpt_model_provider_own_fields"]) - core
     extra = {k: model.pop(k) for k in list(model) if k in provider_only}
     assert set(extra) <= {
@@ -176,7 +179,7 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
         from megatron.core.transformer.enums import AttnBackend
 
         model["attention_backend"] = AttnBackend[model["attention_backend"]]
-    transformer_config(**model)
+    transformer_config(**model)  # MLATransformerConfig when multi_latent_attention
     DistributedDataParallelConfig(**overrides["ddp"])
     for section, cls in (("optimizer", OptimizerConfig), ("dataset", GPTDatasetConfig)):
         names = {f.name for f in dataclasses.fields(cls)}

@@ -128,7 +128,8 @@ def test_torchtitan_refuses_zero1_and_keeps_etp(moe):
 
 
 def test_torchtitan_03_uneven_pipeline():
-    """Llama-3.1 405B's 126 layers over PP 8: torchtitan's split equals Megatron's."""
+    """Llama-3.1 405B's 126 layers over PP 8: torchtitan's split equals Megatron's (embedding
+    and loss each in a layer's slot, torchtitan's own default accounting)."""
     problem = autopar.make_problem(model="llama-3.1-405b", gpus=1024, global_batch=512)
     lay = Layout(tp=8, pp=8, dp=16, grad_accum=32, zero=3, sequence_parallel=True)
     args = emit.torchtitan_args(lay, problem)
@@ -139,10 +140,11 @@ def test_torchtitan_03_uneven_pipeline():
         if a.startswith("--parallelism.")
     }
     stages = consumers.torchtitan_stage_layers(126, par)
-    first, last = emit.uneven_end_layers(126, 8)
-    assert stages == [first, *[16] * 6, last]
-    megatron = _args(emit.megatron_args(lay, problem))
-    assert megatron["--decoder-first-pipeline-num-layers"] == str(first)
+    assert stages == [15, *[16] * 6, 15] == emit.common.virtual_stage_layers(126, 8, 1)
+    assert (
+        par["pipeline_parallel_first_stage_less_layers"],
+        par["pipeline_parallel_layers_per_stage"],
+    ) == (1, 16)
 
 
 def test_deepspeed_fields(dense):
@@ -213,15 +215,52 @@ def test_bf16_gradients_reach_the_framework_configs():
     assert "communication_data_type" not in emit.deepspeed_json(plain, fp32)
 
 
-def test_uneven_pipeline_split_reaches_megatron():
-    """Llama-3.1 405B has 126 layers: PP 8 splits as 15 + 6 x 16 + 15."""
+@pytest.mark.parametrize(
+    "pp, flags",
+    [
+        # 126 = 15 + 6 x 16 + 15: the embedding and the loss take a layer's slot at the ends
+        (
+            8,
+            {
+                "--account-for-embedding-in-pipeline-split": None,
+                "--account-for-loss-in-pipeline-split": None,
+            },
+        ),
+        # 126 = 24 + 3 x 26 + 24: first/last-stage layer counts
+        (
+            5,
+            {
+                "--decoder-first-pipeline-num-layers": "24",
+                "--decoder-last-pipeline-num-layers": "24",
+            },
+        ),
+    ],
+)
+def test_uneven_pipeline_split_reaches_megatron(pp, flags):
+    """Llama-3.1 405B's 126 layers: the split autopar.rules.pipeline_split planned."""
     problem = autopar.make_problem(
         model="llama-3.1-405b", gpus=1024, seq_len=8192, global_batch=512, uneven_pipeline=True
     )
-    args = emit.megatron_args(Layout(tp=8, pp=8, dp=16, grad_accum=32), problem).split()
-    first = args[args.index("--decoder-first-pipeline-num-layers") + 1]
-    last = args[args.index("--decoder-last-pipeline-num-layers") + 1]
-    assert int(first) + int(last) + 6 * 16 == 126 and int(first) <= 16 and int(last) <= 16
+    args = _args(emit.megatron_args(Layout(tp=8, pp=pp, dp=16, grad_accum=32), problem))
+    assert {k: args.get(k, "absent") for k in flags} == flags
+    config = consumers.megatron_transformer_config(
+        emit.megatron_args(Layout(tp=8, pp=pp, dp=1), problem)
+    )
+    assert config.pipeline_model_parallel_size == pp
+
+
+def test_interleaved_uneven_split_uses_virtual_stages_per_rank():
+    """126 layers over PP 5 x VPP 2: 24 + 3 x 26 + 24 by rank, halved per chunk."""
+    problem = autopar.make_problem(model="llama-3.1-405b", gpus=1024, global_batch=512)
+    lay = Layout(tp=8, pp=5, dp=4, vpp=2, grad_accum=10, sequence_parallel=True)
+    args = _args(emit.megatron_args(lay, problem))
+    assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--num-layers-per-virtual-pipeline-stage" not in args
+    assert emit.common.virtual_stage_layers(126, 5, 2) == [12, 13, 13, 13, 12] * 2
+    with pytest.raises(InputError, match="only the first and last virtual stage"):
+        emit.torchtitan_args(
+            Layout(tp=8, pp=5, dp=4, vpp=2, grad_accum=10, zero=3, sequence_parallel=True), problem
+        )
 
 
 @pytest.mark.parametrize("zero, strategy", [(2, "optim_grads"), (3, "optim_grads_params")])
@@ -263,3 +302,30 @@ def test_megatron_moe_layer_pattern_follows_decoder_sparse_step():
     args = _args(emit.megatron_args(Layout(tp=8, pp=1, dp=8, ep=8, grad_accum=4), problem))
     pattern = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
     assert pattern == [i % 2 for i in range(31)]
+
+
+def test_megatron_deepseek_v3_architecture():
+    """MLA, dense-first layers, node-limited routing and MTP reach the arguments."""
+    problem = autopar.make_problem(model="deepseek-v3", gpus=2048, global_batch=4096)
+    model = problem.model
+    lay = Layout(tp=2, pp=16, dp=64, ep=64, grad_accum=64, zero=1, sequence_parallel=True)
+    args = _args(emit.megatron_args(lay, problem))
+    assert "--multi-latent-attention" in args
+    assert args["--kv-lora-rank"] == str(model.kv_lora_rank)
+    assert args["--q-lora-rank"] == str(model.q_lora_rank)
+    assert args["--qk-pos-emb-head-dim"] == str(model.qk_rope_head_dim)
+    assert args["--mtp-num-layers"] == str(model.num_mtp_layers)
+    pattern = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
+    assert pattern == [int(kind.endswith("/moe")) for kind in model.layer_kinds]
+    assert args["--moe-router-num-groups"] == str(model.moe_router_num_groups)
+    config = consumers.megatron_transformer_config(emit.megatron_args(lay, problem))
+    assert type(config).__name__ == "MLATransformerConfig"
+    assert config.kv_lora_rank == model.kv_lora_rank and config.mtp_num_layers == 1
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "megatron-bridge"])
+def test_layer_kinds_not_written_are_refused(fmt):
+    """GPT-OSS alternates sliding-window layers and has attention sinks: refused, not dropped."""
+    problem = autopar.make_problem(model="gpt-oss-120b", gpus=64, global_batch=64)
+    with pytest.raises(InputError, match="sliding.*attention sinks.*Megatron-Bridge recipe"):
+        emit.FORMATS[fmt].text(Layout(tp=8, pp=1, dp=8, ep=8, grad_accum=8), problem)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autopar.emit.common import layout_of, refuse, stage_layers
+from autopar.emit.common import ffn_pattern, layout_of, refuse, split_of, unsupported_layers
 from autopar.plan import Estimate, Layout
 from autopar.specs import ModelSpec, Problem, TrainingSpec
 from autopar.stack import DEFAULT_FP8_GEMMS, StackSpec
@@ -32,6 +32,8 @@ def _value(value: Any) -> str:
     """A Hydra override value: ``true``/``false``/``null``, numbers and bare strings."""
     if value is None:
         return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -55,6 +57,24 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
         if model.learned_position_embeddings
         else "rope",
     }
+    missing = unsupported_layers(model)
+    if missing:
+        raise refuse(
+            "megatron-bridge",
+            f"{model.name}'s {', '.join(missing)}",
+            "start from its Megatron-Bridge recipe unchanged",
+        )
+    if model.is_mla:  # MLATransformerConfig fields (DeepSeek / Kimi providers)
+        sizes |= {
+            "multi_latent_attention": True,
+            "q_lora_rank": model.q_lora_rank or None,
+            "kv_lora_rank": model.kv_lora_rank,
+            "qk_head_dim": model.qk_nope_head_dim,
+            "qk_pos_emb_head_dim": model.qk_rope_head_dim,
+            "v_head_dim": model.v_head_dim,
+        }
+    if model.num_mtp_layers:
+        sizes["mtp_num_layers"] = model.num_mtp_layers
     if model.is_moe:
         sizes |= {
             "num_moe_experts": model.num_experts,
@@ -65,6 +85,11 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
         }
         if model.shared_expert_ffn_hidden_size:
             sizes["moe_shared_expert_intermediate_size"] = model.shared_expert_ffn_hidden_size
+        if ffn_pattern(model) is not None:
+            sizes["moe_layer_freq"] = [int(k.endswith("/moe")) for k in model.layer_kinds]
+        if model.moe_router_num_groups:
+            sizes["moe_router_num_groups"] = model.moe_router_num_groups
+            sizes["moe_router_group_topk"] = model.moe_router_group_topk
     return sizes
 
 
@@ -77,13 +102,23 @@ def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
         "sequence_parallel": lay.sequence_parallel,
     }
     if model.is_moe:
+        if model.linear_bias and lay.etp > 1:
+            raise refuse(
+                "megatron-bridge",
+                f"etp={lay.etp} with biased experts (transformer_config.py asserts ETP == 1)",
+                "solve with --etp 1",
+            )
         fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
-    if lay.pp > 1:
-        per_stage, first, last = stage_layers(model.num_layers, lay.pp, lay.vpp)
-        if (first, last) != (per_stage, per_stage):
+    if lay.pp > 1:  # the split the solver planned (autopar.rules.pipeline_split)
+        split = split_of(model.num_layers, lay.pp, lay.vpp)
+        fields |= {
+            "account_for_embedding_in_pipeline_split": split.account_for_embedding,
+            "account_for_loss_in_pipeline_split": split.account_for_loss,
+        }
+        if split.first_stage_layers is not None:
             fields |= {
-                "num_layers_in_first_pipeline_stage": first,
-                "num_layers_in_last_pipeline_stage": last,
+                "num_layers_in_first_pipeline_stage": split.first_stage_layers,
+                "num_layers_in_last_pipeline_stage": split.last_stage_layers,
             }
     if lay.recompute == "selective":
         fields["recompute_granularity"] = "selective"

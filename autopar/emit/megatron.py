@@ -10,9 +10,10 @@ megatron-core's own ``TransformerConfig`` from these flags.
 
 from __future__ import annotations
 
-from autopar.emit.common import layout_of, refuse, stage_layers
+from autopar.emit.common import ffn_pattern, layout_of, refuse, split_of, unsupported_layers
 from autopar.errors import InputError
 from autopar.plan import Estimate, Layout
+from autopar.rules import PipelineSplit
 from autopar.specs import ModelSpec, Problem, TrainingSpec
 from autopar.stack import DEFAULT_FP8_GEMMS, StackSpec
 
@@ -70,18 +71,42 @@ def _architecture(model: ModelSpec, seq_len: int, tp: int) -> list[Flag]:
     return flags
 
 
-def _moe_layer_pattern(model: ModelSpec) -> str:
-    """HF ``decoder_sparse_step`` N: layer i (from 0) is MoE when (i+1) % N == 0, written as the
-    list expression ``--moe-layer-freq`` evaluates (arguments.py ``moe_freq_type``)."""
-    step = model.moe_layer_freq
-    repeats, rest = divmod(model.num_layers, step)
-    pattern = f"([0]*{step - 1}+[1])*{repeats}"
-    return pattern + (f"+[0]*{rest}" if rest else "")
+def _attention_variants(model: ModelSpec) -> list[Flag]:
+    """Multi-latent attention (``multi_latent_attention.py``) and MTP modules; layer kinds the
+    emitter cannot write are refused (``unsupported_layers``)."""
+    missing = unsupported_layers(model)
+    if missing:
+        raise refuse(
+            "megatron",
+            f"{model.name}'s {', '.join(missing)}",
+            "start from its Megatron-Bridge recipe",
+        )
+    flags: list[Flag] = []
+    if model.is_mla:
+        flags.append(("--multi-latent-attention", None))
+        if model.q_lora_rank:
+            flags.append(("--q-lora-rank", str(model.q_lora_rank)))
+        flags += [
+            ("--kv-lora-rank", str(model.kv_lora_rank)),
+            ("--qk-head-dim", str(model.qk_nope_head_dim)),
+            ("--qk-pos-emb-head-dim", str(model.qk_rope_head_dim)),
+            ("--v-head-dim", str(model.v_head_dim)),
+        ]
+    if model.num_mtp_layers:
+        flags.append(("--mtp-num-layers", str(model.num_mtp_layers)))
+    return flags
 
 
 def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
     if not model.is_moe:
         return []
+    if model.linear_bias and lay.etp > 1:
+        raise refuse(
+            "megatron",
+            f"etp={lay.etp} with biased experts (transformer_config.py "
+            "asserts ETP == 1 for MoE biases)",
+            "solve with --etp 1",
+        )
     flags: list[Flag] = [
         ("--num-experts", str(model.num_experts)),
         ("--moe-router-topk", str(model.experts_per_token)),
@@ -97,23 +122,39 @@ def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
     if model.shared_expert_ffn_hidden_size:
         size = str(model.shared_expert_ffn_hidden_size)
         flags.append(("--moe-shared-expert-intermediate-size", size))
-    if model.moe_layer_freq > 1:
-        flags.append(("--moe-layer-freq", _moe_layer_pattern(model)))
+    if (pattern := ffn_pattern(model)) is not None:
+        flags.append(("--moe-layer-freq", pattern))
+    if model.moe_router_num_groups:
+        flags += [
+            ("--moe-router-num-groups", str(model.moe_router_num_groups)),
+            ("--moe-router-group-topk", str(model.moe_router_group_topk)),
+        ]
     return flags
 
 
 def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
+    """The split the solver planned (``autopar.rules.pipeline_split``): even, embedding/loss
+    accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
+    even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
     if lay.pp == 1:
         return flags
-    per_stage, first, last = stage_layers(model.num_layers, lay.pp, lay.vpp)
-    if lay.vpp > 1:
-        flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
-    elif (first, last) != (per_stage, per_stage):
+    split = split_of(model.num_layers, lay.pp, lay.vpp)
+    if split.account_for_embedding:
+        flags.append(("--account-for-embedding-in-pipeline-split", None))
+    if split.account_for_loss:
+        flags.append(("--account-for-loss-in-pipeline-split", None))
+    if split.first_stage_layers is not None:
         flags += [
-            ("--decoder-first-pipeline-num-layers", str(first)),
-            ("--decoder-last-pipeline-num-layers", str(last)),
+            ("--decoder-first-pipeline-num-layers", str(split.first_stage_layers)),
+            ("--decoder-last-pipeline-num-layers", str(split.last_stage_layers)),
         ]
+    if lay.vpp > 1:
+        if split == PipelineSplit():
+            per_stage = model.num_layers // (lay.pp * lay.vpp)
+            flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
+        else:
+            flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))
     return flags
 
 
@@ -216,7 +257,8 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     model, training = problem.model, problem.training
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
-    flags = _architecture(model, training.seq_len, lay.tp) + _moe(model, lay)
+    flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
+    flags += _moe(model, lay)
     flags += [("--tensor-model-parallel-size", str(lay.tp)), *_pipeline(model, lay)]
     flags.append(("--context-parallel-size", str(lay.cp)))
     if lay.sequence_parallel:

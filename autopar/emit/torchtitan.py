@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autopar.emit.common import layout_of, refuse, stage_layers
+from autopar.emit.common import layout_of, refuse, virtual_stage_layers
 from autopar.plan import Estimate, Layout
 from autopar.specs import ModelSpec, Problem
 
@@ -81,20 +81,31 @@ def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) ->
         )
 
 
-def _pipeline(lay: Layout, problem: Problem) -> dict[str, Any]:
+def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
+    """torchtitan gives every virtual stage ``layers_per_stage`` layers but the first and the
+    last, which hold ``first/last_stage_less_layers`` fewer: that is autopar's split when only
+    those two differ (even, embedding/loss accounted, uneven without interleaving)."""
     if lay.pp == 1:
         return {}
-    per_stage, first, last = stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    sizes = virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    per_stage = max(sizes)
+    if len(sizes) > 2 and set(sizes[1:-1]) != {per_stage}:
+        raise refuse(
+            fmt,
+            f"the interleaved uneven split {sizes} (only the first and last virtual stage may "
+            "be shorter)",
+            "use --format megatron",
+        )
     return {
         "pipeline_parallel_schedule": "Interleaved1F1B" if lay.vpp > 1 else "1F1B",
         "pipeline_parallel_microbatch_size": lay.mbs,
         "pipeline_parallel_layers_per_stage": per_stage,
-        "pipeline_parallel_first_stage_less_layers": per_stage - first,
-        "pipeline_parallel_last_stage_less_layers": per_stage - last,
+        "pipeline_parallel_first_stage_less_layers": per_stage - sizes[0],
+        "pipeline_parallel_last_stage_less_layers": per_stage - sizes[-1],
     }
 
 
-def _parallelism(lay: Layout, problem: Problem) -> dict[str, Any]:
+def _parallelism(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
     """ZeRO-3 is FSDP (``data_parallel_shard_degree = dp``), ZeRO-2 FSDP that keeps parameters
     gathered after forward (``fsdp_reshard_after_forward = "never"``), ZeRO-0 DDP."""
     fsdp = lay.zero >= 2
@@ -108,7 +119,7 @@ def _parallelism(lay: Layout, problem: Problem) -> dict[str, Any]:
     }
     if lay.zero == 2:
         parallelism["fsdp_reshard_after_forward"] = "never"
-    return parallelism | _pipeline(lay, problem)
+    return parallelism | _pipeline(lay, problem, fmt)
 
 
 def _training(lay: Layout, problem: Problem) -> dict[str, Any]:
@@ -136,7 +147,7 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
         model["converters"] = converters  # components/quantization/float8.py:238
     if model:
         sections["model"] = model
-    parallelism = _parallelism(lay, problem)
+    parallelism = _parallelism(lay, problem, "torchtitan-0.2")
     if problem.model.is_moe:
         parallelism["expert_tensor_parallel_degree"] = lay.etp
     sections["parallelism"] = parallelism
@@ -197,7 +208,7 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
     module, config, _ = known
     args = ["--module", module, "--config", config]
     for section, fields in (
-        ("parallelism", _parallelism(lay, problem)),
+        ("parallelism", _parallelism(lay, problem, fmt)),
         ("training", _training(lay, problem)),
     ):
         for key, value in fields.items():
