@@ -10,6 +10,8 @@ megatron-core's own ``TransformerConfig`` from these flags.
 
 from __future__ import annotations
 
+import shlex
+
 from autopar.emit.common import ffn_pattern, layout_of, refuse, split_of, unsupported_layers
 from autopar.errors import InputError
 from autopar.plan import Estimate, Layout
@@ -132,12 +134,12 @@ def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
     return flags
 
 
-def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
+def _pipeline(model: ModelSpec, lay: Layout, *, with_split: bool = True) -> list[Flag]:
     """The split the solver planned (``autopar.rules.pipeline_split``): even, embedding/loss
     accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
     even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
-    if lay.pp == 1:
+    if lay.pp == 1 or not with_split:
         return flags
     split = split_of(model.num_layers, lay.pp, lay.vpp)
     if split.account_for_embedding:
@@ -251,15 +253,21 @@ def _recompute(lay: Layout) -> list[Flag]:
     return []
 
 
-def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
-    """The arguments as (flag, value) pairs; value ``None`` for a switch."""
+def megatron_flags(
+    item: Estimate | Layout, problem: Problem, *, with_split: bool = True
+) -> list[Flag]:
+    """The arguments as (flag, value) pairs; value ``None`` for a switch. ``with_split=False``
+    leaves the pipeline split out, for a caller that writes its own (``autopar.stage_emit``)."""
     lay = layout_of(item)
     model, training = problem.model, problem.training
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
     flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
     flags += _moe(model, lay)
-    flags += [("--tensor-model-parallel-size", str(lay.tp)), *_pipeline(model, lay)]
+    flags += [
+        ("--tensor-model-parallel-size", str(lay.tp)),
+        *_pipeline(model, lay, with_split=with_split),
+    ]
     flags.append(("--context-parallel-size", str(lay.cp)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel", None))
@@ -272,11 +280,12 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     return flags + _precision(training)
 
 
-def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
+def megatron_args(item: Estimate | Layout, problem: Problem, *, with_split: bool = True) -> str:
     """The arguments as one shell-pasteable line."""
+    flags = megatron_flags(item, problem, with_split=with_split)
+    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *
     return " ".join(
-        flag if value is None else f"{flag} {value}"
-        for flag, value in megatron_flags(item, problem)
+        flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in flags
     )
 
 
