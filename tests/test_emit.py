@@ -329,3 +329,16 @@ def test_layer_kinds_not_written_are_refused(fmt):
     problem = autopar.make_problem(model="gpt-oss-120b", gpus=64, global_batch=64)
     with pytest.raises(InputError, match="sliding.*attention sinks.*Megatron-Bridge recipe"):
         emit.FORMATS[fmt].text(Layout(tp=8, pp=1, dp=8, ep=8, grad_accum=8), problem)
+
+
+def test_megatron_p2p_overlap_follows_the_stack(dense):
+    """megatron-lm stack: no P2P overlap planned, so Megatron's default overlap is turned off
+    where Megatron allows it (pp > 2) and named in the header where it does not (pp = 2)."""
+    four = _args(emit.megatron_args(INTERLEAVED, dense))
+    assert "--no-overlap-p2p-communication" in four
+    two = Layout(tp=8, pp=2, dp=4, vpp=2, grad_accum=16, zero=1, sequence_parallel=True)
+    text = emit.FORMATS["megatron"].text(two, dense)
+    assert "--no-overlap-p2p-communication" not in text and "PP 2 interleaved" in text
+    nemo = autopar.make_problem(model="llama-70b", gpus=64, global_batch=64, stack="nemo-24.07")
+    assert "--no-overlap-p2p-communication" not in emit.megatron_args(INTERLEAVED, nemo)
+    assert "--tp-comm-overlap" in emit.megatron_args(INTERLEAVED, nemo)

@@ -292,10 +292,16 @@ def megatron_args(item: Estimate | Layout, problem: Problem, *, with_split: bool
 def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     """The arguments with a header naming the version targeted and what to add."""
     lay = layout_of(item)
+    stack = problem.training.stack
     notes = [
-        f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, {MEGATRON_TARGET}.",
+        f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, stack {stack.name}, "
+        f"{MEGATRON_TARGET}.",
         "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
     ]
+    if lay.vpp > 1 and lay.pp == 2 and not stack.pp_comm_overlap:
+        notes.append(
+            "# PP 2 interleaved: Megatron overlaps P2P here (arguments.py:1006); unplanned."
+        )
     if lay.zero >= 2:
         notes.append(
             "# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (arguments.py:1167)."
