@@ -23,6 +23,7 @@ from autopar.inputs import inputs_dict
 from autopar.loading import load_cluster, load_model, load_stack
 from autopar.plan import Estimate, Layout
 from autopar.plugin import load_cost_model
+from autopar.rules import sequence_parallel_on
 from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
@@ -329,7 +330,6 @@ def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any
         if axis.kind == "mode" and value not in axis.choices:
             choices = ", ".join(map(str, axis.choices))
             raise InputError(f"must be one of {choices}, got {value!r}", source=flag)
-    sp_option = problem.options.sequence_parallel
     tp, pp, cp, mbs = chosen["tp"], chosen["pp"], chosen["cp"], chosen["mbs"]
     num_gpus, batch = problem.training.num_gpus, problem.training.global_batch_sequences
     if num_gpus % (tp * pp * cp):
@@ -349,7 +349,7 @@ def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any
         **chosen,
         dp=dp,
         grad_accum=batch // (mbs * dp),
-        sequence_parallel=tp > 1 if sp_option is None else bool(sp_option) and tp > 1,
+        sequence_parallel=bool(sequence_parallel_on(problem, tp)),
     )
     skip = ("pins and limits", *(("layers vs PP",) if pipeline_plan == "per-stage" else ()))
     broken = build_space(problem).broken_rule(layout.grid_row(), skip=skip)

@@ -192,6 +192,16 @@ def _model_rules(problem: Problem) -> list[Rule]:
                 source="Megatron PR #2565 (KV heads replicated when tp > query groups)",
             )
         )
+    if m.is_moe and m.linear_bias and framework == "megatron":
+        rules.append(
+            Rule(
+                family="expert bias vs ETP",
+                text="biased expert layers need etp == 1",
+                axes=("etp",),
+                check=lambda g: g["etp"] == 1,
+                source="Megatron transformer_config.py L2612-2615 (Bias in MoE only with ETP==1)",
+            )
+        )
     if m.is_moe:
         rules += [
             Rule(
@@ -237,14 +247,47 @@ def _model_rules(problem: Problem) -> list[Rule]:
     return rules
 
 
+def sequence_parallel_on(problem: Problem, tp: np.ndarray | int) -> np.ndarray:
+    """Whether a layout with ``tp`` runs sequence parallelism: with TP, unless
+    ``--no-sequence-parallel`` says otherwise; DeepSpeed has no SP region, so there it is off
+    unless asked for (and then its framework rule rejects it)."""
+    option = problem.options.sequence_parallel
+    on = problem.options.framework != "deepspeed" if option is None else bool(option)
+    return (np.asarray(tp) > 1) & on
+
+
 def _sequence_rules(problem: Problem) -> list[Rule]:
-    seq, sp_option = problem.training.seq_len, problem.options.sequence_parallel
+    seq = problem.training.seq_len
+
+    framework = problem.options.framework
+    tp_overlap = framework == "megatron" and problem.training.stack.tp_comm_overlap
 
     def sp_choice(g: Grid) -> np.ndarray:
-        wanted = g["tp"] > 1 if sp_option is None else (g["tp"] > 1) & bool(sp_option)
-        return g["sp"] == wanted.astype(np.int64)
+        return g["sp"] == sequence_parallel_on(problem, g["tp"]).astype(np.int64)
 
+    rules = []
+    if framework == "deepspeed":
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: no Megatron-style sequence parallelism (sp == 0)",
+                axes=("sp",),
+                check=lambda g: g["sp"] == 0,
+                source="DeepSpeed pipe/ZeRO engines have no SP region; Ulysses is a CP scheme",
+            )
+        )
+    if tp_overlap:
+        rules.append(
+            Rule(
+                family="TP overlap",
+                text="the stack's --tp-comm-overlap needs sequence parallelism when tp > 1",
+                axes=("tp", "sp"),
+                check=lambda g: (g["tp"] == 1) | (g["sp"] == 1),
+                source="Megatron arguments.py L1441-1442 (asserts sequence_parallel)",
+            )
+        )
     return [
+        *rules,
         *_cp_comm_rules(problem),
         Rule(
             family="sequence vs CP",
@@ -264,7 +307,7 @@ def _sequence_rules(problem: Problem) -> list[Rule]:
         ),
         Rule(
             family="sequence parallel",
-            text="sp on iff tp > 1 (or as --sequence-parallel says)",
+            text="sp on iff tp > 1 (or as --sequence-parallel says; off by default on DeepSpeed)",
             axes=("tp", "sp"),
             check=sp_choice,
             source="Megatron recommends --sequence-parallel with tp > 1",

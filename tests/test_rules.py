@@ -27,6 +27,8 @@ MIXTRAL = {"model": "mixtral-8x7b", "gpus": 64}
 TITAN = {"model": "llama-8b", "gpus": 64, "framework": "torchtitan"}
 DEEPSPEED = {"model": "llama-8b", "gpus": 64, "framework": "deepspeed"}
 UNEVEN = {"model": "llama-3.1-405b", "gpus": 1024, "uneven_pipeline": True}
+OVERLAP = {"model": "llama-70b", "gpus": 64, "stack": "nemo-24.07", "sequence_parallel": False}
+BIASED_MOE = {"model": "gpt-oss-120b", "gpus": 64}
 PINNED = {"model": "llama-8b", "gpus": 64, "tp": 2, "limits": {"pp": 4}, "allow_cp": False}
 
 # (family, rule text fragment): problem options, a row the framework accepts, one it rejects.
@@ -84,13 +86,18 @@ CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int
         {"pp": 2, "zero": 1},
         {"pp": 2, "zero": 2},
     ),
+    ("framework features", "DeepSpeed: no Megatron-style"): (DEEPSPEED, {"tp": 2}, {"sp": 1}),
+    # arguments.py L1441: --tp-comm-overlap asserts --sequence-parallel
+    ("TP overlap", "--tp-comm-overlap"): (OVERLAP, {"tp": 4, "sp": 1}, {"tp": 4, "sp": 0}),
+    # transformer_config.py L2612: "Bias in Moe is only supported when ETP==1"
+    ("expert bias vs ETP", "biased expert"): (BIASED_MOE, {"etp": 1}, {"etp": 2}),
     ("NVLink domain", "tp <= gpus_per_node"): (LLAMA_70B, {"tp": 8}, {"tp": 16}),
     ("pins and limits", "tp == 2"): (PINNED, {"tp": 2}, {"tp": 4}),
     ("pins and limits", "pp <= 4"): (PINNED, {"pp": 4}, {"pp": 8}),
     ("pins and limits", "cp == 1"): (PINNED, {}, {"cp": 2}),
 }
 
-PROBLEMS = (LLAMA_70B, MIXTRAL, TITAN, DEEPSPEED, UNEVEN, PINNED)
+PROBLEMS = (LLAMA_70B, MIXTRAL, TITAN, DEEPSPEED, UNEVEN, PINNED, OVERLAP, BIASED_MOE)
 
 
 def _rules(options: dict[str, Any]) -> tuple[Rule, ...]:
