@@ -137,14 +137,10 @@ def check_plan(plan: StagePlan, *, num_layers: int, recompute_modes: Sequence[st
             source="--stage-layers",
             field="sum == num_layers",
         )
-    empty = [c for c in range(1, chunks - 1) if plan.chunk_layers[c] == 0]
-    if empty:
-        raise InputError(
-            f"chunk {empty[0]} holds no layer: every chunk but the first (embedding) and the "
-            "last (loss) needs at least one (an empty stage only adds a hop)",
-            source="--stage-layers",
-            field="chunk layers >= 1",
-        )
+    # A chunk may hold no decoder layer: Megatron's --pipeline-model-parallel-layout checks
+    # only the embedding first, the loss last and the layer counts
+    # (pipeline_parallel_layer_layout.py validate_layer_layout), and DeepSeek-V3's published
+    # layout "Et*3|(tt|)*29,m|L" gives its last two chunks the MTP module and the loss alone.
     if len(plan.recompute) != plan.pp:
         raise InputError(
             f"has {len(plan.recompute)} entries for {plan.pp} stages (one, or one per stage)",

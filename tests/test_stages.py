@@ -282,7 +282,7 @@ def test_solve_per_stage_beats_or_ties_the_uniform_layout():
     [
         ("19,20,21", None, "entries == pp*vpp"),
         ("19,20,21,21", None, "sum == num_layers"),
-        ("40,0,20,20", None, "chunk layers >= 1"),
+        ("41,-1,20,20", None, "counts"),
         ("20,20,20,20", "full:2,none", "entries == pp"),
         ("20,20,20,20", "half", None),
         ("a,b,c,d", None, None),
@@ -395,3 +395,15 @@ def test_rule_conflicts_are_explained_with_a_per_stage_plan():
     result = api.solve(**LLAMA, tp=3, pipeline_plan="per-stage")
     assert result.status == "infeasible"
     assert any(f["family"] == "pins and limits" for f in result.explanation["families"])
+
+
+def test_deepseek_v3_published_layout_is_expressible():
+    """Megatron-Bridge's DeepSeek-V3 recipe: PP 8 x VP 4 with ``Et*3|(tt|)*29,m|L`` (the last
+    two chunks hold only the MTP module and the loss); Megatron accepts empty chunks."""
+    layers = ",".join(["3", *["2"] * 29, "0", "0"])
+    estimate = api.evaluate(
+        model="deepseek-v3", gpus=1024, seq_len=4096, global_batch=8192, tp=2, pp=8, ep=64,
+        vpp=4, recompute="selective", pipeline_plan="per-stage", stage_layers=layers,
+    )  # fmt: skip
+    assert sum(estimate.pipeline_plan.chunk_layers) == 61
+    assert estimate.step_time_s > 0
