@@ -14,9 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from autopar import limits as bounds
 from autopar.axes import GIVEN_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.context import make_context
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 from autopar.estimate import estimate
 from autopar.explain import explain_infeasible
 from autopar.inputs import inputs_dict
@@ -41,21 +42,42 @@ from autopar.terms import CostModel
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
 """4 Mi tokens per step when no batch is given (1024 sequences of 4096 tokens)."""
+FIELD_FLAGS: dict[str, str] = {
+    # spec field -> the flag a user types, for errors raised by the frozen specs
+    "num_gpus": "--gpus",
+    "grad_reduce_dtype": "--grad-precision",
+    "global_batch": "--global-batch",
+    "seq_len": "--seq-len",
+    "grad_precision": "--grad-precision",
+    "zero": "--zero",
+    "recompute": "--recompute",
+}
+AXIS_MAXIMA: dict[str, int] = {"vpp": bounds.MAX_VPP, "mbs": bounds.MAX_MBS}
+"""Pins, limits and evaluated values of an axis are bounded by ``bounds.MAX_GPUS`` unless
+listed here (``autopar.limits``)."""
 
 
 def _modes(value: str | Sequence[str] | None, allowed: tuple, name: str, default: tuple) -> tuple:
     if value is None:
         return default
+    if not isinstance(value, str | list | tuple):
+        raise InputError(
+            f"must be a comma-separated list, got {excerpt(value)}", source=f"--{name}"
+        )
     items = value.split(",") if isinstance(value, str) else list(value)
     out = []
-    for item in items:
+    for item in items[:16]:
+        if not isinstance(item, str | int) or isinstance(item, bool):
+            raise InputError(f"must be a list of names, got {excerpt(item)}", source=f"--{name}")
         item = str(item).strip()
         if item == "any":
             return allowed
         parsed = int(item) if allowed == ZERO_STAGES and item.isdigit() else item
         if parsed not in allowed:
             choices = ", ".join(map(str, allowed))
-            raise InputError(f"must be among {choices} or 'any', got {item!r}", source=f"--{name}")
+            raise InputError(
+                f"must be among {choices} or 'any', got {excerpt(item)}", source=f"--{name}"
+            )
         out.append(parsed)
     return tuple(out)
 
@@ -66,18 +88,48 @@ def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq
             "give --global-batch or --global-batch-tokens, not both", source="--global-batch"
         )
     if global_batch is not None:
-        return global_batch
-    tokens = DEFAULT_GLOBAL_BATCH_TOKENS if global_batch_tokens is None else global_batch_tokens
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise InputError(
-            f"must be a positive integer, got {tokens!r}", source="--global-batch-tokens"
+        return bounds.check_int(
+            global_batch, source="--global-batch", maximum=bounds.MAX_GLOBAL_BATCH
         )
+    tokens = DEFAULT_GLOBAL_BATCH_TOKENS if global_batch_tokens is None else global_batch_tokens
+    tokens = bounds.check_int(
+        tokens, source="--global-batch-tokens", maximum=bounds.MAX_GLOBAL_BATCH_TOKENS
+    )
     if tokens % seq_len:
         raise InputError(
             f"{tokens} tokens is not a whole number of {seq_len}-token sequences",
             source="--global-batch-tokens",
         )
-    return tokens // seq_len
+    return bounds.check_int(
+        tokens // seq_len, source="--global-batch-tokens", maximum=bounds.MAX_GLOBAL_BATCH
+    )
+
+
+def _check_sizes(gpus: object, seq_len: object, pins: dict, lims: object) -> None:
+    """Every number that sizes an enumeration, against its documented maximum
+    (``autopar.limits``), before anything is enumerated."""
+    bounds.check_int(gpus, source="--gpus", maximum=bounds.MAX_GPUS)
+    bounds.check_int(seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
+    if not isinstance(lims, dict):
+        raise InputError(f"must map axes to limits, got {excerpt(lims)}", source="limits")
+    for axis, value in pins.items():
+        if value is not None:
+            maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+            bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum)
+    for axis, value in lims.items():
+        flag = f"--max-{str(axis).replace('_', '-')}"
+        if axis not in SEARCH_AXES:
+            raise InputError(f"unknown layout axis {excerpt(axis)}", source="limits")
+        if value is not None:
+            bounds.check_int(value, source=flag, maximum=AXIS_MAXIMA.get(axis, bounds.MAX_GPUS))
+
+
+def _check_names(**names: object) -> None:
+    for flag, value in names.items():
+        if not isinstance(value, str):
+            raise InputError(
+                f"must be a name, got {excerpt(value)}", source=f"--{flag.replace('_', '-')}"
+            )
 
 
 def make_problem(
@@ -128,6 +180,8 @@ def make_problem(
     unknown = set(pins) - set(SEARCH_AXES)
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    _check_sizes(gpus, seq_len, pins, {} if limits is None else limits)
+    _check_names(precision=precision, grad_precision=grad_precision, framework=framework)
     spec_model = load_model(model)
     spec_cluster = load_cluster(
         gpu=gpu, cluster_file=cluster, gpus_per_node=gpus_per_node, comm_profile=comm_profile
@@ -175,9 +229,8 @@ def make_problem(
             maxima=tuple(sorted((k, v) for k, v in (limits or {}).items() if v is not None)),
         )
     except InputError as err:
-        renamed = {"num_gpus": "gpus", "grad_reduce_dtype": "grad_precision"}
-        flag = renamed.get(err.field or "", err.field or "")
-        raise err.with_source(f"--{flag.replace('_', '-')}" if flag else "options") from None
+        flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")
+        raise InputError(err.rule, source=err.source or flag) from None
     return Problem(model=spec_model, cluster=spec_cluster, training=training, options=options)
 
 
@@ -236,8 +289,7 @@ def solve_problem(
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
     layers of every pipeline chunk and each stage's recompute (``autopar.stage_cpsat``; one
     layout, the best)."""
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InputError(f"must be a positive integer, got {top!r}", source="--top")
+    check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
     _check_pipeline_plan(pipeline_plan)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
@@ -276,6 +328,17 @@ def solve_problem(
     else:
         return result
     return dataclasses.replace(result, explanation=explanation)
+
+
+def check_solve_options(*, top: object, time_limit: object, num_workers: object) -> None:
+    """``--top``, ``--time-limit`` (>= 0 and finite: NaN or a negative limit is an error, never
+    "the time limit ran out") and ``--num-workers``, against their documented maxima."""
+    bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
+    bounds.check_number(
+        time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
+    )
+    if num_workers is not None:
+        bounds.check_int(num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS)
 
 
 def solve(
@@ -322,14 +385,13 @@ def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any
         value = chosen[attr]
         flag = f"--{attr.replace('_', '-')}"
         if axis.kind == "flag" and not isinstance(value, bool):
-            raise InputError(f"must be true or false, got {value!r}", source=flag)
-        if axis.kind == "size" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InputError(f"must be a positive integer, got {value!r}", source=flag)
-        if axis.kind == "size" and value < 1:
-            raise InputError(f"must be a positive integer, got {value!r}", source=flag)
-        if axis.kind == "mode" and value not in axis.choices:
+            raise InputError(f"must be true or false, got {excerpt(value)}", source=flag)
+        if axis.kind == "size":
+            maximum = AXIS_MAXIMA.get(axis.name, bounds.MAX_GPUS)
+            chosen[attr] = bounds.check_int(value, source=flag, maximum=maximum)
+        if axis.kind == "mode" and (isinstance(value, bool) or value not in axis.choices):
             choices = ", ".join(map(str, axis.choices))
-            raise InputError(f"must be one of {choices}, got {value!r}", source=flag)
+            raise InputError(f"must be one of {choices}, got {excerpt(value)}", source=flag)
     tp, pp, cp, mbs = chosen["tp"], chosen["pp"], chosen["cp"], chosen["mbs"]
     num_gpus, batch = problem.training.num_gpus, problem.training.global_batch_sequences
     if num_gpus % (tp * pp * cp):

@@ -10,13 +10,16 @@ model: the default is just the entry point named ``default``.
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 from importlib.metadata import entry_points
 
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 from autopar.terms import CostModel
 
 ENTRY_POINT_GROUP = "autopar.cost_models"
 DEFAULT_COST_MODEL = "default"
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def cost_model_names() -> tuple[str, ...]:
@@ -31,23 +34,56 @@ def _target(spec: str) -> object:
         if not found:
             known = ", ".join(cost_model_names()) or "none installed (pip install -e .)"
             raise InputError(
-                f"no cost model named {spec!r} (registered: {known}; or give module:attr)",
+                f"no cost model named {excerpt(spec)} (registered: {known}; or give module:attr)",
                 source="--cost-model",
             )
-        return next(iter(found)).load()
+        try:
+            return next(iter(found)).load()
+        except (Exception, SystemExit) as err:  # a broken installed plug-in
+            raise InputError(
+                f"cost model {excerpt(spec)} failed to load ({type(err).__name__})",
+                source="--cost-model",
+            ) from None
     module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
+    if not (_DOTTED.match(module_name) and attr.isidentifier()):
         raise InputError(
-            f"{spec!r} must be module:attr or a registered name", source="--cost-model"
+            f"{excerpt(spec)} must be module:attr or a registered name", source="--cost-model"
         )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise InputError(f"cannot import {module_name!r} ({err})", source="--cost-model") from None
+    except (Exception, SystemExit) as err:  # ImportError, or anything the module raises
+        raise InputError(
+            f"cannot import {excerpt(module_name)} ({type(err).__name__}: {excerpt(str(err), 80)})",
+            source="--cost-model",
+        ) from None
     try:
-        return getattr(module, attr)
+        target = getattr(module, attr)
     except AttributeError:
         raise InputError(f"{module_name!r} has no {attr!r}", source="--cost-model") from None
+    if isinstance(target, CostModel) or _is_factory(target, module.__name__):
+        return target
+    raise InputError(
+        f"{excerpt(spec)} is neither a CostModel nor a function of {module_name} that takes no "
+        "arguments",
+        source="--cost-model",
+    )
+
+
+def _is_factory(target: object, module_name: str) -> bool:
+    """A plain function or class defined in the named module, callable without arguments:
+    ``--cost-model`` never calls a builtin or a function imported from elsewhere
+    (``os:abort``, ``json:loads``)."""
+    if getattr(target, "__module__", None) != module_name:
+        return False
+    if not (inspect.isfunction(target) or inspect.isclass(target)):
+        return False
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters
+    )
 
 
 def load_cost_model(spec: str | CostModel | None = None) -> CostModel:
@@ -61,14 +97,15 @@ def load_cost_model(spec: str | CostModel | None = None) -> CostModel:
             target = target()
         except InputError as err:
             raise err.with_source("--cost-model") from None
-        except TypeError as err:
+        except (Exception, SystemExit) as err:  # the plug-in's factory failed
             raise InputError(
-                f"{spec!r} must take no arguments and return a CostModel ({err})",
+                f"{excerpt(spec)} failed ({type(err).__name__}: {excerpt(str(err), 80)}); it "
+                "must take no arguments and return a CostModel",
                 source="--cost-model",
             ) from None
     if not isinstance(target, CostModel):
         raise InputError(
-            f"{spec!r} is a {type(target).__name__}, not an autopar.terms.CostModel",
+            f"{excerpt(spec)} is a {type(target).__name__}, not an autopar.terms.CostModel",
             source="--cost-model",
         )
     return target

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autopar.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 from autopar.stack import StackSpec
 
 MlpKind = Literal["swiglu", "gelu", "squared_relu"]
@@ -30,19 +30,19 @@ GIB = 1024**3
 
 def _positive(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"must be a positive integer, got {value!r}", field=name)
+        raise InputError(f"must be a positive integer, got {excerpt(value)}", field=name)
     if value < 1:
         raise InputError(f"must be a positive integer, got {value}", field=name)
 
 
 def _non_negative(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"must be a non-negative integer, got {value!r}", field=name)
+        raise InputError(f"must be a non-negative integer, got {excerpt(value)}", field=name)
 
 
 def _positive_number(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InputError(f"must be a positive number, got {value!r}", field=name)
+        raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,7 +128,8 @@ class ModelSpec:
         _non_negative(self.max_position_embeddings, "max_position_embeddings")
         if self.mlp_kind not in MLP_KINDS:
             raise InputError(
-                f"must be one of {', '.join(MLP_KINDS)}, got {self.mlp_kind!r}", field="mlp_kind"
+                f"must be one of {', '.join(MLP_KINDS)}, got {excerpt(self.mlp_kind)}",
+                field="mlp_kind",
             )
         if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
             raise InputError(
@@ -383,16 +384,19 @@ class TrainingSpec:
         _positive(self.seq_len, "seq_len")
         if self.precision not in PRECISIONS:
             raise InputError(
-                f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}", field="precision"
+                f"must be one of {', '.join(PRECISIONS)}, got {excerpt(self.precision)}",
+                field="precision",
             )
         if self.grad_precision not in ("fp32", "bf16"):
             raise InputError(
-                f"must be fp32 or bf16, got {self.grad_precision!r}", field="grad_precision"
+                f"must be fp32 or bf16, got {excerpt(self.grad_precision)}", field="grad_precision"
             )
         if not isinstance(self.stack, StackSpec):
             raise InputError(f"must be a StackSpec, got {self.stack!r}", field="stack")
         if self.optimizer != "adam":
-            raise InputError(f"only 'adam' is modelled, got {self.optimizer!r}", field="optimizer")
+            raise InputError(
+                f"only 'adam' is modelled, got {excerpt(self.optimizer)}", field="optimizer"
+            )
 
     @property
     def global_batch_tokens(self) -> int:
@@ -435,23 +439,25 @@ class SearchOptions:
     def __post_init__(self) -> None:
         if self.framework not in FRAMEWORKS:
             raise InputError(
-                f"must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}", field="framework"
+                f"must be one of {', '.join(FRAMEWORKS)}, got {excerpt(self.framework)}",
+                field="framework",
             )
         for mode in self.recompute:
             if mode not in RECOMPUTE_MODES:
                 raise InputError(
-                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {mode!r}", field="recompute"
+                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {excerpt(mode)}",
+                    field="recompute",
                 )
         if not self.recompute:
             raise InputError("at least one recompute mode must be allowed", field="recompute")
         for stage in self.zero_stages:
             if stage not in ZERO_STAGES:
-                raise InputError(f"must be among 0, 1, 2, 3, got {stage!r}", field="zero")
+                raise InputError(f"must be among 0, 1, 2, 3, got {excerpt(stage)}", field="zero")
         if not self.zero_stages:
             raise InputError("at least one ZeRO stage must be allowed", field="zero")
         for dim, value in (*self.pins, *self.maxima):
             if dim not in SEARCH_AXES:
-                raise InputError(f"unknown layout dimension {dim!r}", field=dim)
+                raise InputError(f"unknown layout dimension {excerpt(dim)}", field=dim)
             _positive(value, dim)
 
 

@@ -1,7 +1,11 @@
 """``autopar.sweep``: solve over a grid of GPU counts, GPU types and sequence lengths (DESIGN §7).
 
 Each grid point is one ``autopar.solve(..., top=1)``. A point where no layout fits is a row with
-status ``infeasible`` (or ``unknown`` on a time-out) and NaN figures, never an exception.
+status ``infeasible`` (or ``unknown`` on a time-out) and NaN figures, never an exception; a point
+whose own input is bad (a GPU file, a sequence length the batch tokens do not divide) is a row
+with status ``error``; ``reason`` says why in both cases. Options all points share are checked
+before any solve (a bad one is the sweep's ``InputError``). Ctrl-C raises
+``autopar.errors.Interrupted`` holding the finished rows.
 With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` also ``cost``
 (``gpus * hours * gpu_hour_cost``).
 """
@@ -17,9 +21,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from autopar import api
+from autopar import limits as bounds
 from autopar.axes import AXES
-from autopar.errors import InputError
+from autopar.errors import InputError, Interrupted, excerpt, one_line
 from autopar.plan import Estimate
+from autopar.plugin import load_cost_model
 from autopar.specs import GIB, GpuSpec
 
 SECONDS_PER_DAY = 86_400.0
@@ -32,9 +38,9 @@ class _SweepRowMethods:
     __slots__ = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: NaN becomes ``None``."""
+        """JSON-ready: NaN and infinities become ``None``."""
         return {
-            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in asdict(self).items()
         }
 
@@ -62,6 +68,8 @@ SweepRow = dataclasses.make_dataclass(
             for axis in AXES
         ),
         *((name, float, dataclasses.field(default=NAN)) for name in _FIGURE_FIELDS),
+        # Why the point has no layout: the infeasibility summary, or the input error.
+        ("reason", object, dataclasses.field(default=None)),
     ],
     bases=(_SweepRowMethods,),
     frozen=True,
@@ -95,17 +103,18 @@ class SweepResult:
         return pd.DataFrame([asdict(row) for row in self.rows], columns=list(COLUMNS))
 
 
-def _as_list(value: Any, name: str, kind: type) -> list[Any]:
+def _as_list(value: Any, name: str, kind: type, maximum: int = 0) -> list[Any]:
+    flag = f"--{name.replace('_', '-')}"
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not items:
-        raise InputError("needs at least one value", source=f"--{name.replace('_', '-')}")
+        raise InputError("needs at least one value", source=flag)
+    if len(items) > bounds.MAX_SWEEP_POINTS:
+        raise InputError(f"at most {bounds.MAX_SWEEP_POINTS} values, got {len(items)}", source=flag)
     for item in items:
-        bad = kind is int and (isinstance(item, bool) or not isinstance(item, int) or item < 1)
-        if bad or (kind is not int and not isinstance(item, (str, GpuSpec))):
-            raise InputError(
-                f"must be {'positive integers' if kind is int else 'GPU names'}, got {item!r}",
-                source=f"--{name.replace('_', '-')}",
-            )
+        if kind is int:
+            bounds.check_int(item, source=flag, maximum=maximum)
+        elif not isinstance(item, (str, GpuSpec)):
+            raise InputError(f"must be GPU names, got {excerpt(item)}", source=flag)
     return items
 
 
@@ -167,19 +176,32 @@ class _PointJob:
     options: dict[str, Any]
     train_tokens: float | None
     gpu_hour_cost: float | None
+    error: str | None = None
+    """This point's input error, found before any solve (the row says it; no solve)."""
 
 
 Solved = tuple[SweepRow, dict[str, float] | None]
 
 
 def _solve_point(job: _PointJob) -> Solved:
-    """Solve one point; module-level so that process pools and Dask can ship it."""
-    result = api.solve(gpus=job.gpus, gpu=job.gpu, seq_len=job.seq_len, top=1, **job.options)
+    """Solve one point; module-level so that process pools and Dask can ship it. An input
+    error of this point alone is a row with status ``error`` and the reason; the other points
+    go on."""
+    try:
+        if job.error is not None:
+            raise InputError(job.error)
+        result = api.solve(gpus=job.gpus, gpu=job.gpu, seq_len=job.seq_len, top=1, **job.options)
+        name = _gpu_name(job.gpu, job.options.get("cluster"))
+    except InputError as err:
+        label = job.gpu.name if isinstance(job.gpu, GpuSpec) else str(job.gpu or "default")
+        row = SweepRow(gpus=job.gpus, gpu=label, seq_len=job.seq_len, status="error")
+        return dataclasses.replace(row, reason=str(err)), None
     best = result.layouts[0] if result.layouts else None
-    name = _gpu_name(job.gpu, job.options.get("cluster"))
     row = _row(
         job.gpus, name, job.seq_len, result.status, best, job.train_tokens, job.gpu_hour_cost
     )
+    if best is None and result.explanation:
+        row = dataclasses.replace(row, reason=one_line(result.explanation.get("summary", "")))
     memory = None
     if best is not None:
         memory = {k: v / GIB for k, v in best.memory_bytes.items() if k != "total"}
@@ -190,12 +212,21 @@ Progress = Callable[[int, int, SweepRow], None]
 
 
 def _run_serial(jobs: list[_PointJob], progress: Progress | None) -> list[Solved]:
-    rows = []
-    for done, job in enumerate(jobs, 1):
-        rows.append(_solve_point(job))
-        if progress is not None:
-            progress(done, len(jobs), rows[-1][0])
+    rows: list[Solved] = []
+    try:
+        for done, job in enumerate(jobs, 1):
+            rows.append(_solve_point(job))
+            if progress is not None:
+                progress(done, len(jobs), rows[-1][0])
+    except KeyboardInterrupt as stop:  # keep the finished points
+        raise _interrupted(rows, len(jobs), stop) from None
     return rows
+
+
+def _interrupted(rows: Sequence[Solved | None], total: int, stop: BaseException) -> Interrupted:
+    done = [solved for solved in rows if solved is not None]
+    partial = SweepResult(tuple(r for r, _ in done), tuple(m for _, m in done))
+    return Interrupted(partial, done=len(done), total=total, cause=stop)
 
 
 def _run_processes(jobs: list[_PointJob], workers: int, progress: Progress | None):
@@ -204,10 +235,14 @@ def _run_processes(jobs: list[_PointJob], workers: int, progress: Progress | Non
     rows: list[Solved | None] = [None] * len(jobs)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_solve_point, job): i for i, job in enumerate(jobs)}
-        for done, future in enumerate(as_completed(futures), 1):
-            rows[futures[future]] = solved = future.result()
-            if progress is not None:
-                progress(done, len(jobs), solved[0])
+        try:
+            for done, future in enumerate(as_completed(futures), 1):
+                rows[futures[future]] = solved = future.result()
+                if progress is not None:
+                    progress(done, len(jobs), solved[0])
+        except KeyboardInterrupt as stop:  # keep the finished points, drop the queued ones
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise _interrupted(rows, len(jobs), stop) from None
     return rows
 
 
@@ -271,19 +306,34 @@ def sweep(
     if "top" in options:
         raise TypeError("sweep solves with top=1; do not pass 'top'")
     check_jobs(jobs, executor)
-    gpus_list = _as_list(gpus, "gpus", int)
-    seq_list = _as_list(seq_len, "seq_len", int)
+    gpus_list = _as_list(gpus, "gpus", int, bounds.MAX_GPUS)
+    seq_list = _as_list(seq_len, "seq_len", int, bounds.MAX_SEQ_LEN)
     gpu_list = [None] if gpu is None else _as_list(gpu, "gpu", str)
-    for value, name in ((train_tokens, "train_tokens"), (gpu_hour_cost, "gpu_hour_cost")):
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
-            raise InputError(
-                f"must be a positive number, got {value!r}", source=f"--{name.replace('_', '-')}"
-            )
+    for value, name, maximum in (
+        (train_tokens, "train_tokens", bounds.MAX_TRAIN_TOKENS),
+        (gpu_hour_cost, "gpu_hour_cost", bounds.MAX_GPU_HOUR_COST),
+    ):
+        if value is not None:
+            bounds.check_number(value, source=f"--{name.replace('_', '-')}", maximum=maximum)
+    grid = list(itertools.product(gpu_list, seq_list, gpus_list))
+    if len(grid) > bounds.MAX_SWEEP_POINTS:
+        raise InputError(
+            f"the grid has {len(grid)} points; at most {bounds.MAX_SWEEP_POINTS}", source="--gpus"
+        )
+    failures = _check_points(grid, options)
     if (jobs > 1 or executor == "dask") and options.get("num_workers") is None:
         options["num_workers"] = max(1, (os.cpu_count() or 1) // jobs)
     points = [
-        _PointJob(num_gpus, gpu_type, seq, options, train_tokens, gpu_hour_cost)
-        for gpu_type, seq, num_gpus in itertools.product(gpu_list, seq_list, gpus_list)
+        _PointJob(
+            num_gpus,
+            gpu_type,
+            seq,
+            options,
+            train_tokens,
+            gpu_hour_cost,
+            failures.get((gpu_type, seq, num_gpus)),
+        )
+        for gpu_type, seq, num_gpus in grid
     ]
     if executor == "dask":
         rows = _run_dask(points, jobs, scheduler, progress)
@@ -292,3 +342,25 @@ def sweep(
     else:
         rows = _run_processes(points, jobs, progress)
     return SweepResult(tuple(r for r, _ in rows), tuple(m for _, m in rows))
+
+
+def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any]) -> dict:
+    """Before any solve: the options all points share (an error there is the whole sweep's:
+    ``InputError``), then each point's problem (an error there is that point's row). Raises the
+    first error when no point is valid. Returns point -> error message."""
+    api.check_solve_options(
+        top=1, time_limit=options.get("time_limit", 10.0), num_workers=options.get("num_workers")
+    )
+    load_cost_model(options.get("cost_model"))
+    shared = {
+        k: v for k, v in options.items() if k not in ("time_limit", "num_workers", "cost_model")
+    }
+    failures: dict[tuple[Any, int, int], InputError] = {}
+    for gpu_type, seq, num_gpus in grid:
+        try:
+            api.make_problem(gpus=num_gpus, gpu=gpu_type, seq_len=seq, **shared)
+        except InputError as err:
+            failures[(gpu_type, seq, num_gpus)] = err
+    if len(failures) == len(grid):
+        raise next(iter(failures.values()))
+    return {point: str(err) for point, err in failures.items()}

@@ -36,7 +36,7 @@ CASES = [
             "--model",
             _bad_model(p, GOOD.replace("num_hidden_layers: 4", "num_hidden_layers: 0")),
         ],
-        ["num_layers", "positive"],
+        ["num_hidden_layers", "positive"],
     ),
     (
         "negative size",
@@ -66,7 +66,7 @@ CASES = [
         lambda p: ["--model", "llama-8b", "--grad-precision", "fp16"],
         ["--grad-precision", "fp32 or bf16"],
     ),
-    ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["num_gpus", "positive"]),
+    ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["--gpus", "positive"]),
     ("bad precision", lambda p: ["--model", "llama-8b", "--precision", "fp4"], ["precision"]),
     (
         "fp8 on a100",

@@ -19,7 +19,7 @@ from autopar.sweep import COLUMNS, SweepResult
 FRAME_COLUMNS = [
     "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
     "grad_accum", "recompute", "zero", "sequence_parallel", "step_time_s", "tokens_per_s",
-    "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost",
+    "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost", "reason",
 ]  # fmt: skip
 
 

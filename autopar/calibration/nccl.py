@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 
 from autopar.comm import COLLECTIVES, bus_bandwidth_factor
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
+from autopar.safe_yaml import read_text
 
 COLUMNS: tuple[str, ...] = (
     "collective",
@@ -159,15 +160,41 @@ def _parse_header(body: str) -> _Header | None:
     return _Header(keys=keys, text=" ".join(tokens))
 
 
+MAX_LOG_BYTES = 256 << 20
+"""An nccl-tests log is a few KB to a few MB; 256 MiB bounds what is read."""
+MAX_SIZE_BYTES = float(1 << 50)
+"""Message sizes and counts above 1 PiB are not a measurement."""
+MAX_RANKS = 1 << 20
+"""Same bound as ``--gpus``."""
+
+
 def _number(token: str, *, column: str, where: str) -> float:
+    """A measured value: finite and non-negative, or NaN for ``N/A``."""
     if token == "N/A":
         return math.nan
     try:
-        return float(token)
+        value = float(token)
     except ValueError:
         raise InputError(
-            f"column {column!r}: expected a number, got {token!r}", source=where
+            f"column {column!r}: expected a number, got {excerpt(token)}", source=where
         ) from None
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(
+            f"column {column!r}: expected a finite non-negative number, got {excerpt(token)}",
+            source=where,
+        )
+    return value
+
+
+def _size(token: str, *, column: str, where: str) -> int:
+    """``size`` / ``count``: a whole number of bytes or elements, at most ``MAX_SIZE_BYTES``."""
+    value = _number(token, column=column, where=where)
+    if math.isnan(value) or not value.is_integer() or value > MAX_SIZE_BYTES:
+        raise InputError(
+            f"column {column!r}: expected a whole number <= 2**50, got {excerpt(token)}",
+            source=where,
+        )
+    return int(value)
 
 
 def _parse_row(tokens: list[str], header: _Header, *, where: str) -> dict[str, object]:
@@ -183,8 +210,8 @@ def _parse_row(tokens: list[str], header: _Header, *, where: str) -> dict[str, o
         )
     lead = dict(zip(keys, prefix, strict=True))
     row: dict[str, object] = {
-        "size_bytes": int(_number(lead["size"], column="size", where=where)),
-        "count": int(_number(lead["count"], column="count", where=where)),
+        "size_bytes": _size(lead["size"], column="size", where=where),
+        "count": _size(lead["count"], column="count", where=where),
         "dtype": lead["type"],
         "redop": lead.get("redop") or None,
     }
@@ -398,6 +425,12 @@ def _section_frame(
         num_nodes=num_nodes,
         gpus_per_node=gpus_per_node,
     )
+    if not (2 <= ranks <= MAX_RANKS and 1 <= nodes <= ranks):
+        raise InputError(
+            f"{ranks} ranks on {nodes} nodes: a collective log needs 2..{MAX_RANKS:,} ranks on "
+            "at most as many nodes (one rank measures no communication)",
+            source=source,
+        )
     _check_ratio(scan, source=source, collective=name, num_ranks=ranks)
     gpu_name, gpu_origin = _resolve_gpu(scan, source=source, gpu=gpu)
     frame = pd.DataFrame(list(scan.rows)).assign(
@@ -431,10 +464,7 @@ def parse_nccl_log(
 ) -> pd.DataFrame:
     """Read and parse one nccl-tests log file (see ``parse_nccl_text``)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", source=str(path)) from None
+    text = read_text(path, max_bytes=MAX_LOG_BYTES, errors="replace")
     return parse_nccl_text(
         text,
         source=str(path),

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
+import numpy as np
 import typer
 
 from autopar.calibration.compare import LogComparison, compare_log, fitted_only
@@ -22,31 +23,33 @@ from autopar.calibration.profile import (
     load_profile,
     save_profile,
 )
-from autopar.errors import InputError
+from autopar.cli.errors import guarded
+from autopar.errors import InputError, excerpt
+from autopar.limits import MAX_GPUS, check_int
 
-T = TypeVar("T")
+MAX_BENCH_PROCS = 256
+MAX_BENCH_BYTES = 1 << 34
+"""``bench comm --max-bytes``: 16 GiB per buffer."""
+MAX_BENCH_ITERS = 100_000
+MAX_BENCH_GEMM_ELEMENTS = 1 << 32
+"""``bench gemm``: operands and product of one shape, in elements (8 GiB in FP16)."""
 
 Logs = Annotated[list[Path] | None, typer.Argument(help="nccl-tests output files.")]
 Format = Annotated[str, typer.Option("--format", "-f", help="table or json.")]
 
 
-def _guarded(call: Callable[[], T]) -> T:
-    """Run ``call``; an InputError (or ValueError from option checks) becomes exit code 2."""
-    try:
-        return call()
-    except (InputError, ValueError) as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
-
-
 def _check_format(fmt: str) -> None:
     if fmt not in ("table", "json"):
-        raise InputError(f"expected table or json, got {fmt!r}", source="--format")
+        raise InputError(f"expected table or json, got {excerpt(fmt)}", source="--format")
 
 
 def _parse_all(logs: Sequence[Path], *, gpu: str | None, gpus_per_node: int | None) -> list:
     if not logs:
         raise InputError("give at least one nccl-tests log", source="LOG")
+    if gpus_per_node is not None:
+        check_int(gpus_per_node, source="--gpus-per-node", maximum=MAX_GPUS)
+    if gpu is not None and not gpu.strip():
+        raise InputError("must name a GPU, got an empty string", source="--gpu")
     return [parse_nccl_log(p, gpu=gpu, gpus_per_node=gpus_per_node) for p in logs]
 
 
@@ -117,7 +120,16 @@ def _run_fit(
     frames = _parse_all(logs, gpu=gpu, gpus_per_node=gpus_per_node)
     import pandas as pd
 
-    profile = fit_profile(pd.concat(frames, ignore_index=True), sources=_sources(frames))
+    try:
+        profile = fit_profile(pd.concat(frames, ignore_index=True), sources=_sources(frames))
+    except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError) as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(
+            f"the measurements cannot be fitted ({type(err).__name__}); check the logs' "
+            "time and size columns",
+            source="LOG",
+        ) from None
     save_profile(profile, output)
     fitted = fitted_only(profile)
     records = [r for frame in frames for r in compare_log(fitted, frame)]
@@ -173,13 +185,14 @@ def calibrate(
             )
         return _run_fit(logs or [], output=output, gpu=gpu, gpus_per_node=gpus_per_node, fmt=fmt)
 
-    typer.echo(_guarded(run))
+    typer.echo(run())
 
 
 bench_app = typer.Typer(help="Benchmarks that produce calibration data (needs autopar[bench]).")
 
 
 @bench_app.command("comm")
+@guarded
 def bench_comm(
     output: Annotated[Path, typer.Option("--output", "-o", help="nccl-tests-format log.")],
     nproc: Annotated[int, typer.Option("--nproc", help="Local processes (gloo on CPU).")] = 1,
@@ -194,6 +207,12 @@ def bench_comm(
     from autopar.bench import comm
 
     def run() -> str:
+        check_int(nproc, source="--nproc", maximum=MAX_BENCH_PROCS)
+        check_int(max_bytes, source="--max-bytes", maximum=MAX_BENCH_BYTES)
+        check_int(min_bytes, source="--min-bytes", maximum=max_bytes)
+        check_int(factor, source="--factor", minimum=2, maximum=1 << 20)
+        check_int(iters, source="--iters", maximum=MAX_BENCH_ITERS)
+        check_int(warmup, source="--warmup", minimum=0, maximum=MAX_BENCH_ITERS)
         options = comm.CommBenchOptions(
             min_bytes=min_bytes,
             max_bytes=max_bytes,
@@ -206,10 +225,11 @@ def bench_comm(
         hint = comm.torchrun_command(nnodes=2, nproc_per_node=8, output=str(output))
         return f"wrote {output} ({nproc} local processes)\nacross nodes: {hint}"
 
-    typer.echo(_guarded(run))
+    typer.echo(run())
 
 
 @bench_app.command("gemm")
+@guarded
 def bench_gemm(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="m,n,k (repeatable).")] = None,
     hidden: Annotated[int | None, typer.Option("--hidden")] = None,
@@ -227,7 +247,23 @@ def bench_gemm(
     from autopar.bench import gemm
 
     def run() -> str:
-        shapes = _gemm_shapes(shape, hidden, ffn, heads, kv_heads, vocab, tp, tokens)
+        check_int(iters, source="--iters", maximum=MAX_BENCH_ITERS)
+        if dtype not in gemm.DTYPES:
+            raise InputError(
+                f"must be one of {', '.join(gemm.DTYPES)}, got {excerpt(dtype)}", source="--dtype"
+            )
+        try:
+            shapes = _gemm_shapes(shape, hidden, ffn, heads, kv_heads, vocab, tp, tokens)
+        except ValueError as err:
+            if isinstance(err, InputError):
+                raise
+            raise InputError(excerpt(str(err), 200), source="--shape") from None
+        for s in shapes:
+            if s.m * s.k + s.k * s.n + s.m * s.n > MAX_BENCH_GEMM_ELEMENTS:
+                raise InputError(
+                    f"GEMM {s.name} needs more than {MAX_BENCH_GEMM_ELEMENTS:,} elements",
+                    source="--shape",
+                )
         points = gemm.run_gemm_bench(shapes, dtype=dtype, iters=iters)
         lines = [
             f"{s.name:>12} m={p.m} n={p.n} k={p.k} {dtype}: {p.flop_per_s / 1e12:.3f} TFLOP/s"
@@ -238,7 +274,7 @@ def bench_gemm(
             lines.append(f"merged into {profile}")
         return "\n".join(lines)
 
-    typer.echo(_guarded(run))
+    typer.echo(run())
 
 
 def _gemm_shapes(
@@ -257,6 +293,16 @@ def _gemm_shapes(
         return tuple(gemm.parse_shape(s) for s in shape)
     if hidden is None or ffn is None or heads is None or vocab is None:
         raise InputError("give --shape m,n,k or all of --hidden --ffn --heads --vocab")
+    for flag, value in (
+        ("--hidden", hidden),
+        ("--ffn", ffn),
+        ("--heads", heads),
+        ("--kv-heads", kv_heads or heads),
+        ("--vocab", vocab),
+        ("--tp", tp),
+        ("--tokens", tokens),
+    ):
+        check_int(value, source=flag, maximum=1 << 24)
     return gemm.model_gemm_shapes(
         hidden=hidden,
         ffn=ffn,
@@ -270,5 +316,5 @@ def _gemm_shapes(
 
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` and the ``bench`` sub-app to the autopar CLI."""
-    app.command("calibrate")(calibrate)
+    app.command("calibrate")(guarded(calibrate))
     app.add_typer(bench_app, name="bench")

@@ -1,44 +1,94 @@
-"""Turn autopar's errors into one line on stderr and an exit code, never a traceback."""
+"""Turn autopar's errors into one line on stderr and an exit code, never a traceback.
+
+Exit codes (DESIGN §7): 0 ok, 1 infeasible, 2 bad input or an output that cannot be written,
+130 interrupted (SIGINT), 143 terminated (SIGTERM), 3 an internal error (a bug: please report).
+Option-parser usage errors keep typer/click's own format and exit code 2.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
+import click
 import typer
 
-from autopar.errors import InfeasibleError, InputError
+from autopar.errors import InfeasibleError, InputError, OutputError, excerpt
+from autopar.files import check_writable
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks (temp files) run."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"autopar: {message}", err=True)
+    return typer.Exit(code)
 
 
 def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a command: InputError -> exit 2, InfeasibleError -> exit 1."""
+    """Decorate a command: ``--output`` checked before any work; InputError and OutputError ->
+    exit 2, InfeasibleError -> exit 1, Ctrl-C -> 130, SIGTERM -> 143, anything else -> one
+    line and exit 3."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            if kwargs.get("output") is not None:
+                check_writable(kwargs["output"])
             return command(*args, **kwargs)
-        except InputError as err:
-            typer.echo(f"autopar: error: {err}", err=True)
-            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException):
+            raise
+        except (InputError, OutputError) as err:
+            raise _fail(f"error: {err}", EXIT_BAD_INPUT) from None
         except InfeasibleError as err:
-            typer.echo(f"autopar: infeasible: {err}", err=True)
-            raise typer.Exit(EXIT_INFEASIBLE) from None
+            raise _fail(f"infeasible: {err}", EXIT_INFEASIBLE) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", EXIT_INTERRUPTED) from None
+        except Terminated:
+            raise _fail("terminated", EXIT_TERMINATED) from None
+        except MemoryError:
+            raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
+        except OSError as err:
+            name = f": {excerpt(str(err.filename), 120)}" if err.filename else ""
+            reason = err.strerror or type(err).__name__
+            raise _fail(f"error: {reason}{name}", EXIT_BAD_INPUT) from None
+        except Exception as err:  # a bug: still one line, never a traceback
+            text = excerpt(str(err), 200)
+            raise _fail(
+                f"internal error (please report): {type(err).__name__}: {text}", EXIT_INTERNAL
+            ) from None
 
     return wrapper
 
 
 def run_guarded(app: typer.Typer) -> None:
-    """Run the app; an error escaping a command still ends as one line, not a traceback."""
+    """Run the app with SIGTERM turned into an exception (so temp files are removed); an error
+    escaping a command still ends as one line, not a traceback."""
+    with contextlib.suppress(ValueError):  # not the main thread (embedded use): keep default
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
-    except InputError as err:
+    except (InputError, OutputError) as err:
         typer.echo(f"autopar: error: {err}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         typer.echo("autopar: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except Terminated:
+        typer.echo("autopar: terminated", err=True)
+        sys.exit(EXIT_TERMINATED)

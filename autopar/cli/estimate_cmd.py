@@ -10,7 +10,7 @@ from autopar import api
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
-from autopar.cli.render import framework_notes, render_estimate
+from autopar.cli.render import check_format, framework_notes, render_estimate
 
 
 def register(app: typer.Typer) -> None:
@@ -59,6 +59,7 @@ def register(app: typer.Typer) -> None:
         **layout_values: object,
     ) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
+        check_format(format)
         problem = api.make_problem(
             **o.common(locals()),
             sequence_parallel=sequence_parallel,

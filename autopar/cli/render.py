@@ -16,7 +16,7 @@ from typing import Any
 
 from autopar import emit as emitters
 from autopar.cli.output import to_json
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 from autopar.plan import Estimate
 from autopar.report import estimate_text, explanation_text, flat_row, solve_text
 from autopar.specs import Problem
@@ -26,7 +26,14 @@ FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 
 def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
     if fmt not in formats:
-        raise InputError(f"must be one of {', '.join(formats)}, got {fmt!r}", source="--format")
+        raise InputError(
+            f"must be one of {', '.join(formats)}, got {excerpt(fmt)}", source="--format"
+        )
+
+
+def check_format(fmt: str) -> None:
+    """Before any work: ``--format`` is one this command renders."""
+    _check(fmt)
 
 
 def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> str:
@@ -88,11 +95,16 @@ def render_solve(result, fmt: str, *, problem: Problem | None = None) -> str:
     _check(fmt)
     if fmt == "json":
         return to_json(result.to_dict())
-    if fmt == "csv":
+    if fmt == "csv" and result.layouts:
         return csv_text([flat_row(e) for e in result.layouts])
+    if fmt == "csv":  # no layout: the explanation, one line per row of a one-column CSV
+        return csv_text([{"explanation": line} for line in explanation_text(result).splitlines()])
     if not result.layouts:
-        if fmt in emitters.EMITTERS:
-            return f"# autopar: no layout (status {result.status})"
+        if fmt in emitters.EMITTERS:  # a launcher file that says why it launches nothing
+            lines = explanation_text(result).splitlines()
+            return "\n".join(
+                [f"# autopar: no layout (status {result.status})"] + [f"# {line}" for line in lines]
+            )
         return explanation_text(result)
     if fmt in emitters.EMITTERS:
         return _framework_text(result.best, fmt, problem)

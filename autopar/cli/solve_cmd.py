@@ -10,7 +10,8 @@ from autopar import api
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
-from autopar.cli.render import framework_notes, render_solve
+from autopar.cli.render import check_format, framework_notes, render_solve
+from autopar.errors import one_line
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +75,7 @@ def register(app: typer.Typer) -> None:
         **axis_values: int | None,
     ) -> None:
         """Find the fastest layout that fits, proven optimal by CP-SAT."""
+        check_format(format)
         pins, limits = o.pins_and_limits(axis_values)
         problem = api.make_problem(
             **o.common(locals()),
@@ -107,5 +109,5 @@ def register(app: typer.Typer) -> None:
                 line = f"{binds} (explanation above)"
             else:
                 line = explanation.get("summary", "no layout found")
-            typer.echo(f"autopar: {result.status}: {line}", err=True)
+            typer.echo(f"autopar: {result.status}: {one_line(line)}", err=True)
             raise typer.Exit(EXIT_INFEASIBLE)

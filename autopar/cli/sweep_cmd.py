@@ -15,7 +15,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
 from autopar.cli.render import csv_text
-from autopar.errors import InputError
+from autopar.errors import InputError, Interrupted, excerpt
 from autopar.sweep import SweepResult, SweepRow, check_jobs, sweep
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
@@ -25,7 +25,7 @@ def parse_list(text: str, flag: str, kind: type = int) -> list:
     """``"256,512"`` -> ``[256, 512]``; a bad item is an ``InputError`` naming ``flag``."""
     items = [item.strip() for item in str(text).split(",")]
     if not items or any(not item for item in items):
-        raise InputError(f"must be a comma-separated list, got {text!r}", source=flag)
+        raise InputError(f"must be a comma-separated list, got {excerpt(text)}", source=flag)
     if kind is str:
         return items
     out = []
@@ -33,7 +33,7 @@ def parse_list(text: str, flag: str, kind: type = int) -> list:
         try:
             value = int(item)
         except ValueError:
-            raise InputError(f"{item!r} is not an integer (in {text!r})", source=flag) from None
+            raise InputError(f"{excerpt(item)} is not an integer", source=flag) from None
         if value < 1:
             raise InputError(f"must be positive, got {value}", source=flag)
         out.append(value)
@@ -46,9 +46,9 @@ def _number(text: str | None, flag: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"must be a number, got {text!r}", source=flag) from None
+        raise InputError(f"must be a number, got {excerpt(text)}", source=flag) from None
     if not (value > 0 and math.isfinite(value)):
-        raise InputError(f"must be a positive number, got {text!r}", source=flag)
+        raise InputError(f"must be a positive number, got {excerpt(text)}", source=flag)
     return value
 
 
@@ -92,7 +92,9 @@ def sweep_table(result: SweepResult) -> str:
 
 def render_sweep(result: SweepResult, fmt: str) -> str:
     if fmt not in FORMATS:
-        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", source="--format")
+        raise InputError(
+            f"must be one of {', '.join(FORMATS)}, got {excerpt(fmt)}", source="--format"
+        )
     if fmt == "json":
         return to_json(result.to_dict())
     if fmt == "csv":
@@ -217,7 +219,7 @@ def register(app: typer.Typer) -> None:
         """The best layout at each GPU count, GPU type and sequence length; time and cost."""
         if format not in FORMATS:
             raise InputError(
-                f"must be one of {', '.join(FORMATS)}, got {format!r}", source="--format"
+                f"must be one of {', '.join(FORMATS)}, got {excerpt(format)}", source="--format"
             )
         check_jobs(jobs, executor)
         gpus_list = parse_list(gpus, "--gpus")
@@ -230,22 +232,27 @@ def register(app: typer.Typer) -> None:
             from autopar.sweep_html import require_plotly
 
             require_plotly()  # a missing extra fails before the solves, not after
-        with progress_reporter() as progress:
-            result = sweep(
-                gpus=gpus_list,
-                gpu=gpu_list,
-                seq_len=seq_list,
-                train_tokens=tokens,
-                gpu_hour_cost=price,
-                progress=progress,
-                jobs=jobs,
-                executor=executor,
-                scheduler=scheduler,
-                time_limit=time_limit,
-                num_workers=num_workers,
-                cost_model=cost_model,
-                uneven_pipeline=uneven_pipeline,
-                pipeline_plan=pipeline_plan,
-                **common,
-            )
+        try:
+            with progress_reporter() as progress:
+                result = sweep(
+                    gpus=gpus_list,
+                    gpu=gpu_list,
+                    seq_len=seq_list,
+                    train_tokens=tokens,
+                    gpu_hour_cost=price,
+                    progress=progress,
+                    jobs=jobs,
+                    executor=executor,
+                    scheduler=scheduler,
+                    time_limit=time_limit,
+                    num_workers=num_workers,
+                    cost_model=cost_model,
+                    uneven_pipeline=uneven_pipeline,
+                    pipeline_plan=pipeline_plan,
+                    **common,
+                )
+        except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
+            emit(render_sweep(stop.partial, format), output)
+            typer.echo(f"autopar: sweep {stop} points", err=True)
+            raise KeyboardInterrupt from None
         emit(render_sweep(result, format), output)
