@@ -63,6 +63,9 @@ def make_solver(
     solver.parameters.random_seed = SEED
     solver.parameters.max_time_in_seconds = max(0.0, time_limit_s)
     solver.parameters.cp_model_presolve = False
+    # Ctrl-C is autopar's, not CP-SAT's: it stops the run (autopar.interrupt), where CP-SAT
+    # would end the search as if the time limit had run out and the run would carry on.
+    solver.parameters.catch_sigint_signal = False
     if not probing:
         solver.parameters.cp_model_probing_level = 0
     return solver

@@ -96,8 +96,12 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM in the CLI) during a run that has partial results: ``partial`` holds
     what was done (e.g. a ``SweepResult`` of the finished points), ``done`` of ``total``."""
 
-    def __init__(self, partial: Any, *, done: int, total: int) -> None:
+    def __init__(
+        self, partial: Any, *, done: int, total: int, cause: BaseException | None = None
+    ) -> None:
         self.partial, self.done, self.total = partial, done, total
+        self.cause = cause or KeyboardInterrupt()
+        """The interrupt itself (``KeyboardInterrupt``, or the CLI's SIGTERM exception)."""
         super().__init__(f"interrupted after {done} of {total}")
 
 

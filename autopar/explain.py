@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
+from autopar import interrupt
 from autopar.axes import RECOMPUTE_MODES, ZERO_STAGES
 from autopar.cpsat import BYTES_PER_KIB, build_model, make_solver
 from autopar.errors import InputError
@@ -48,7 +49,7 @@ def conflicting_families(
     each with its rules as the user reads them."""
     model, vm = build_model(space.unpruned(), cost_model, ctx, explain=True)
     solver = make_solver(time_limit_s=_left(deadline, CORE_TIME_S), probing=True)
-    if solver.solve(model) != cp_model.INFEASIBLE:
+    if interrupt.solve(solver, model) != cp_model.INFEASIBLE:
         return []
     core = {
         model.proto.variables[i].name for i in solver.sufficient_assumptions_for_infeasibility()
@@ -70,7 +71,7 @@ def nearest_memory_miss(
     model, vm = build_model(space, cost_model, ctx, memory_limit=False)
     model.minimize(vm.memory_kib)
     solver = make_solver(time_limit_s=_left(deadline, MISS_TIME_S))
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if interrupt.solve(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     layout = Layout.from_grid_row({a: int(solver.value(v)) for a, v in vm.axes.items()})
     need = solver.objective_value * BYTES_PER_KIB
@@ -199,7 +200,8 @@ def _feasible(
         model, _ = build_model(space, cost_model, changed)
     except (InputError, ValueError):
         return False
-    return make_solver(time_limit_s=left).solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    status = interrupt.solve(make_solver(time_limit_s=left), model)
+    return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def explain_infeasible(

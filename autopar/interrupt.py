@@ -27,20 +27,26 @@ def solve(
     if threading.current_thread() is not threading.main_thread():
         return solver.solve(model, callback)
     outcome: dict[str, Any] = {}
+    finished = threading.Event()
 
     def work() -> None:
         try:
             outcome["status"] = solver.solve(model, callback)
         except BaseException as err:  # re-raised in the caller's thread
             outcome["error"] = err
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=work, name="cp-sat", daemon=True)
-    worker.start()
     try:
-        worker.join()  # interruptible: signal handlers run while the main thread waits here
+        worker.start()
+        finished.wait()  # interruptible: signal handlers run while the main thread waits here
     except BaseException:
-        solver.stop_search()
-        worker.join()
+        # Stop the search and wait until CP-SAT has returned (a C++ solve left running when
+        # the interpreter exits aborts the process). The search may not have started when the
+        # signal came, so ask again until it ends.
+        while worker.ident is not None and not finished.wait(0.05):
+            solver.stop_search()
         raise
     if "error" in outcome:
         raise outcome["error"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from autopar import interrupt
 from autopar.axes import tie_key
 from autopar.cpsat import US_PER_S, VarMap, build_model, make_solver
 from autopar.estimate import estimate_many
@@ -113,7 +114,7 @@ def _within(
     solver = make_solver(time_limit_s=time_limit_s)
     solver.parameters.enumerate_all_solutions = True
     collector = _Collector(vm, limit)
-    status = solver.solve(model, collector)
+    status = interrupt.solve(solver, model, collector)
     model.clear_assumptions()
     model.add(within == 0)  # retire this bound; the model is reused for the next one
     complete = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and len(collector.found) < limit
@@ -163,7 +164,7 @@ def _best_k(
 def _optimise(model, vm, *, time_limit_s, num_workers):
     model.minimize(vm.objective)
     solver = make_solver(time_limit_s=time_limit_s, num_workers=num_workers)
-    status = solver.solve(model)
+    status = interrupt.solve(solver, model)
     return solver, status
 
 

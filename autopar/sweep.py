@@ -352,9 +352,8 @@ def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any])
         top=1, time_limit=options.get("time_limit", 10.0), num_workers=options.get("num_workers")
     )
     load_cost_model(options.get("cost_model"))
-    shared = {
-        k: v for k, v in options.items() if k not in ("time_limit", "num_workers", "cost_model")
-    }
+    solve_only = ("time_limit", "num_workers", "cost_model", "pipeline_plan")
+    shared = {k: v for k, v in options.items() if k not in solve_only}
     failures: dict[tuple[Any, int, int], InputError] = {}
     for gpu_type, seq, num_gpus in grid:
         try:

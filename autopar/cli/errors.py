@@ -27,8 +27,10 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that ``finally`` blocks (temp files) run."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks (temp files) run; a
+    ``KeyboardInterrupt`` so that what stops a run on Ctrl-C (keeping finished sweep points)
+    stops it on SIGTERM too."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -57,10 +59,10 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             raise _fail(f"error: {err}", EXIT_BAD_INPUT) from None
         except InfeasibleError as err:
             raise _fail(f"infeasible: {err}", EXIT_INFEASIBLE) from None
-        except KeyboardInterrupt:
-            raise _fail("interrupted", EXIT_INTERRUPTED) from None
         except Terminated:
             raise _fail("terminated", EXIT_TERMINATED) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", EXIT_INTERRUPTED) from None
         except MemoryError:
             raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
         except OSError as err:
@@ -86,9 +88,9 @@ def run_guarded(app: typer.Typer) -> None:
     except (InputError, OutputError) as err:
         typer.echo(f"autopar: error: {err}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        typer.echo("autopar: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
     except Terminated:
         typer.echo("autopar: terminated", err=True)
         sys.exit(EXIT_TERMINATED)
+    except KeyboardInterrupt:
+        typer.echo("autopar: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -254,5 +254,5 @@ def register(app: typer.Typer) -> None:
         except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
             emit(render_sweep(stop.partial, format), output)
             typer.echo(f"autopar: sweep {stop} points", err=True)
-            raise KeyboardInterrupt from None
+            raise stop.cause from None
         emit(render_sweep(result, format), output)

@@ -118,9 +118,9 @@ def _output_violations(outcome: Outcome, case: Case, out: Path | None, stdout: s
     folder = out.parent
     if folder.is_dir() and any(p.name.endswith(".tmp") for p in folder.iterdir()):
         outcome.violations.append("temp file left beside the output")
-    if case.output == "existing" and outcome.exit_code not in (0, 1):
-        if out.read_bytes() != SENTINEL:
-            outcome.violations.append("a failed run changed the existing output")
+    changed = case.output == "existing" and out.read_bytes() != SENTINEL
+    if changed and outcome.exit_code not in (0, 1):
+        outcome.violations.append("a failed run changed the existing output")
     if case.output in ("fresh", "existing") and outcome.exit_code == 0:
         content = out.read_bytes() if out.is_file() else b""
         if not content or content == SENTINEL:

@@ -29,7 +29,7 @@ HOSTILE_YAML: tuple[str, ...] = (
     "!!binary AAAA", f"!!python/object/apply:os.system ['touch {MARKER}']",
     "!!python/name:os.system", f"!!python/object/new:os.system ['touch {MARKER}']",
     "*undefined", "0x10", "0o17", "1_000", "'4096'", "!!set {1, 2}", "!!float 'nan'",
-    "!!int '12'", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    "!!int '12'", "[" * 40 + "1" + "]" * 40,
     "'\\u0000'", '"\\x00\\xff"', "|\n  multi\n  line", "&anchor 8", "!!str 8",
 )  # fmt: skip
 HOSTILE_TOKENS: tuple[str, ...] = (
