@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+import autopar
 from autopar.cli import app
+from autopar.errors import InputError
+from tests.conftest import DATA
 
 GOOD = "num_hidden_layers: 4\nhidden_size: 256\nnum_attention_heads: 8\nvocab_size: 1000\n"
 
@@ -164,3 +168,159 @@ def test_gpus_that_cannot_split_the_batch_are_an_explained_infeasibility(runner)
     assert near.exit_code == 1, near.output
     explanation = json.loads(near.stdout)["explanation"]
     assert any("--gpus 1024" in change for change in explanation["suggestions"])
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile flags (issue 15): bounded before any enumeration, named as typed, never a traceback
+
+
+def _one_error_line(result) -> str:
+    assert "Traceback" not in result.output, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--gpus", str(2**63)], "--gpus: must be a positive integer <= 1,048,576"),
+        (["--gpus", str(10**30)], "--gpus: must be a positive integer <= 1,048,576"),
+        (["--gpus", "8", "--global-batch", str(2**62)], "--global-batch: must be a positive"),
+        (["--gpus", "8", "--seq-len", "0"], "--seq-len: must be a positive integer"),
+        (["--gpus", "8", "--global-batch-tokens", str(2**50)], "--global-batch-tokens"),
+        (["--gpus", "8", "--tp", str(2**40)], "--tp: must be a positive integer"),
+        (["--gpus", "8", "--max-vpp", "100000"], "--max-vpp: must be a positive integer <= 64"),
+        (["--gpus", "8", "--top", "1000000"], "--top: must be a positive integer <= 100"),
+        (["--gpus", "8", "--time-limit", "-1"], "--time-limit: must be a finite number"),
+        (["--gpus", "8", "--time-limit", "nan"], "--time-limit: must be a finite number"),
+        (["--gpus", "8", "--gpus-per-node", "0"], "--gpus-per-node: must be a positive"),
+        (["--gpus", "8", "--gpu", ""], "--gpu: must name a preset or a file"),
+        (["--gpus", "8", "--cost-model", ":"], "--cost-model: ':' must be module:attr"),
+        (["--gpus", "8", "--cost-model", "json:loads"], "--cost-model: 'json:loads' is neither"),
+        (["--gpus", "8", "--cost-model", "os:abort"], "--cost-model: 'os:abort' is neither"),
+        (["--gpus", "8", "--gpu", "g" * 5000], "--gpu: no preset or file named"),
+        (["--gpus", "8", "--precision", "x" * 5000], "--precision"),
+    ],
+)
+def test_hostile_flags_exit_2_at_once_naming_the_flag(runner, args, fragment) -> None:
+    start = time.perf_counter()
+    result = runner.invoke(app, ["solve", "--model", "llama-8b", *args])
+    assert result.exit_code == 2, result.output
+    line = _one_error_line(result)
+    assert fragment in line and len(line) < 500
+    assert time.perf_counter() - start < 5.0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["solve", "--model", "llama-8b", "--gpus", "8"],
+        ["evaluate", "--model", "llama-8b", "--gpus", "8"],
+        ["sweep", "--model", "llama-8b", "--gpus", "8,16"],
+        ["calibrate", str(DATA / "nccl" / "a100_1n8g_all_reduce_abci.log")],
+        ["bench", "comm", "--nproc", "2"],
+    ],
+    ids=["solve", "evaluate", "sweep", "calibrate", "bench-comm"],
+)
+@pytest.mark.parametrize("where", ["directory", "missing folder", "long name"])
+def test_unwritable_output_fails_before_any_work(runner, tmp_path, command, where) -> None:
+    target = {
+        "directory": tmp_path,
+        "missing folder": tmp_path / "missing" / "out.json",
+        "long name": tmp_path / ("o" * 5000),
+    }[where]
+    start = time.perf_counter()
+    result = runner.invoke(app, [*command, "--output", str(target)])
+    assert result.exit_code == 2, result.output
+    assert "--output" in _one_error_line(result)
+    assert time.perf_counter() - start < 2.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_one_rank_nccl_log_is_an_input_error(runner, tmp_path) -> None:
+    """A 1-rank all_reduce has bus-bandwidth factor 0 (it moves nothing): it used to divide by
+    zero in calibrate."""
+    text = (DATA / "nccl" / "a100_1n8g_all_reduce_abci.log").read_text()
+    one_rank = "\n".join(
+        line for line in text.splitlines() if "Rank" not in line or "Rank  0 " in line
+    )
+    log = tmp_path / "one_all_reduce.log"
+    log.write_text(one_rank)
+    result = runner.invoke(app, ["calibrate", str(log), "-o", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 2, result.output
+    assert "1 ranks" in _one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("version: 1\nfits: {a: 1}\n", "fits: must be a list"),
+        ("version: 1\nfits: [1, 2]\n", "fits[0]: must be a mapping"),
+        ("version: 1\ncurves: [{collective: all_reduce, num_ranks: x}]\n", "num_ranks"),
+        ("version: 1\ngemm: [{m: 1, n: 1, k: 1, dtype: bf16, flop_per_s: .nan}]\n", "flop_per_s"),
+        ("\x00\x01binary", "binary"),
+    ],
+)
+def test_broken_comm_profiles_name_the_entry(runner, tmp_path, text, fragment) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(text)
+    result = runner.invoke(
+        app, ["solve", "--model", "llama-8b", "--gpus", "8", "--comm-profile", str(profile)]
+    )
+    assert result.exit_code == 2, result.output
+    assert fragment in _one_error_line(result)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "megatron", "torchtitan", "deepspeed"])
+def test_infeasible_explanation_in_every_format(runner, fmt) -> None:
+    result = runner.invoke(
+        app,
+        ["solve", "--model", "llama-70b", "--gpus", "1021", "--global-batch", "1024", "-f", fmt],
+    )
+    assert result.exit_code == 1, result.output
+    assert "GPU count" in result.stdout and "would fit" in result.stdout
+    assert result.stderr.startswith("autopar: infeasible:") and result.stderr.count("\n") == 1
+
+
+def test_sweep_keeps_good_points_and_reports_the_bad_one() -> None:
+    """4 Mi tokens are not a whole number of 3000-token sequences: that point is a row with
+    status error and its reason; the 4096-token point is solved."""
+    result = autopar.sweep(model="llama-8b", gpus=[8], seq_len=[4096, 3000], time_limit=5.0)
+    good, bad = result.rows
+    assert good.status == "optimal" and bad.status == "error"
+    assert "--global-batch-tokens" in bad.reason
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize("tokens", [float("inf"), float("nan"), -1.0, 1e30])
+def test_sweep_train_tokens_must_be_finite(tokens) -> None:
+    with pytest.raises(InputError, match="--train-tokens"):
+        autopar.sweep(model="llama-8b", gpus=[8], train_tokens=tokens)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"gpus": True},
+        {"gpus": 2.5},
+        {"gpus": "8"},
+        {"gpus": None},
+        {"gpus": 8, "seq_len": float("nan")},
+        {"gpus": 8, "global_batch": [1]},
+        {"gpus": 8, "time_limit": float("nan")},
+        {"gpus": 8, "top": 0},
+        {"gpus": 8, "model": 123},
+        {"gpus": 8, "gpu": b"h100"},
+        {"gpus": 8, "limits": {"tp": "x"}},
+        {"gpus": 8, "limits": {"bogus": 2}},
+        {"gpus": 8, "recompute": 5},
+        {"gpus": 8, "zero": [9]},
+        {"gpus": 8, "framework": ["megatron"]},
+        {"gpus": 8, "cost_model": ":"},
+    ],
+)
+def test_api_rejects_hostile_values_with_input_error(kwargs) -> None:
+    options = {"model": "llama-8b", **kwargs}
+    with pytest.raises(InputError):
+        autopar.solve(**options)
