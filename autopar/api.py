@@ -310,9 +310,8 @@ def solve_problem(
             result = dataclasses.replace(result, explanation=explanation)
         return result
     space = build_space(problem)
-    result = solve_space(
-        space, ctx, cm, top_k=top, time_limit_s=time_limit, num_workers=num_workers
-    )
+    left_s = max(0.0, deadline - time.perf_counter())  # the limit covers the set-up too
+    result = solve_space(space, ctx, cm, top_k=top, time_limit_s=left_s, num_workers=num_workers)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
     result = dataclasses.replace(result, inputs=inputs)
     if result.status == "infeasible":

@@ -15,6 +15,7 @@ integers only here: times in microseconds (``_us``), memory in KiB (``_kib``, ro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,19 @@ MERGE_MAX_ROWS = 300_000
 Qwen3-30B-A3B @ 256 GPUs to one time table (7.8 s proven vs 20 s at 150k) and halves the other
 MoE solves (benchmarks/solve_scaling.py)."""
 BYTES_PER_KIB = 1024
+CHECK_EVERY_ROWS = 8192
+"""Building a table checks the deadline after every this many rows (a few ms of work)."""
+
+
+class TimeLimitReached(Exception):
+    """The deadline passed while the model was being built (``build_model(deadline=...)``):
+    ``--time-limit`` covers model building too (issue 15)."""
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Raise ``TimeLimitReached`` once ``time.perf_counter()`` is past ``deadline``."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeLimitReached()
 
 
 @dataclass(slots=True)
@@ -48,6 +62,8 @@ class VarMap:
     capacity_kib: int
     families: dict[str, cp_model.IntVar] = field(default_factory=dict)
     indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
+    deadline: float | None = None
+    """``time.perf_counter()`` by which the build must be done (``TimeLimitReached``)."""
 
 
 def make_solver(
@@ -144,7 +160,11 @@ def _table(
     if len(ints) == 0:
         model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
         return 0
-    rows = [model.new_bool_var(f"{part.name}#{i}") for i in range(len(ints))]
+    rows = []
+    for start in range(0, len(ints), CHECK_EVERY_ROWS):
+        check_deadline(vm.deadline)
+        stop = min(start + CHECK_EVERY_ROWS, len(ints))
+        rows += [model.new_bool_var(f"{part.name}#{i}") for i in range(start, stop)]
     model.add_exactly_one(rows)
     if hint:
         best = int(np.argmin(ints))
@@ -152,6 +172,7 @@ def _table(
         for axis in key:
             model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
     for axis in key:
+        check_deadline(vm.deadline)
         column = grid[axis][ok]
         for value, indicator in vm.indicators[axis].items():
             members = [rows[i] for i in np.flatnonzero(column == value)]
@@ -229,6 +250,7 @@ def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: b
             constraint.only_enforce_if(_family_literal(model, vm, product.family))
     # Every other rule: an allowed-assignments table over its axes.
     for rule in space.rules:
+        check_deadline(vm.deadline)
         grid = _full_grid(space, rule.axes)
         rows = np.column_stack([grid[a] for a in rule.axes])[rule.check(grid)]
         constraint = model.add_allowed_assignments([vm.axes[a] for a in rule.axes], rows.tolist())
@@ -298,12 +320,14 @@ def build_model(
     *,
     explain: bool = False,
     memory_limit: bool = True,
+    deadline: float | None = None,
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
     ``explain`` builds the rules alone, each family guarded by an assumption literal, for
     ``sufficient_assumptions_for_infeasibility`` (no cost tables: their rows are pre-filtered by
-    every rule, which would hide the conflict from the literals).
+    every rule, which would hide the conflict from the literals). Past ``deadline``
+    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``.
     """
     model = cp_model.CpModel()
     vm = VarMap(
@@ -311,6 +335,7 @@ def build_model(
         objective=0,
         memory_kib=0,
         capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
+        deadline=deadline,
     )
     _add_layout(model, space, vm, explain=explain)
     if explain:

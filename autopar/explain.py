@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 
 from autopar import interrupt
 from autopar.axes import RECOMPUTE_MODES, ZERO_STAGES
-from autopar.cpsat import BYTES_PER_KIB, build_model, make_solver
+from autopar.cpsat import BYTES_PER_KIB, TimeLimitReached, build_model, make_solver
 from autopar.errors import InputError
 from autopar.plan import Layout
 from autopar.space import Space, build_space
@@ -47,7 +47,10 @@ def conflicting_families(
 ) -> list[dict[str, Any]]:
     """The rule families in an infeasible core of the rules alone (memory capacity lifted),
     each with its rules as the user reads them."""
-    model, vm = build_model(space.unpruned(), cost_model, ctx, explain=True)
+    try:
+        model, vm = build_model(space.unpruned(), cost_model, ctx, explain=True, deadline=deadline)
+    except TimeLimitReached:
+        return []
     solver = make_solver(time_limit_s=_left(deadline, CORE_TIME_S), probing=True)
     if interrupt.solve(solver, model) != cp_model.INFEASIBLE:
         return []
@@ -68,7 +71,10 @@ def nearest_memory_miss(
     """The smallest per-GPU footprint over all layouts the other rules allow."""
     if not all(space.domains.values()):
         return None
-    model, vm = build_model(space, cost_model, ctx, memory_limit=False)
+    try:
+        model, vm = build_model(space, cost_model, ctx, memory_limit=False, deadline=deadline)
+    except TimeLimitReached:
+        return None
     model.minimize(vm.memory_kib)
     solver = make_solver(time_limit_s=_left(deadline, MISS_TIME_S))
     if interrupt.solve(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -197,8 +203,8 @@ def _feasible(
         space = build_space(problem)
         if not all(space.domains.values()):
             return False
-        model, _ = build_model(space, cost_model, changed)
-    except (InputError, ValueError):
+        model, _ = build_model(space, cost_model, changed, deadline=deadline)
+    except (InputError, ValueError, TimeLimitReached):
         return False
     status = interrupt.solve(make_solver(time_limit_s=left), model)
     return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)

@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 
 from autopar import interrupt
 from autopar.axes import tie_key
-from autopar.cpsat import US_PER_S, VarMap, build_model, make_solver
+from autopar.cpsat import US_PER_S, TimeLimitReached, VarMap, build_model, make_solver
 from autopar.estimate import estimate_many
 from autopar.plan import Estimate, Layout
 from autopar.space import Space
@@ -71,6 +71,7 @@ class SolveResult:
             "gap": self.gap,
             "layouts": [estimate.to_dict() for estimate in self.layouts],
             "explanation": self.explanation,
+            "notes": list(self.notes),
             **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 
@@ -188,7 +189,10 @@ def solve_space(
     deadline = start + time_limit_s
     if not all(space.domains.values()):  # a rule, pin or limit leaves an axis no value
         return _no_solution("infeasible", start, workers)
-    model, vm = build_model(space, cost_model, ctx)
+    try:
+        model, vm = build_model(space, cost_model, ctx, deadline=deadline)
+    except TimeLimitReached:  # the time limit ran out while the model was being built
+        return _no_solution("unknown", start, workers)
     left = max(0.0, deadline - time.perf_counter())
     solver, status = _optimise(model, vm, time_limit_s=left, num_workers=workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -202,12 +206,14 @@ def solve_space(
     else:
         rows = [incumbent]  # not proven: no ranking of runners-up to stand behind
     estimates = estimate_many(_layouts_from_rows(rows), ctx, cost_model)
+    cut = len(rows) < top_k and time.perf_counter() >= deadline
     return SolveResult(
         status="optimal" if status == cp_model.OPTIMAL else "feasible",
         solve_time_s=time.perf_counter() - start,
         layouts=tuple(estimates),
         best_bound_step_time_s=solver.best_objective_bound / US_PER_S,
         num_workers=workers,
+        notes=(f"the time limit cut the runners-up short ({len(rows)} of {top_k})",) if cut else (),
     )
 
 

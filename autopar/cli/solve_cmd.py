@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -75,7 +76,9 @@ def register(app: typer.Typer) -> None:
         **axis_values: int | None,
     ) -> None:
         """Find the fastest layout that fits, proven optimal by CP-SAT."""
+        started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
+        api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         pins, limits = o.pins_and_limits(axis_values)
         problem = api.make_problem(
             **o.common(locals()),
@@ -93,7 +96,7 @@ def register(app: typer.Typer) -> None:
         result = api.solve_problem(
             problem,
             top=top,
-            time_limit=time_limit,
+            time_limit=max(0.0, time_limit - (time.perf_counter() - started)),
             num_workers=num_workers,
             cost_model=cost_model,
             pipeline_plan=pipeline_plan,
