@@ -240,9 +240,8 @@ def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: b
         model.add(vm.axes[axis] == sum(v * b for v, b in vm.indicators[axis].items()))
     # Each product rule (GPU count, global batch): the allowed factorisations of its total.
     for product in space.products:
-        grid = _full_grid(space, product.axes)
-        rows = np.column_stack([grid[a] for a in product.axes])
-        rows = rows[np.prod(rows, axis=1) == product.total]
+        check_deadline(vm.deadline)
+        rows = _factorisations(space, product.axes, product.total)
         constraint = model.add_allowed_assignments(
             [vm.axes[a] for a in product.axes], rows.tolist()
         )
@@ -256,6 +255,24 @@ def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: b
         constraint = model.add_allowed_assignments([vm.axes[a] for a in rule.axes], rows.tolist())
         if explain:
             constraint.only_enforce_if(_family_literal(model, vm, rule.family))
+
+
+def _factorisations(space: Space, axes: Sequence[str], total: int) -> np.ndarray:
+    """Rows of ``axes`` values (from their domains) whose product is ``total``: joined one axis
+    at a time keeping only partial products that divide ``total``, the last axis being
+    ``total / partial`` when its domain holds it. The full Cartesian product of four axes of
+    240 divisors each (831600 GPUs) would be 3.3e9 rows; the factorisations are about 1e5."""
+    rows = np.ones((1, 0), dtype=np.int64)
+    partial = np.ones(1, dtype=np.int64)
+    for axis in axes[:-1]:
+        values = np.array(space.domains[axis], dtype=np.int64)
+        partial = np.repeat(partial, len(values)) * np.tile(values, len(partial))
+        rows = np.column_stack([np.repeat(rows, len(values), axis=0), np.tile(values, len(rows))])
+        keep = total % partial == 0
+        rows, partial = rows[keep], partial[keep]
+    last = total // partial
+    keep = np.isin(last, np.array(space.domains[axes[-1]], dtype=np.int64))
+    return np.column_stack([rows[keep], last[keep]])
 
 
 def _full_grid(space: Space, axes: Sequence[str]) -> dict[str, np.ndarray]:

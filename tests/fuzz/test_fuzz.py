@@ -5,8 +5,12 @@ failure here prints the seed, and ``python benchmarks/fuzz.py --replay SEED`` re
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 
+import autopar
 from autopar.cli import app
 from tests.fuzz.contract import run_api, run_cli
 from tests.fuzz.generators import GENERATORS, make_case
@@ -34,3 +38,25 @@ def test_every_kind_is_generated_and_cases_replay() -> None:
     kinds = {make_case(seed).kind for seed in range(len(GENERATORS))}
     assert kinds == set(GENERATORS)
     assert make_case(1234) == make_case(1234)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # 240 divisors per axis: the product tables used to be built from 240**4 rows (20 GB)
+        {"model": "qwen3-235b-a22b", "gpus": 831600, "global_batch": 831600},
+        {
+            "model": "mixtral-8x22b",
+            "gpus": 997920,
+            "global_batch": 16216200,
+            "limits": {"mbs": 4096},
+        },
+        {"model": "llama-3.1-405b", "gpus": 2**20, "global_batch": 2**24, "seq_len": 2**24},
+    ],
+    ids=["831600-gpus", "997920-gpus", "maxima"],
+)
+def test_search_at_the_documented_maxima_keeps_its_time_limit(options) -> None:
+    start = time.perf_counter()
+    result = autopar.solve(time_limit=1.0, top=5, **options)
+    assert time.perf_counter() - start < 1.0 + 1.0
+    json.dumps(result.to_dict(), allow_nan=False)
