@@ -181,7 +181,11 @@ def make_problem(
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     _check_sizes(gpus, seq_len, pins, {} if limits is None else limits)
-    _check_names(precision=precision, grad_precision=grad_precision, framework=framework)
+    _check_names(precision=precision, framework=framework)
+    if grad_precision is not None:
+        _check_names(grad_precision=grad_precision)
+    if stack is not None and not isinstance(stack, str | StackSpec):
+        raise InputError(f"must be a stack name or file, got {excerpt(stack)}", source="--stack")
     spec_model = load_model(model)
     spec_cluster = load_cluster(
         gpu=gpu, cluster_file=cluster, gpus_per_node=gpus_per_node, comm_profile=comm_profile

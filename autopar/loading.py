@@ -592,12 +592,12 @@ def load_stack(name_or_path: str | StackSpec | None) -> StackSpec:
     path = preset_path("stacks", name)
     if path is None:
         candidate = Path(name)
-        if candidate.suffix not in (".yaml", ".yml", ".json") and not candidate.exists():
+        if candidate.suffix not in (".yaml", ".yml", ".json") and not _exists(candidate):
             known = ", ".join(preset_names("stacks"))
             raise InputError(
-                f"no stack preset or file named {name!r}; known: {known}", source="--stack"
+                f"no stack preset or file named {excerpt(name)}; known: {known}", source="--stack"
             )
-        if not candidate.is_file():
+        if not _exists(candidate):
             known = ", ".join(preset_names("stacks"))
             raise InputError(f"file not found; known stacks: {known}", source=str(candidate))
         path = candidate

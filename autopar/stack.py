@@ -11,10 +11,11 @@ no stack is named.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 
 DEFAULT_STACK = "megatron-lm"
 """The stack assumed when none is named (stated in README and in every output)."""
@@ -84,20 +85,26 @@ class StackSpec:
             "dropout",
         ):
             if not isinstance(getattr(self, name), bool):
-                raise InputError(f"must be true or false, got {getattr(self, name)!r}", field=name)
+                got = excerpt(getattr(self, name))
+                raise InputError(f"must be true or false, got {got}", field=name)
         _choice(self.cp_comm_type, CP_COMM_TYPES, "cp_comm_type")
         _choice(self.fp8_recipe, FP8_RECIPES, "fp8_recipe")
         if self.grad_reduce_dtype not in GRAD_DTYPES:
             raise InputError(
-                f"must be fp32 or bf16, got {self.grad_reduce_dtype!r}", field="grad_reduce_dtype"
+                f"must be fp32 or bf16, got {excerpt(self.grad_reduce_dtype)}",
+                field="grad_reduce_dtype",
             )
         if not isinstance(self.fp8_gemms, tuple):
             raise InputError("must be a list of GEMM names", field="fp8_gemms")
         for gemm in self.fp8_gemms:
             _choice(gemm, FP8_GEMMS, "fp8_gemms")
         reserve = self.memory_reserve_gib
-        if isinstance(reserve, bool) or not isinstance(reserve, int | float) or reserve < 0:
-            raise InputError(f"must be a number >= 0, got {reserve!r}", field="memory_reserve_gib")
+        number = isinstance(reserve, int | float) and not isinstance(reserve, bool)
+        if not (number and math.isfinite(reserve) and 0 <= reserve <= 1 << 20):
+            raise InputError(
+                f"must be a number in 0..1048576, got {excerpt(reserve)}",
+                field="memory_reserve_gib",
+            )
 
     def fp8(self, gemm: str) -> bool:
         """Whether ``gemm`` runs in FP8 when the training precision is FP8."""
@@ -116,7 +123,7 @@ SWITCHES: tuple[str, ...] = tuple(k for k in STACK_KEYS if k not in ("name", "de
 
 def _choice(value: object, choices: tuple[str, ...], name: str) -> None:
     if value not in choices:
-        raise InputError(f"must be one of {', '.join(choices)}, got {value!r}", field=name)
+        raise InputError(f"must be one of {', '.join(choices)}, got {excerpt(value)}", field=name)
 
 
 def normalise_switch(key: str, value: Any) -> Any:

@@ -182,7 +182,7 @@ def api_calls(case: Case, folder: Path) -> list[tuple[str, object]]:
     """(label, thunk) pairs calling the API on the case's files."""
     import autopar
     from autopar.calibration import load_profile, parse_nccl_log
-    from autopar.loading import load_cluster, load_gpu, load_model
+    from autopar.loading import load_cluster, load_gpu, load_model, load_stack
 
     calls: list[tuple[str, object]] = []
     for name in case.files:
@@ -196,6 +196,8 @@ def api_calls(case: Case, folder: Path) -> list[tuple[str, object]]:
             calls.append(("load_gpu", lambda p=path: load_gpu(p)))
         elif name.startswith("cluster"):
             calls.append(("load_cluster", lambda p=path: load_cluster(cluster_file=p)))
+        elif name.startswith("stack"):
+            calls.append(("load_stack", lambda p=path: load_stack(p)))
         elif name.startswith("profile"):
             calls.append(("load_profile", lambda p=path: load_profile(p)))
         elif name.endswith(".log"):

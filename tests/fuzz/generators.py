@@ -481,7 +481,8 @@ FLAG_POOL: tuple[str, ...] = (
     "--tp", "--pp", "--cp", "--ep", "--vpp", "--mbs", "--dp", "--max-pp", "--max-tp", "--max-mbs",
     "--max-vpp", "--top", "--time-limit", "--num-workers", "--precision", "--grad-precision",
     "--framework", "--recompute", "--zero", "--cost-model", "--cluster", "--comm-profile",
-    "--format",
+    "--format", "--stack", "--memory-reserve-gib", "--fp8-recipe", "--fp8-gemms",
+    "--cp-comm-type",
 )  # fmt: skip
 SPECIAL_VALUES: dict[str, tuple[str, ...]] = {
     "--gpu": ("", " ", "h100", "h1000", LONG_NAME, "a/b/c.yaml", "/dev/zero", "/", "\x00"),
@@ -494,6 +495,11 @@ SPECIAL_VALUES: dict[str, tuple[str, ...]] = {
     "--recompute": ("any", "none,full", "bogus", ",", ""),
     "--zero": ("any", "0,1", "3", "9", "", ","),
     "--format": FORMATS + ("xml", ""),
+    "--stack": ("nemo-24.07", "megatron-lm", "", "nope", LONG_NAME, "/", "/dev/zero"),
+    "--memory-reserve-gib": ("0", "4", "nan", "inf", "-1", "1e30", "80", "79.6"),
+    "--fp8-recipe": ("delayed", "mxfp8", "blockwise", "x", ""),
+    "--fp8-gemms": ("qkv,fc1", "", ",", "bogus", "qkv," * 1000),
+    "--cp-comm-type": ("p2p", "a2a", "a2a+p2p", "x", ""),
 }  # fmt: skip
 
 
@@ -532,6 +538,35 @@ def _flags_case(rng: random.Random, seed: int) -> Case:
     return Case(seed, "flags", tuple(argv + out_args), files, setup, limit)
 
 
+STACK: dict[str, object] = {
+    "name": "fuzz-stack",
+    "flash_attention": True,
+    "tp_comm_overlap": False,
+    "overlap_grad_reduce": True,
+    "overlap_param_gather": True,
+    "pp_comm_overlap": False,
+    "cp_comm_type": "p2p",
+    "ep_comm_overlap": False,
+    "fp8_recipe": "delayed",
+    "grad_reduce_dtype": "fp32",
+    "cross_entropy_fusion": False,
+    "dropout": True,
+    "memory_reserve_gib": 0,
+}
+
+
+def _stack_case(rng: random.Random, seed: int) -> Case:
+    if rng.random() < 0.15:
+        text = _whole_file(rng)
+    else:
+        text = mutate_mapping(rng, STACK, ("fp8_gemms", "description", "aliases")).encode()
+    files = {"stack.yaml": text, "model.yaml": yaml_text(TINY_MODEL).encode()}
+    extra: tuple[str, ...] = ("--stack", "{stack.yaml}")
+    if rng.random() < 0.3:
+        extra += ("--precision", "fp8")
+    return _solve_case(rng, seed, "stack", files, model="{model.yaml}", extra=extra)
+
+
 GENERATORS = {
     "model": _model_case,
     "gpu": _gpu_case,
@@ -539,6 +574,7 @@ GENERATORS = {
     "profile": _profile_case,
     "nccl": _log_case,
     "flags": _flags_case,
+    "stack": _stack_case,
 }
 
 
