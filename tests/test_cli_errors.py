@@ -324,3 +324,15 @@ def test_api_rejects_hostile_values_with_input_error(kwargs) -> None:
     options = {"model": "llama-8b", **kwargs}
     with pytest.raises(InputError):
         autopar.solve(**options)
+
+
+@pytest.mark.parametrize("fmt", ["json", "megatron", "torchtitan", "deepspeed"])
+def test_uneven_pipeline_solves_in_every_format(runner, fmt) -> None:
+    """Llama-3.1 405B's 126 layers need an uneven split: the launcher formats used to exit 2
+    where the JSON solve succeeded (the problem was rebuilt without --uneven-pipeline)."""
+    args = ["solve", "--model", "llama-3.1-405b", "--gpus", "1024", "--uneven-pipeline"]
+    rules = ["--framework", fmt] if fmt in ("torchtitan", "deepspeed") else []
+    result = runner.invoke(app, [*args, *rules, "--top", "1", "-f", fmt])
+    assert result.exit_code == 0, result.output
+    if fmt == "megatron":
+        assert "--pipeline-model-parallel-size" in result.stdout
