@@ -160,8 +160,10 @@ def _parse_header(body: str) -> _Header | None:
     return _Header(keys=keys, text=" ".join(tokens))
 
 
-MAX_LOG_BYTES = 256 << 20
-"""An nccl-tests log is a few KB to a few MB; 256 MiB bounds what is read."""
+MAX_LOG_BYTES = 64 << 20
+"""An nccl-tests log is a few KB to a few MB; 64 MiB bounds what is read."""
+MAX_LOG_ROWS = 20_000
+"""Table rows per log (a doubling sweep from 8 B to 16 GiB is 32 rows per collective)."""
 MAX_SIZE_BYTES = float(1 << 50)
 """Message sizes and counts above 1 PiB are not a measurement."""
 MAX_RANKS = 1 << 20
@@ -257,6 +259,8 @@ def _scan(lines: Sequence[str], *, source: str) -> _Scan:
         elif header is not None:
             rows.append(_parse_row(text.split(), header, where=f"{source}: line {lineno}"))
             programs.append(program)
+            if len(rows) > MAX_LOG_ROWS:
+                raise InputError(f"more than {MAX_LOG_ROWS:,} table rows", source=source)
     if last_header_line == 0:
         raise InputError(
             "no nccl-tests table header ('#  size  count  type ...') found", source=source

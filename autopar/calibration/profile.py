@@ -70,6 +70,9 @@ LARGE_WEIGHT = 4.0
 SATURATED_FRACTION = 0.9
 """A sweep counts as saturated when busbw at its largest size is >= 90% of the fitted peak."""
 TWO_REGIME_GAIN = 0.5
+MAX_SPLIT_CANDIDATES = 48
+"""Switch sizes tried for a two-regime fit: every measured size of a usual sweep (nccl-tests
+doubles the size: about 30), evenly spaced ones of a finer sweep, so the fit time is bounded."""
 MIN_REGIME_POINTS = 4
 TWO_NODE_EXCESS = 1.35
 """2-node all_reduce busbw above this multiple of the larger runs' is taken as the tree/NVLS
@@ -229,7 +232,11 @@ def _fit_regimes(collective: str, points: pd.DataFrame) -> tuple[Regime, ...]:
     one, sse_one = _fit_regime(collective, points, min_size_bytes=0.0)
     sizes = np.unique(points["size_bytes"])
     best: tuple[tuple[Regime, ...], float] = ((one,), sse_one)
-    for split in sizes[MIN_REGIME_POINTS : len(sizes) - MIN_REGIME_POINTS + 1]:
+    candidates = sizes[MIN_REGIME_POINTS : len(sizes) - MIN_REGIME_POINTS + 1]
+    if len(candidates) > MAX_SPLIT_CANDIDATES:  # a fine sweep: try evenly spaced switch sizes
+        picks = np.linspace(0, len(candidates) - 1, MAX_SPLIT_CANDIDATES).round().astype(int)
+        candidates = candidates[np.unique(picks)]
+    for split in candidates:
         below = points["size_bytes"] < split
         low, sse_low = _fit_regime(collective, points[below], min_size_bytes=0.0)
         high, sse_high = _fit_regime(collective, points[~below], min_size_bytes=float(split))
