@@ -30,6 +30,9 @@ SEED = 20240607
 US_PER_S = 1_000_000
 MAX_STEP_US = 10**15
 """Upper end of the step-time variable (31 years): any real layout is far below it."""
+MAX_TABLE_INT = 10**16
+"""Largest value of one table row once scaled (microseconds, KiB): sums of a few tables stay
+within CP-SAT's 64-bit integers."""
 MERGE_MAX_ROWS = 300_000
 """Tables merged from several terms grow to at most this many rows (see ``_merge``): 300k keeps
 Qwen3-30B-A3B @ 256 GPUs to one time table (7.8 s proven vs 20 s at 150k) and halves the other
@@ -150,12 +153,15 @@ def _table(
     key = grids.space.key_axes(part.axes)
     size = len(next(iter(grid.values()))) if grid else 1
     values = np.broadcast_to(np.asarray(part.values_of(grid), dtype=np.float64), (size,))
+    # A row whose value is not finite, or too large for CP-SAT's 64-bit integers once scaled
+    # (a step of centuries, exabytes of memory: a broken profile's figures), is impossible.
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(values) & (np.abs(values * scale) <= MAX_TABLE_INT)
     if not key and size == 1:
-        if not np.isfinite(values[0]):
+        if not ok[0]:
             model.add_bool_or([])  # the only combination is impossible
             return 0
         return int(_int_table(values, scale, ceil=ceil)[0])
-    ok = np.isfinite(values)
     ints = _int_table(np.where(ok, values, 0.0), scale, ceil=ceil)[ok]
     if len(ints) == 0:
         model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
