@@ -43,6 +43,13 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shorten(text: object, limit: int = 120) -> str:
+    """``text`` on one line, cut to ``limit`` characters (for an exception's message quoted in
+    ours; ``excerpt`` is for values)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 class InputError(ValueError):
     """Bad user input: names where (``source``: a file path or ``--flag``), what (``field``) and the
     rule that was broken. ``str(err)`` is the one line the CLI prints."""

@@ -14,7 +14,7 @@ import inspect
 import re
 from importlib.metadata import entry_points
 
-from autopar.errors import InputError, excerpt
+from autopar.errors import InputError, excerpt, shorten
 from autopar.terms import CostModel
 
 ENTRY_POINT_GROUP = "autopar.cost_models"
@@ -53,7 +53,7 @@ def _target(spec: str) -> object:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as err:  # ImportError, or anything the module raises
         raise InputError(
-            f"cannot import {excerpt(module_name)} ({type(err).__name__}: {excerpt(str(err), 80)})",
+            f"cannot import {excerpt(module_name)} ({type(err).__name__}: {shorten(err, 80)})",
             source="--cost-model",
         ) from None
     try:
@@ -99,7 +99,7 @@ def load_cost_model(spec: str | CostModel | None = None) -> CostModel:
             raise err.with_source("--cost-model") from None
         except (Exception, SystemExit) as err:  # the plug-in's factory failed
             raise InputError(
-                f"{excerpt(spec)} failed ({type(err).__name__}: {excerpt(str(err), 80)}); it "
+                f"{excerpt(spec)} failed ({type(err).__name__}: {shorten(err, 80)}); it "
                 "must take no arguments and return a CostModel",
                 source="--cost-model",
             ) from None

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from autopar.errors import InputError, excerpt
+from autopar.errors import InputError, excerpt, shorten
 
 MAX_INPUT_BYTES = 1 << 20
 """Model, GPU and cluster files: 1 MiB (a Hugging Face config.json is a few KB)."""
@@ -209,7 +209,7 @@ def _check_tree(data: Any, source: str) -> None:
 
 
 def _reason(err: BaseException) -> str:
-    return excerpt(str(err).split("\n")[0], 120).strip("'\"") or type(err).__name__
+    return shorten(str(err).split("\n")[0], 120) or type(err).__name__
 
 
 def _display(path: str | Path) -> str:

@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 from autopar.axes import AXES
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 
 SCHEMA_NAMES: tuple[str, ...] = ("evaluate", "solve")
 
@@ -33,7 +33,9 @@ def layout_schema() -> dict[str, Any]:
 def schema(name: str) -> dict[str, Any]:
     """The whole JSON schema of ``name`` (``evaluate`` or ``solve``)."""
     if name not in SCHEMA_NAMES:
-        raise InputError(f"must be one of {', '.join(SCHEMA_NAMES)}, got {name!r}", source="NAME")
+        raise InputError(
+            f"must be one of {', '.join(SCHEMA_NAMES)}, got {excerpt(name)}", source="NAME"
+        )
     out = copy.deepcopy(_template(name))
     if name == "evaluate":
         out["properties"]["layout"].update(layout_schema())

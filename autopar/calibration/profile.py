@@ -50,7 +50,7 @@ import pandas as pd
 import yaml
 
 from autopar.comm import COLLECTIVES, CollectiveModel, bus_bandwidth_factor
-from autopar.errors import InputError, excerpt
+from autopar.errors import InputError, excerpt, shorten
 from autopar.files import write_atomic
 from autopar.safe_yaml import load_mapping
 
@@ -677,7 +677,7 @@ def _build(cls: type, data: object, *, source: str, where: str = "") -> object:
     try:
         built = cls(**values)
     except TypeError as err:  # a required field is missing
-        raise _bad(f"bad entry ({excerpt(str(err), 80)})", source=source, where=where) from None
+        raise _bad(f"bad entry ({shorten(err, 80)})", source=source, where=where) from None
     _check_entry(built, source=source, where=where)
     return built
 

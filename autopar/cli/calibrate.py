@@ -24,7 +24,7 @@ from autopar.calibration.profile import (
     save_profile,
 )
 from autopar.cli.errors import guarded
-from autopar.errors import InputError, excerpt
+from autopar.errors import InputError, excerpt, shorten
 from autopar.limits import MAX_GPUS, check_int
 
 MAX_BENCH_PROCS = 256
@@ -257,7 +257,7 @@ def bench_gemm(
         except ValueError as err:
             if isinstance(err, InputError):
                 raise
-            raise InputError(excerpt(str(err), 200), source="--shape") from None
+            raise InputError(shorten(err, 200), source="--shape") from None
         for s in shapes:
             if s.m * s.k + s.k * s.n + s.m * s.n > MAX_BENCH_GEMM_ELEMENTS:
                 raise InputError(

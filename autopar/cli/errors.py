@@ -18,7 +18,7 @@ from typing import Any
 import click
 import typer
 
-from autopar.errors import InfeasibleError, InputError, OutputError, excerpt
+from autopar.errors import InfeasibleError, InputError, OutputError, shorten
 from autopar.files import check_writable
 
 EXIT_INFEASIBLE = 1
@@ -71,11 +71,11 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
         except MemoryError:
             raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
         except OSError as err:
-            name = f": {excerpt(str(err.filename), 120)}" if err.filename else ""
+            name = f": {shorten(err.filename, 120)}" if err.filename else ""
             reason = err.strerror or type(err).__name__
             raise _fail(f"error: {reason}{name}", EXIT_BAD_INPUT) from None
         except Exception as err:  # a bug: still one line, never a traceback
-            text = excerpt(str(err), 200)
+            text = shorten(err, 200)
             raise _fail(
                 f"internal error (please report): {type(err).__name__}: {text}", EXIT_INTERNAL
             ) from None
