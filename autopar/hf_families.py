@@ -29,11 +29,14 @@ renaming a key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autopar.errors import InputError
+from autopar.errors import InputError, excerpt
 
+MAX_FAMILY_INT = 1 << 24
+"""Largest value of a family key (ranks, expert counts, windows): checked before arithmetic."""
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 DEEPSEEK_KEYS = (
     *MLA_KEYS,
@@ -139,10 +142,13 @@ def _int(data: Mapping[str, Any], key: str, default: int | None = None) -> int:
         if default is None:
             raise InputError("required key is missing", field=key)
         return default
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"must be a non-negative integer, got {value!r}", field=key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FAMILY_INT:
+        raise InputError(
+            f"must be a non-negative integer <= {MAX_FAMILY_INT:,}, got {excerpt(value)}",
+            field=key,
+        )
     return value
 
 
@@ -151,7 +157,7 @@ def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {value!r}", field=key)
+        raise InputError(f"must be true or false, got {excerpt(value)}", field=key)
     return value
 
 
@@ -281,9 +287,12 @@ def _gpt_oss(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, An
         _refuse(data, family, "layer_types", f"must list one type per layer ({layers})")
     mixers = {"sliding_attention": "sliding", "full_attention": "attention"}
     for value in types:
-        if value not in mixers:
+        if not isinstance(value, str) or value not in mixers:
             _refuse(
-                data, family, "layer_types", f"{value!r} is not sliding_attention or full_attention"
+                data,
+                family,
+                "layer_types",
+                f"{excerpt(value)} is not sliding_attention or full_attention",
             )
     window = _int(data, "sliding_window", 0)
     if "sliding_attention" in types and not window:
@@ -312,6 +321,7 @@ def _llama4(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any
         not isinstance(i, int) or not 0 <= i < layers for i in moe_layers
     ):
         _refuse(data, family, "moe_layers", f"must list layer indices below {layers}")
+    moe_layers = set(moe_layers)  # membership per layer below: O(1), not O(layers)
     no_rope = data.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
     if not isinstance(no_rope, list) or len(no_rope) != layers:
         _refuse(data, family, "no_rope_layers", f"must hold one 0/1 per layer ({layers})")
@@ -364,8 +374,8 @@ def _nemotron_h(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str,
         _refuse(data, family, "num_experts_per_tok", f"must be in 1..n_routed_experts ({experts})")
     act = data.get("mlp_hidden_act", "relu2")
     kinds = {"relu2": "squared_relu", "silu": "swiglu", "gelu": "gelu"}
-    if act not in kinds:
-        _refuse(data, family, "mlp_hidden_act", f"{act!r} is not relu2, silu or gelu")
+    if not isinstance(act, str) or act not in kinds:
+        _refuse(data, family, "mlp_hidden_act", f"{excerpt(act)} is not relu2, silu or gelu")
     heads = fields["num_attention_heads"]
     head_dim = _int(data, "attention_head_dim", fields["head_dim"])
     if "M" in pattern:

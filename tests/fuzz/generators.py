@@ -10,6 +10,7 @@ content); some inputs stay valid so the contract is also checked on runs that su
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import dataclass, field
@@ -104,7 +105,9 @@ class Case:
 
 
 def _yaml_scalar(value: object) -> str:
-    return json.dumps(value) if isinstance(value, str) else str(value).lower()
+    if isinstance(value, str | list | dict):
+        return json.dumps(value)  # JSON is YAML: strings, lists and mappings as flow style
+    return str(value).lower()
 
 
 def yaml_text(mapping: dict[str, object], raw: dict[str, str] | None = None) -> str:
@@ -275,8 +278,21 @@ def _solve_case(
     return Case(seed, kind, tuple(args + out_args), files, setup, limit)
 
 
+@functools.cache
+def preset_models() -> tuple[dict[str, object], ...]:
+    """Every model preset as its mapping (all the families autopar reads: dense, MoE,
+    multi-latent attention, hybrid Mamba ...), in file-name order."""
+    import yaml
+
+    folder = REPO / "autopar" / "presets" / "models"
+    return tuple(yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml")))
+
+
 def _model_case(rng: random.Random, seed: int) -> Case:
-    base = TINY_MOE if rng.random() < 0.3 else TINY_MODEL
+    roll = rng.random()
+    base = (
+        TINY_MOE if roll < 0.2 else TINY_MODEL if roll < 0.55 else dict(rng.choice(preset_models()))
+    )
     roll = rng.random()
     if roll < 0.15:
         files = {"model.yaml": _whole_file(rng)}
