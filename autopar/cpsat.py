@@ -104,13 +104,16 @@ def _family_literal(model: cp_model.CpModel, vm: VarMap, family: str | None):
 
 
 class _Grids:
-    """``Space.pruned_grid`` memoised by axis set, for one model build."""
+    """``Space.pruned_grid`` memoised by axis set, for one model build; every lookup (one per
+    term evaluation) checks the build's deadline."""
 
-    def __init__(self, space: Space) -> None:
+    def __init__(self, space: Space, deadline: float | None = None) -> None:
         self.space = space
+        self.deadline = deadline
         self._cache: dict[frozenset[str], dict[str, np.ndarray]] = {}
 
     def grid(self, axes: tuple[str, ...]) -> dict[str, np.ndarray]:
+        check_deadline(self.deadline)
         key = frozenset(axes)
         if key not in self._cache:
             self._cache[key] = self.space.pruned_grid(axes)
@@ -309,7 +312,7 @@ def _add_cost(
     memory_parts += [
         _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
     ]
-    grids = _Grids(space)
+    grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
     memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:
