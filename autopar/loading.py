@@ -323,6 +323,8 @@ def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
     try:
         return _model_spec(data, name=name)
     except InputError as err:
+        if err.field in written.values():  # already the key as the file wrote it
+            raise
         hf_key = next((k for k, f in MODEL_KEYS.items() if f == err.field and k in data), None)
         hf_key = hf_key or next((k for k, f in MODEL_KEYS.items() if f == err.field), err.field)
         raise err.with_field(written.get(hf_key, hf_key)) from None
