@@ -336,3 +336,32 @@ def test_uneven_pipeline_solves_in_every_format(runner, fmt) -> None:
     assert result.exit_code == 0, result.output
     if fmt == "megatron":
         assert "--pipeline-model-parallel-size" in result.stdout
+
+
+def test_stale_temp_files_never_block_a_write_and_are_cleared(tmp_path) -> None:
+    """A run killed by SIGKILL can leave ``.out.json.*.tmp``: the next write succeeds beside it
+    and removes it once it is older than ``STALE_TEMP_S`` (a live write takes milliseconds)."""
+    import os
+
+    from autopar.files import STALE_TEMP_S, write_atomic
+
+    stale = tmp_path / ".out.json.abc123.tmp"
+    fresh = tmp_path / ".out.json.def456.tmp"
+    stale.write_text("half")
+    fresh.write_text("in flight")
+    old = time.time() - STALE_TEMP_S - 60
+    os.utime(stale, (old, old))
+    write_atomic(tmp_path / "out.json", "{}\n")
+    assert (tmp_path / "out.json").read_text() == "{}\n"
+    assert not stale.exists() and fresh.exists()
+
+
+def test_write_atomic_reports_os_failures_as_output_errors(tmp_path) -> None:
+    from autopar.errors import OutputError
+    from autopar.files import write_atomic
+
+    with pytest.raises(OutputError, match="is a directory"):
+        write_atomic(tmp_path, "x")
+    with pytest.raises(OutputError, match="directory does not exist"):
+        write_atomic(tmp_path / "no" / "out.json", "x")
+    assert list(tmp_path.iterdir()) == []
