@@ -15,7 +15,6 @@ integers only here: times in microseconds (``_us``), memory in KiB (``_kib``, ro
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.axes import GRID_AXES
+from autopar.deadline import check_deadline
 from autopar.space import Space
 from autopar.terms import CostModel, TermContext
 
@@ -40,17 +40,6 @@ MoE solves (benchmarks/solve_scaling.py)."""
 BYTES_PER_KIB = 1024
 CHECK_EVERY_ROWS = 8192
 """Building a table checks the deadline after every this many rows (a few ms of work)."""
-
-
-class TimeLimitReached(Exception):
-    """The deadline passed while the model was being built (``build_model(deadline=...)``):
-    ``--time-limit`` covers model building too (issue 15)."""
-
-
-def check_deadline(deadline: float | None) -> None:
-    """Raise ``TimeLimitReached`` once ``time.perf_counter()`` is past ``deadline``."""
-    if deadline is not None and time.perf_counter() > deadline:
-        raise TimeLimitReached()
 
 
 @dataclass(slots=True)

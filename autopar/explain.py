@@ -18,7 +18,8 @@ from ortools.sat.python import cp_model
 
 from autopar import interrupt
 from autopar.axes import RECOMPUTE_MODES, ZERO_STAGES
-from autopar.cpsat import BYTES_PER_KIB, TimeLimitReached, build_model, make_solver
+from autopar.cpsat import BYTES_PER_KIB, build_model, make_solver
+from autopar.deadline import TimeLimitReached
 from autopar.errors import InputError
 from autopar.plan import Layout
 from autopar.space import Space, build_space

@@ -31,6 +31,8 @@ MAX_TIME_LIMIT_S = 1e6
 """``--time-limit``: about 11.6 days."""
 MAX_WORKERS = 256
 """``--num-workers``: CP-SAT threads."""
+MAX_JOBS = 64
+"""``autopar sweep --jobs``: worker processes (each loads autopar: about 150 MB)."""
 MAX_SWEEP_POINTS = 1024
 """``autopar sweep``: grid points (GPU counts x GPU types x sequence lengths)."""
 MAX_TRAIN_TOKENS = 1e18

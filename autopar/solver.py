@@ -22,7 +22,8 @@ from ortools.sat.python import cp_model
 
 from autopar import interrupt
 from autopar.axes import tie_key
-from autopar.cpsat import US_PER_S, TimeLimitReached, VarMap, build_model, make_solver
+from autopar.cpsat import US_PER_S, VarMap, build_model, make_solver
+from autopar.deadline import TimeLimitReached
 from autopar.estimate import estimate_many
 from autopar.plan import Estimate, Layout
 from autopar.space import Space

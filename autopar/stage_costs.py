@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.deadline import check_deadline
 from autopar.terms import CostModel, TermContext
 
 NUM_RECOMPUTE_MODES = 3
@@ -148,7 +149,11 @@ def _place(term) -> str:
 
 
 def probe_stage_costs(
-    cost_model: CostModel, ctx: TermContext, grid: Mapping[str, np.ndarray]
+    cost_model: CostModel,
+    ctx: TermContext,
+    grid: Mapping[str, np.ndarray],
+    *,
+    deadline: float | None = None,
 ) -> StageCosts:
     """``StageCosts`` of ``cost_model`` over the rows of ``grid`` (every axis; ``recompute`` is
     ignored: each mode is probed)."""
@@ -189,6 +194,7 @@ def probe_stage_costs(
         sub = {a: np.asarray(v)[rows] for a, v in grid.items()}
         n = len(rows)
         for kind in kinds:
+            check_deadline(deadline)  # --time-limit covers probing (autopar.deadline)
             probes = [
                 dataclasses.replace(ctx, model=_probe_model(model, kind, int(p) * layers))
                 for layers in (1, 2)

@@ -39,6 +39,7 @@ from ortools.sat.python import cp_model
 
 from autopar.axes import AXIS, GRID_AXES
 from autopar.cpsat import VarMap, _add_layout, make_solver
+from autopar.deadline import TimeLimitReached, check_deadline
 from autopar.plan import Layout
 from autopar.rules import layout_rules
 from autopar.space import Space, products
@@ -137,7 +138,12 @@ def _uniform_recomputes(modes: tuple[str, ...], max_chunk: int) -> list[StageRec
 
 
 def candidates(
-    problem: Problem, space: Space, ctx: TermContext, cost_model: CostModel
+    problem: Problem,
+    space: Space,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    deadline: float | None = None,
 ) -> Candidates:
     """Every outer row with its costs, lower bound and best heuristic plan (module docstring).
 
@@ -146,7 +152,7 @@ def candidates(
     with the fewest layers where the most micro-batches are in flight, and each stage given the
     cheapest recompute that fits (exact for given layer counts: stages fit independently)."""
     grid = space.pruned_grid(GRID_AXES)
-    costs = probe_stage_costs(cost_model, ctx, grid)
+    costs = probe_stage_costs(cost_model, ctx, grid, deadline=deadline)
     size = len(grid["pp"])
     capacity = float(ctx.cluster.usable_memory_bytes)
     lower = np.full(size, np.inf)
@@ -172,6 +178,7 @@ def candidates(
 
     groups = _groups(grid)
     for (p, v), index in groups.items():
+        check_deadline(deadline)  # --time-limit covers the plan search (issue 15)
         sub = _subset(costs, index)
         m = np.asarray(grid["grad_accum"][index], dtype=np.int64)
         lower[index] = _balanced_bound(sub, p, v, m)
@@ -184,6 +191,7 @@ def candidates(
                 consider(index, sub, m, _spread(balanced, p, v, int(m[0])), p, v)
     bound = float(np.min(best_s)) if size else np.inf
     for (p, v), index in groups.items():
+        check_deadline(deadline)
         # The water-filling bound where the balanced one does not already rule the row out.
         open_rows = index[lower[index] <= bound * (1 + 1e-9)]
         if not len(open_rows):
@@ -716,8 +724,45 @@ def solve_stages(
 ) -> StageSolution:
     """The fastest layout with its per-stage plan, proven optimal when the status says so.
     Models of one layer kind use per-stage tables (``autopar.stage_tables``) unless ``tables``
-    is false; the others, chunk boundaries and recompute counts."""
+    is false; the others, chunk boundaries and recompute counts. When the time limit runs out
+    before the search starts, the status is ``unknown``."""
     start = time.perf_counter()
+    try:
+        return _solve_stages(
+            problem,
+            ctx,
+            cost_model,
+            time_limit_s=time_limit_s,
+            num_workers=num_workers,
+            tables=tables,
+            start=start,
+        )
+    except TimeLimitReached:
+        return StageSolution(
+            status="unknown",
+            layout=None,
+            plan=None,
+            step_time_s=None,
+            bound_s=None,
+            rows_total=0,
+            rows_kept=0,
+            candidates=None,
+            build_s=time.perf_counter() - start,
+            solve_s=0.0,
+        )
+
+
+def _solve_stages(
+    problem: Problem,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    time_limit_s: float,
+    num_workers: int,
+    tables: bool,
+    start: float,
+) -> StageSolution:
+    deadline = start + time_limit_s
     space = per_stage_space(problem)
     if not all(space.domains.values()):
         return StageSolution(
@@ -732,7 +777,7 @@ def solve_stages(
             build_s=time.perf_counter() - start,
             solve_s=0.0,
         )
-    cand = candidates(problem, space, ctx, cost_model)
+    cand = candidates(problem, space, ctx, cost_model, deadline=deadline)
     grid = cand.grid
     modes = allowed_modes(problem)
     capacity_float = float(ctx.cluster.usable_memory_bytes)
@@ -745,6 +790,7 @@ def solve_stages(
         # Exact per-stage tables on the rows left: a tighter bound and an exact water-filled
         # plan per row, then prune again.
         for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
+            check_deadline(deadline)
             rows = keep[index]
             sub = _subset(cand.costs, rows)
             m = np.asarray(grid["grad_accum"][rows], dtype=np.int64)

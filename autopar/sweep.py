@@ -233,7 +233,7 @@ def _run_processes(jobs: list[_PointJob], workers: int, progress: Progress | Non
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     rows: list[Solved | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
         futures = {pool.submit(_solve_point, job): i for i, job in enumerate(jobs)}
         try:
             for done, future in enumerate(as_completed(futures), 1):
@@ -273,11 +273,10 @@ def _run_dask(jobs: list[_PointJob], workers: int, scheduler: str | None, progre
 
 
 def check_jobs(jobs: Any, executor: str) -> None:
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise InputError(f"must be a positive number of processes, got {jobs!r}", source="--jobs")
-    if executor not in EXECUTORS:
+    bounds.check_int(jobs, source="--jobs", maximum=bounds.MAX_JOBS)
+    if not isinstance(executor, str) or executor not in EXECUTORS:
         raise InputError(
-            f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", source="--executor"
+            f"must be one of {', '.join(EXECUTORS)}, got {excerpt(executor)}", source="--executor"
         )
 
 

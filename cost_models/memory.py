@@ -48,6 +48,7 @@ from autopar.terms import Grid, TermContext
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.shapes import (
+    all_stage_kinds,
     dense_layer_params,
     expert_params,
     kind_params,
@@ -58,7 +59,6 @@ from cost_models.shapes import (
     padded_vocab,
     peak_in_flight_stage_bytes,
     query_size,
-    stage_kinds,
     stage_layers,
 )
 from cost_models.switches import switch
@@ -99,8 +99,7 @@ def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool,
     """Per stage: dense-grid layer parameters (MTP modules on the last), whether it holds the
     input embedding (first) and the output layer (last)."""
     out = []
-    for stage in range(pp):
-        counts = stage_kinds(model, pp, stage)
+    for stage, counts in enumerate(all_stage_kinds(model, pp)):
         params = float(sum(n * kind_params(model, kind) for kind, n in counts.items()))
         last = stage == pp - 1
         if last:
@@ -215,8 +214,8 @@ def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     out = np.zeros(len(pp))
     for value in np.unique(pp):
         most = max(
-            sum(n for kind, n in stage_kinds(model, int(value), i).items() if kind.endswith("/moe"))
-            for i in range(int(value))
+            sum(n for kind, n in counts.items() if kind.endswith("/moe"))
+            for counts in all_stage_kinds(model, int(value))
         )
         out[pp == value] = most
     return out

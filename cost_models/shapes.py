@@ -206,14 +206,15 @@ def stage_bounds(num_layers: int, pp: int, *, last_extra_layers: int = 0) -> lis
 def stage_kinds(model: ModelSpec, pp: int, stage: int) -> dict[str, int]:
     """Layer kinds held by one pipeline stage; MTP modules sit on the last stage (Megatron
     ``multi_token_prediction.py``: ``mtp_on_this_rank`` is the last pipeline stage)."""
-    return dict(_all_stage_kinds(model, pp)[stage])
+    return dict(all_stage_kinds(model, pp)[stage])
 
 
 @functools.lru_cache(maxsize=256)
-def _all_stage_kinds(model: ModelSpec, pp: int) -> tuple[dict[str, int], ...]:
-    """``stage_kinds`` of every stage, in one pass over the layers: callers ask for each stage
-    of each ``pp`` of every term, which per stage cost O(layers + pp) (a 4096-layer model at
-    PP 4096 took minutes). Memoised per (model, pp); read-only for callers."""
+def all_stage_kinds(model: ModelSpec, pp: int) -> tuple[dict[str, int], ...]:
+    """``stage_kinds`` of every stage, in one pass over the layers. Loops over the stages use
+    this: asking ``stage_kinds`` stage by stage cost O(layers) each (the split, then hashing the
+    model's per-layer kinds), and a 4096-layer model at PP 4096 took minutes. Memoised per
+    (model, pp); the dicts are shared, read them only."""
     bounds = stage_bounds(model.num_layers, pp, last_extra_layers=model.num_mtp_layers)
     kinds = model.layer_kinds
     out = []
@@ -245,7 +246,7 @@ def heaviest_stage(
     is_last = np.zeros(len(pp), dtype=bool)
     weights = {kind: weight(kind) for kind in kinds}
     for value in np.unique(pp):
-        stages = [stage_kinds(model, int(value), i) for i in range(int(value))]
+        stages = all_stage_kinds(model, int(value))
         loads = [sum(n * weights[k] for k, n in c.items()) for c in stages]
         loads[-1] += last_stage_extra
         index = int(np.argmax(loads))
@@ -295,9 +296,10 @@ def peak_in_flight_stage_bytes(
         rows = pp == value
         stages = int(value)
         peak = np.zeros(int(rows.sum()))
+        kinds_of = all_stage_kinds(model, stages)
         for i in range(stages):
             total = extra[rows] if i == 0 else np.zeros(int(rows.sum()))
-            for kind, count in stage_kinds(model, stages, i).items():
+            for kind, count in kinds_of[i].items():
                 total = total + count * kind_bytes(kind)[rows]
             peak = np.maximum(peak, total * (stages - i) / stages)
         out[rows] = peak
