@@ -269,6 +269,8 @@ def _solve_case(
         args += limit_args
     if command == "solve" and rng.random() < 0.3:
         args += ["--top", _flag_value(rng, ("1", "3", "5"))]
+    if command != "evaluate" and rng.random() < 0.15:
+        args += ["--pipeline-plan", "per-stage"]
     if command == "sweep" and rng.random() < 0.4:
         args += ["--train-tokens", rng.choice(("1e12", "inf", "nan", "-1", "1e30", "x"))]
     if command == "evaluate" and rng.random() < 0.5:
@@ -498,7 +500,8 @@ FLAG_POOL: tuple[str, ...] = (
     "--max-vpp", "--top", "--time-limit", "--num-workers", "--precision", "--grad-precision",
     "--framework", "--recompute", "--zero", "--cost-model", "--cluster", "--comm-profile",
     "--format", "--stack", "--memory-reserve-gib", "--fp8-recipe", "--fp8-gemms",
-    "--cp-comm-type",
+    "--cp-comm-type", "--pipeline-plan", "--stage-layers", "--stage-recompute", "--jobs",
+    "--executor",
 )  # fmt: skip
 SPECIAL_VALUES: dict[str, tuple[str, ...]] = {
     "--gpu": ("", " ", "h100", "h1000", LONG_NAME, "a/b/c.yaml", "/dev/zero", "/", "\x00"),
@@ -516,6 +519,11 @@ SPECIAL_VALUES: dict[str, tuple[str, ...]] = {
     "--fp8-recipe": ("delayed", "mxfp8", "blockwise", "x", ""),
     "--fp8-gemms": ("qkv,fc1", "", ",", "bogus", "qkv," * 1000),
     "--cp-comm-type": ("p2p", "a2a", "a2a+p2p", "x", ""),
+    "--pipeline-plan": ("uniform", "per-stage", "per-stage", "x", ""),
+    "--stage-layers": ("2,2", "4", "1,3", "0,4", ",", "9" * 30 + ",1", "1," * 3000),
+    "--stage-recompute": ("none,full:1", "selective", "full:0", "full:999999", "x", ""),
+    "--jobs": ("1", "2", "0", "100000", "-1"),
+    "--executor": ("processes", "dask", "x", ""),
 }  # fmt: skip
 
 
