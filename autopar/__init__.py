@@ -11,6 +11,7 @@ Public API (keyword arguments mirror the CLI flags)::
 
 from __future__ import annotations
 
+import autopar.startup  # noqa: F401  (first: quiet Ctrl-C / SIGTERM while the CLI starts)
 from autopar.api import (
     evaluate,
     evaluate_problem,

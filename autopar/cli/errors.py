@@ -88,6 +88,9 @@ def run_guarded(app: typer.Typer) -> None:
     escaping a command still ends as one line, not a traceback."""
     with contextlib.suppress(ValueError):  # not the main thread (embedded use): keep default
         signal.signal(signal.SIGTERM, _on_sigterm)
+        # Ctrl-C is a KeyboardInterrupt again (autopar.startup made it a quiet exit while the
+        # imports ran): commands stop cleanly, keeping what is done.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         app()
     except (InputError, OutputError) as err:

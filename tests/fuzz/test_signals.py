@@ -95,3 +95,15 @@ def test_time_limit_covers_building_a_large_model(runner, tmp_path) -> None:
     assert elapsed < 0.5 + 1.0, elapsed
     data = json.loads(result.stdout)
     assert data["status"] in ("optimal", "feasible") or data["explanation"]["cut_short"]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_start_up_is_an_exit_code_not_a_traceback(tmp_path, sig, code) -> None:
+    """The imports take about a second; Python's default Ctrl-C handler printed a
+    KeyboardInterrupt traceback then (autopar.startup)."""
+    process = _start(["solve", "--model", "llama-8b", "--gpus", "8"], tmp_path)
+    time.sleep(0.2)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr and stderr.count("\n") == 1
