@@ -175,8 +175,17 @@ def _rows_where(grid: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.n
 
 def build_space(problem: Problem) -> Space:
     """The space of ``problem``: the axes' domains, with the single-axis rules folded in."""
-    rules = layout_rules(problem)
     unpruned = {axis.name: axis.values(problem) for axis in AXES}
+    return space_of(problem, layout_rules(problem), unpruned)
+
+
+def space_of(
+    problem: Problem, rules: Iterable[Rule], unpruned: Mapping[str, tuple[int, ...]]
+) -> Space:
+    """A space over ``unpruned`` domains and ``rules`` (the single-axis ones folded into the
+    domains), with the problem's products: ``build_space``'s, or a variant of it (the per-stage
+    plan search swaps the pipeline-split rules and fixes ``recompute``)."""
+    rules = tuple(rules)
     domains = dict(unpruned)
     single = tuple(rule for rule in rules if len(rule.axes) == 1)
     for rule in single:
@@ -187,6 +196,6 @@ def build_space(problem: Problem) -> Space:
         domains=domains,
         rules=tuple(rule for rule in rules if len(rule.axes) > 1),
         products=products(problem),
-        unpruned_domains=unpruned,
+        unpruned_domains=dict(unpruned),
         single_axis_rules=single,
     )

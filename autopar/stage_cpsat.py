@@ -42,7 +42,7 @@ from autopar.cpsat import VarMap, _add_layout, make_solver
 from autopar.deadline import TimeLimitReached, check_deadline
 from autopar.plan import Layout
 from autopar.rules import layout_rules
-from autopar.space import Space, products
+from autopar.space import Space, space_of
 from autopar.specs import Problem
 from autopar.stage_costs import StageCosts, probe_stage_costs
 from autopar.stage_estimate import with_plan_recompute
@@ -92,19 +92,7 @@ def per_stage_space(problem: Problem) -> Space:
     unpruned = {axis.name: axis.values(problem) for axis in AXIS.values()}
     codes = unpruned["recompute"]
     unpruned["recompute"] = (min(codes),) if codes else ()
-    domains = dict(unpruned)
-    single = tuple(r for r in rules if len(r.axes) == 1)
-    for rule in single:
-        axis = rule.axes[0]
-        values = np.array(domains[axis], dtype=np.int64)
-        domains[axis] = tuple(int(v) for v in values[rule.check({axis: values})])
-    return Space(
-        domains=domains,
-        rules=tuple(r for r in rules if len(r.axes) > 1),
-        products=products(problem),
-        unpruned_domains=unpruned,
-        single_axis_rules=single,
-    )
+    return space_of(problem, rules, unpruned)
 
 
 def allowed_modes(problem: Problem) -> tuple[str, ...]:
@@ -712,6 +700,22 @@ class StageSolution:
     build_s: float
     solve_s: float
 
+    @classmethod
+    def without_layout(cls, status: str, start: float) -> StageSolution:
+        """No layout: ``infeasible`` before the search, or ``unknown`` when time ran out."""
+        return cls(
+            status=status,
+            layout=None,
+            plan=None,
+            step_time_s=None,
+            bound_s=None,
+            rows_total=0,
+            rows_kept=0,
+            candidates=None,
+            build_s=time.perf_counter() - start,
+            solve_s=0.0,
+        )
+
 
 def solve_stages(
     problem: Problem,
@@ -738,18 +742,7 @@ def solve_stages(
             start=start,
         )
     except TimeLimitReached:
-        return StageSolution(
-            status="unknown",
-            layout=None,
-            plan=None,
-            step_time_s=None,
-            bound_s=None,
-            rows_total=0,
-            rows_kept=0,
-            candidates=None,
-            build_s=time.perf_counter() - start,
-            solve_s=0.0,
-        )
+        return StageSolution.without_layout("unknown", start)
 
 
 def _solve_stages(
@@ -765,18 +758,7 @@ def _solve_stages(
     deadline = start + time_limit_s
     space = per_stage_space(problem)
     if not all(space.domains.values()):
-        return StageSolution(
-            status="infeasible",
-            layout=None,
-            plan=None,
-            step_time_s=None,
-            bound_s=None,
-            rows_total=0,
-            rows_kept=0,
-            candidates=None,
-            build_s=time.perf_counter() - start,
-            solve_s=0.0,
-        )
+        return StageSolution.without_layout("infeasible", start)
     cand = candidates(problem, space, ctx, cost_model, deadline=deadline)
     grid = cand.grid
     modes = allowed_modes(problem)
