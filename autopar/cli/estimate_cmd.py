@@ -16,6 +16,7 @@ from autopar.cli.render import check_format, framework_notes, render_estimate
 def register(app: typer.Typer) -> None:
     @app.command("evaluate")
     @guarded
+    @o.with_stack_options
     @o.with_axis_options("evaluate")
     def evaluate(
         model: o.Model,
@@ -29,20 +30,8 @@ def register(app: typer.Typer) -> None:
         seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
         grad_precision: o.GradPrecision = None,
-        stack: o.Stack = None,
-        flash_attention: o.FlashAttention = None,
-        tp_comm_overlap: o.TpCommOverlap = None,
-        overlap_grad_reduce: o.OverlapGradReduce = None,
-        overlap_param_gather: o.OverlapParamGather = None,
-        pp_comm_overlap: o.PpCommOverlap = None,
-        cp_comm_type: o.CpCommType = None,
-        ep_comm_overlap: o.EpCommOverlap = None,
-        fp8_recipe: o.Fp8Recipe = None,
-        fp8_gemms: o.Fp8Gemms = None,
-        cross_entropy_fusion: o.CrossEntropyFusion = None,
-        dropout: o.Dropout = None,
-        memory_reserve_gib: o.MemoryReserveGib = None,
         framework: o.Framework = "megatron",
+        stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
         pipeline_plan: o.PipelinePlan = "uniform",

@@ -147,15 +147,54 @@ Output = Annotated[
 COMMON_KEYS: tuple[str, ...] = (
     "model", "gpus", "gpu", "gpus_per_node", "cluster", "comm_profile", "global_batch",
     "global_batch_tokens", "seq_len", "precision", "grad_precision", "framework",
-    "stack", "flash_attention", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-    "pp_comm_overlap", "cp_comm_type", "ep_comm_overlap", "fp8_recipe", "fp8_gemms",
-    "cross_entropy_fusion", "dropout", "memory_reserve_gib",
 )  # fmt: skip
+
+STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("stack", Stack),
+    ("flash_attention", FlashAttention),
+    ("tp_comm_overlap", TpCommOverlap),
+    ("overlap_grad_reduce", OverlapGradReduce),
+    ("overlap_param_gather", OverlapParamGather),
+    ("pp_comm_overlap", PpCommOverlap),
+    ("cp_comm_type", CpCommType),
+    ("ep_comm_overlap", EpCommOverlap),
+    ("fp8_recipe", Fp8Recipe),
+    ("fp8_gemms", Fp8Gemms),
+    ("cross_entropy_fusion", CrossEntropyFusion),
+    ("dropout", Dropout),
+    ("memory_reserve_gib", MemoryReserveGib),
+)
+"""The training-stack options every problem-building command takes (``--stack`` and each
+switch of it), all defaulting to the stack's own value; ``with_stack_options`` adds them."""
 
 
 def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The shared options of a command (pass its ``locals()``) as Python API keyword arguments."""
-    return {key: values[key] for key in COMMON_KEYS if key not in skip}
+    """The shared options of a command (pass its ``locals()``) as Python API keyword arguments,
+    the stack options (``stack_options``) included."""
+    out = {key: values[key] for key in COMMON_KEYS if key not in skip}
+    return {**out, **values.get("stack_options", {})}
+
+
+def with_stack_options(func: Callable) -> Callable:
+    """Give a command function, which takes ``stack_options``, the options of ``STACK_OPTIONS``:
+    typer reads the generated signature; the function receives them as one dict."""
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in STACK_OPTIONS
+    ]
+    names = [p.name for p in extra]
+    signature = inspect.signature(func, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.name != "stack_options"]
+    head = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    tail = [p for p in params if p.kind is p.VAR_KEYWORD]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        stack_options = {name: kwargs.pop(name) for name in names if name in kwargs}
+        return func(*args, stack_options=stack_options, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=[*head, *extra, *tail])
+    return wrapper
 
 
 PipelinePlan = Annotated[
