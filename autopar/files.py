@@ -58,6 +58,16 @@ def check_writable(path: str | Path, *, source: str = "--output") -> None:
         raise OutputError(f"cannot write there ({_os_reason(err)})", source=where) from None
 
 
+_MODE = 0o666
+
+
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically; an I/O failure is an ``OutputError``."""
     check_writable(path, source="")
@@ -70,6 +80,8 @@ def write_atomic(path: str | Path, text: str) -> None:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
+            # mkstemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask)
+            os.fchmod(stream.fileno(), _MODE & ~_umask())
             os.fsync(stream.fileno())
         os.replace(temp, path)
         temp = None

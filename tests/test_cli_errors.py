@@ -365,3 +365,19 @@ def test_write_atomic_reports_os_failures_as_output_errors(tmp_path) -> None:
     with pytest.raises(OutputError, match="directory does not exist"):
         write_atomic(tmp_path / "no" / "out.json", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_written_files_get_the_mode_a_plain_open_gives(tmp_path) -> None:
+    """The temp file behind an atomic write is 0600; the output must not stay so (a report is
+    for others to read too)."""
+    import os
+    import stat
+
+    from autopar.files import write_atomic
+
+    mask = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "report.html", "<html></html>\n")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
