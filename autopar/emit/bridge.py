@@ -82,6 +82,7 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
             "moe_ffn_hidden_size": model.expert_ffn_hidden_size,
             "moe_token_dispatcher_type": "alltoall",  # as the cost model times it
             "moe_grouped_gemm": True,
+            "moe_router_dtype": "fp32",  # as Bridge's MoE recipes; BF16 routing warns at >= 32
         }
         if model.shared_expert_ffn_hidden_size:
             sizes["moe_shared_expert_intermediate_size"] = model.shared_expert_ffn_hidden_size

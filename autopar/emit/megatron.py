@@ -113,10 +113,13 @@ def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
         ("--num-experts", str(model.num_experts)),
         ("--moe-router-topk", str(model.experts_per_token)),
         ("--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size)),
-        # the cost model times the expert exchange as all-to-all (cost_models/data_parallel.py);
-        # Megatron's default dispatcher is allgather
+        # the default cost model times the expert exchange as all-to-all
+        # (cost_models/communication.py EpCommTime); Megatron's default dispatcher is allgather
         ("--moe-token-dispatcher-type", "alltoall"),
         ("--moe-grouped-gemm", None),
+        # FP32 router: megatron-core warns against BF16 routing with >= 32 experts
+        # (transformer_config.py moe_router_dtype), and Megatron-Bridge's MoE recipes set it
+        ("--moe-router-dtype", "fp32"),
         ("--moe-router-load-balancing-type", "aux_loss"),
         ("--expert-model-parallel-size", str(lay.ep)),
         ("--expert-tensor-parallel-size", str(lay.etp)),
