@@ -159,6 +159,7 @@ def make_problem(
     cross_entropy_fusion: bool | None = None,
     dropout: bool | None = None,
     memory_reserve_gib: float | None = None,
+    optimizer_state_dtype: str | None = None,
     recompute: str | Sequence[str] | None = None,
     zero: str | Sequence[int] | None = None,
     sequence_parallel: bool | None = None,
@@ -205,6 +206,7 @@ def make_problem(
         dropout=dropout,
         grad_reduce_dtype=grad_precision,
         memory_reserve_gib=memory_reserve_gib,
+        optimizer_state_dtype=optimizer_state_dtype,
     )
     try:
         spec_stack = with_overrides(spec_stack, switches)

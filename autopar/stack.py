@@ -63,6 +63,11 @@ class StackSpec:
     grad_reduce_dtype: str = "fp32"
     """Gradient buffer and reduction dtype: Megatron-LM's default keeps FP32 ``main_grad``;
     NeMo's recipes reduce in BF16 (``grad_reduce_in_fp32=False``)."""
+    optimizer_state_dtype: str = "fp32"
+    """Adam moments' dtype: ``fp32`` (Megatron's default) or ``bf16`` (Megatron
+    ``--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``,
+    arguments.py L3667-3684; Megatron-Bridge 25.09's MoE recipes: "Precision-aware optimizer
+    update to support BF16 states", its changelog). FP32 master weights stay."""
     cross_entropy_fusion: bool = False
     """Fused vocab-parallel cross entropy (Megatron ``--cross-entropy-loss-fusion``; Megatron-Bridge
     recipes use Transformer Engine's): the logits are read once forward and the gradient written
@@ -89,11 +94,11 @@ class StackSpec:
                 raise InputError(f"must be true or false, got {got}", field=name)
         _choice(self.cp_comm_type, CP_COMM_TYPES, "cp_comm_type")
         _choice(self.fp8_recipe, FP8_RECIPES, "fp8_recipe")
-        if self.grad_reduce_dtype not in GRAD_DTYPES:
-            raise InputError(
-                f"must be fp32 or bf16, got {excerpt(self.grad_reduce_dtype)}",
-                field="grad_reduce_dtype",
-            )
+        for name in ("grad_reduce_dtype", "optimizer_state_dtype"):
+            if getattr(self, name) not in GRAD_DTYPES:
+                raise InputError(
+                    f"must be fp32 or bf16, got {excerpt(getattr(self, name))}", field=name
+                )
         if not isinstance(self.fp8_gemms, tuple):
             raise InputError("must be a list of GEMM names", field="fp8_gemms")
         for gemm in self.fp8_gemms:

@@ -176,8 +176,11 @@ _PARTS: dict[str, tuple[float | None, int]] = {
 
 
 def _bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
-    """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded."""
+    """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded. With BF16
+    Adam moments (``StackSpec.optimizer_state_dtype``) the optimizer keeps 4 + 2 + 2 bytes."""
     bytes_per_param, stage = _PARTS[part]
+    if part == "optimizer" and ctx.training.stack.optimizer_state_dtype == "bf16":
+        return BYTES_OPTIMIZER - 4.0, stage
     return (ctx.training.grad_bytes if bytes_per_param is None else bytes_per_param), stage
 
 

@@ -140,3 +140,20 @@ def test_echoed_parameter_count_matches_the_cost_model_shapes(name) -> None:
     positions *= int(model.learned_position_embeddings)
     experts = model.num_moe_layers * expert_params(model)
     assert parameter_count(model) == dense_block_params(model) + experts + embedding + positions
+
+
+def test_bf16_optimizer_states_take_two_thirds_and_reach_megatron() -> None:
+    """``optimizer_state_dtype: bf16``: FP32 master weights + BF16 Adam moments, 8 of 12 bytes
+    per parameter; the Megatron output asks for them (arguments.py L3667-3684)."""
+    from autopar.api import evaluate_problem, layout_of, make_problem
+    from autopar.emit import megatron_args
+
+    options = dict(model="qwen3-30b-a3b", gpus=16, global_batch=64)
+    fp32, bf16 = (make_problem(**options, optimizer_state_dtype=d) for d in ("fp32", "bf16"))
+    layout = layout_of(fp32, ep=8)
+    a, b = (evaluate_problem(p, layout) for p in (fp32, bf16))
+    assert b.memory_bytes["optimizer"] == pytest.approx(a.memory_bytes["optimizer"] * 8 / 12)
+    assert b.step_time_s == pytest.approx(a.step_time_s)
+    flags = megatron_args(b, bf16)
+    assert "--use-precision-aware-optimizer" in flags and "--exp-avg-sq-dtype bf16" in flags
+    assert "--use-precision-aware-optimizer" not in megatron_args(a, fp32)

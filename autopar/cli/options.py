@@ -119,6 +119,13 @@ MemoryReserveGib = Annotated[
     float | None,
     typer.Option("--memory-reserve-gib", help="GPU memory kept free per GPU (GiB)."),
 ]
+OptimizerStateDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--optimizer-state-dtype",
+        help="Adam moments in fp32 or bf16 (Megatron --use-precision-aware-optimizer) (stack).",
+    ),
+]
 Framework = Annotated[
     str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
 ]
@@ -163,6 +170,7 @@ STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("cross_entropy_fusion", CrossEntropyFusion),
     ("dropout", Dropout),
     ("memory_reserve_gib", MemoryReserveGib),
+    ("optimizer_state_dtype", OptimizerStateDtype),
 )
 """The training-stack options every problem-building command takes (``--stack`` and each
 switch of it), all defaulting to the stack's own value; ``with_stack_options`` adds them."""

@@ -199,6 +199,10 @@ def _precision(training: TrainingSpec) -> list[Flag]:
     flags: list[Flag] = [("--bf16", None)]
     if training.grad_precision == "bf16":
         flags.append(("--grad-reduce-in-bf16", None))  # else FP32 gradient accumulation
+    if training.stack.optimizer_state_dtype == "bf16":  # arguments.py L3667-3684
+        flags.append(("--use-precision-aware-optimizer", None))
+        flags.append(("--exp-avg-dtype", "bf16"))
+        flags.append(("--exp-avg-sq-dtype", "bf16"))
     if training.precision != "fp8":
         return flags
     stack = training.stack
