@@ -160,6 +160,7 @@ def make_problem(
     dropout: bool | None = None,
     memory_reserve_gib: float | None = None,
     optimizer_state_dtype: str | None = None,
+    moe_dispatchers: str | Sequence[str] | None = None,
     recompute: str | Sequence[str] | None = None,
     zero: str | Sequence[int] | None = None,
     sequence_parallel: bool | None = None,
@@ -207,6 +208,7 @@ def make_problem(
         grad_reduce_dtype=grad_precision,
         memory_reserve_gib=memory_reserve_gib,
         optimizer_state_dtype=optimizer_state_dtype,
+        moe_dispatchers=moe_dispatchers,
     )
     try:
         spec_stack = with_overrides(spec_stack, switches)

@@ -28,6 +28,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     hardware_flop = cost_model.flops.hardware_flop(grid, ctx)
     peak_flop_per_s = ctx.cluster.gpu.peak_flop_per_s(ctx.training.precision)
     capacity = float(ctx.cluster.usable_memory_bytes)
+    decided = cost_model.decisions.decide(grid, ctx) if cost_model.decisions else {}
     tokens = ctx.training.global_batch_tokens
     inputs = inputs_dict(ctx.model, ctx.cluster, ctx.training, comm=ctx.comm)
     out = []
@@ -45,6 +46,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
                 capacity_bytes=capacity,
                 time_s={k: float(v[i]) for k, v in times.items()},
                 inputs=inputs,
+                choices={name: str(values[i]) for name, values in decided.items()},
             )
         )
     return out

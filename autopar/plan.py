@@ -7,7 +7,7 @@ the axes): one field per axis, under its ``Layout`` attribute name, with its def
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autopar.axes import AXES, GRID_AXES
@@ -84,6 +84,9 @@ class Estimate:
     ``optimizer`` (and ``other`` if a cost model adds one)."""
     inputs: dict[str, Any] | None = None
     """The assumptions behind the estimate (``autopar.inputs``), echoed in every output."""
+    choices: dict[str, str] = field(default_factory=dict)
+    """What the cost model chose inside its terms for this layout (``CostModel.decisions``),
+    e.g. ``{"moe_token_dispatcher": "allgather"}``; the launch configs set it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,4 +100,5 @@ class Estimate:
             "capacity_bytes": self.capacity_bytes,
             "time_s": dict(self.time_s),
             "layout": self.layout.to_dict(),
+            "choices": dict(self.choices),
         }

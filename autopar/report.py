@@ -58,8 +58,11 @@ def _bar(fraction: float, width: int = 24) -> str:
 def estimate_text(estimate: Estimate) -> str:
     """The layout, headline figures, and memory and time breakdowns."""
     lines = [f"inputs       {inputs_text(estimate.inputs)}"] if estimate.inputs else []
+    lines.append(f"layout       {layout_text(estimate)}")
+    if estimate.choices:
+        chosen = " ".join(f"{k}={v}" for k, v in estimate.choices.items())
+        lines.append(f"chosen       {chosen}")
     lines += [
-        f"layout       {layout_text(estimate)}",
         f"step time    {estimate.step_time_s:.3f} s   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
         f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",

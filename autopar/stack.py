@@ -33,6 +33,9 @@ FP8_GEMMS: tuple[str, ...] = ("qkv", "proj", "fc1", "fc2", "attention", "logits"
 covers them), the attention core (``--fp8-dot-product-attention``) and the output layer (kept in
 BF16 by Megatron and NeMo)."""
 DEFAULT_FP8_GEMMS: tuple[str, ...] = ("qkv", "proj", "fc1", "fc2")
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
+"""Megatron ``--moe-token-dispatcher-type`` values (``moe/token_dispatcher.py``); ``flex`` runs
+DeepEP / HybridEP, which a cluster must have installed."""
 GRAD_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
 
@@ -60,6 +63,10 @@ class StackSpec:
     ``--overlap-moe-expert-parallel-comm``, 1F1B A2A overlap)."""
     fp8_recipe: str = "delayed"
     fp8_gemms: tuple[str, ...] = DEFAULT_FP8_GEMMS
+    moe_dispatchers: tuple[str, ...] = ("alltoall", "allgather")
+    """Token dispatchers the MoE layers may use; the cost model prices the fastest for each
+    layout, so the search chooses it, and the output sets it (``--moe-token-dispatcher-type``).
+    Megatron ships ``alltoall`` and ``allgather``; ``flex`` needs DeepEP and is opt-in."""
     grad_reduce_dtype: str = "fp32"
     """Gradient buffer and reduction dtype: Megatron-LM's default keeps FP32 ``main_grad``;
     NeMo's recipes reduce in BF16 (``grad_reduce_in_fp32=False``)."""
@@ -103,6 +110,10 @@ class StackSpec:
             raise InputError("must be a list of GEMM names", field="fp8_gemms")
         for gemm in self.fp8_gemms:
             _choice(gemm, FP8_GEMMS, "fp8_gemms")
+        if not isinstance(self.moe_dispatchers, tuple) or not self.moe_dispatchers:
+            raise InputError("must be a non-empty list of dispatchers", field="moe_dispatchers")
+        for dispatcher in self.moe_dispatchers:
+            _choice(dispatcher, MOE_DISPATCHERS, "moe_dispatchers")
         reserve = self.memory_reserve_gib
         number = isinstance(reserve, int | float) and not isinstance(reserve, bool)
         if not (number and math.isfinite(reserve) and 0 <= reserve <= 1 << 20):
@@ -118,6 +129,7 @@ class StackSpec:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["fp8_gemms"] = list(self.fp8_gemms)
+        out["moe_dispatchers"] = list(self.moe_dispatchers)
         return out
 
 
@@ -136,7 +148,7 @@ def normalise_switch(key: str, value: Any) -> Any:
     tuples (a comma-separated string is accepted)."""
     if key == "fp8_recipe" and isinstance(value, str):
         return FP8_RECIPE_ALIASES.get(value.strip().lower(), value.strip().lower())
-    if key == "fp8_gemms":
+    if key in ("fp8_gemms", "moe_dispatchers"):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, list | tuple):

@@ -97,6 +97,15 @@ class FlopCounter(Protocol):
     def hardware_flop(self, grid: Grid, ctx: TermContext) -> np.ndarray: ...
 
 
+@runtime_checkable
+class DecisionSource(Protocol):
+    """Choices a cost model makes inside a term rather than on an axis (the MoE token
+    dispatcher: the term prices the fastest allowed one), named per layout for the report and
+    the launch configs: ``{"moe_token_dispatcher": ["alltoall", ...]}``."""
+
+    def decide(self, grid: Grid, ctx: TermContext) -> dict[str, list[str]]: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostModel:
     """A set of terms composed as in the module docstring."""
@@ -115,6 +124,8 @@ class CostModel:
     in_flight: CostTerm
     """Micro-batches whose activations the most loaded rank holds at its peak (dimensionless)."""
     flops: FlopCounter
+    decisions: DecisionSource | None = None
+    """Choices made inside terms, reported with each estimate (``Estimate.choices``)."""
 
     def __post_init__(self) -> None:
         for term in self.all_terms():

@@ -287,19 +287,41 @@ def dispatch_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray
     return a2a + gather
 
 
-def dispatcher_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray:
-    """``dispatch_time_s`` of ``dispatcher``, or with ``"best"`` the fastest of ``DISPATCHERS``
-    for each layout (only this term depends on the dispatcher, so the minimum here is the
-    choice a search over it would make; ``best_dispatcher`` names it)."""
-    if dispatcher != "best":
-        return dispatch_time_s(grid, ctx, dispatcher)
-    return np.min([dispatch_time_s(grid, ctx, name) for name in DISPATCHERS], axis=0)
+def _candidates(ctx: TermContext, dispatcher: str | None) -> tuple[str, ...]:
+    """The dispatchers to choose from: one named, all of ``DISPATCHERS`` (``"best"``), or the
+    stack's allowed ones (``None``: ``StackSpec.moe_dispatchers``)."""
+    if dispatcher is None:
+        return ctx.training.stack.moe_dispatchers
+    return DISPATCHERS if dispatcher == "best" else (dispatcher,)
 
 
-def best_dispatcher(grid: Grid, ctx: TermContext) -> list[str]:
-    """The fastest dispatcher of each layout (what ``--moe-token-dispatcher-type`` to set)."""
-    times = np.array([dispatch_time_s(grid, ctx, name) for name in DISPATCHERS])
-    return [DISPATCHERS[i] for i in np.argmin(times, axis=0)]
+def dispatcher_time_s(grid: Grid, ctx: TermContext, dispatcher: str | None) -> np.ndarray:
+    """``dispatch_time_s`` of the fastest candidate dispatcher for each layout (``_candidates``).
+    Only this term depends on the dispatcher, so the minimum here is the choice a search over
+    it would make, without an axis that would triple the MoE tables; ``best_dispatcher`` names
+    the choice for the report and the launch configs."""
+    names = _candidates(ctx, dispatcher)
+    return np.min([dispatch_time_s(grid, ctx, name) for name in names], axis=0)
+
+
+def best_dispatcher(grid: Grid, ctx: TermContext, dispatcher: str | None = "best") -> list[str]:
+    """The fastest candidate dispatcher of each layout (``--moe-token-dispatcher-type``)."""
+    names = _candidates(ctx, dispatcher)
+    times = np.array([dispatch_time_s(grid, ctx, name) for name in names])
+    return [names[i] for i in np.argmin(times, axis=0)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatcherDecision:
+    """The ``decisions`` of the default cost model: the token dispatcher ``EpCommTime`` priced
+    for each layout of an MoE model (nothing for a dense one)."""
+
+    dispatcher: str | None = None
+
+    def decide(self, grid: Grid, ctx: TermContext) -> dict[str, list[str]]:
+        if not ctx.model.is_moe:
+            return {}
+        return {"moe_token_dispatcher": best_dispatcher(grid, ctx, self.dispatcher)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,16 +339,16 @@ class EpCommTime:
     name: str = "ep_comm_s"
     category: str = "ep_comm"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute")
-    dispatcher: str = "alltoall"
-    """One of ``DISPATCHERS`` (Megatron's default ``alltoall``), or ``"best"``: the fastest for
-    each layout (``best_dispatcher``)."""
+    dispatcher: str | None = None
+    """One of ``DISPATCHERS``, ``"best"`` (the fastest of all), or ``None``: the fastest the
+    stack allows (``StackSpec.moe_dispatchers``)."""
     shared_expert_overlap: bool = False
     ep_overlap: bool | None = None
     """Megatron ``--overlap-moe-expert-parallel-comm``; ``None``: as the stack says
     (``StackSpec.ep_comm_overlap``)."""
 
     def __post_init__(self) -> None:
-        assert self.dispatcher in (*DISPATCHERS, "best"), self.dispatcher
+        assert self.dispatcher in (*DISPATCHERS, "best", None), self.dispatcher
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         model = ctx.model

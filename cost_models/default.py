@@ -16,7 +16,7 @@ reproduces Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory 
 from __future__ import annotations
 
 from autopar.terms import CostModel
-from cost_models.communication import CpCommTime, EpCommTime, TpCommTime
+from cost_models.communication import CpCommTime, DispatcherDecision, EpCommTime, TpCommTime
 from cost_models.compute import (
     MOE_LOAD_IMBALANCE,
     DenseComputeTime,
@@ -49,7 +49,7 @@ def default_cost_model(
     tp_comm_overlap: bool | None = None,
     dp_comm_overlap: bool | None = None,
     megatron_compatible: bool = False,
-    moe_dispatcher: str = "alltoall",
+    moe_dispatcher: str | None = None,
     moe_ep_overlap: bool | None = None,
     moe_shared_expert_overlap: bool = False,
     moe_load_imbalance: float = MOE_LOAD_IMBALANCE,
@@ -58,10 +58,11 @@ def default_cost_model(
     """The default terms. The switches default to ``None``: each term then reads the job's
     stack (``TrainingSpec.stack``, ``autopar.stack``; ``--stack`` and the per-switch flags);
     a value given here overrides the stack for every job this cost model scores. The ``moe_*``
-    switches are Megatron's MoE flags: ``--moe-token-dispatcher-type`` (or ``"best"``, the
-    fastest per layout), ``--overlap-moe-expert-parallel-comm`` (``None``: the stack's
-    ``ep_comm_overlap``), ``--moe-shared-expert-overlap``, ``--moe-expert-capacity-factor``, and
-    the dropless load imbalance (``ExpertComputeTime``)."""
+    switches are Megatron's MoE flags: ``--moe-token-dispatcher-type`` (``None``: the
+    fastest the stack allows, reported as a decision; ``"best"``: the fastest of all),
+    ``--overlap-moe-expert-parallel-comm`` (``None``: the stack's ``ep_comm_overlap``),
+    ``--moe-shared-expert-overlap``, ``--moe-expert-capacity-factor``, and the dropless load
+    imbalance (``ExpertComputeTime``)."""
     compat = megatron_compatible
     static_memory = (
         DenseParamMemory(part="weights", megatron_compatible=compat),
@@ -111,6 +112,7 @@ def default_cost_model(
         microbatch_memory_terms=microbatch_memory,
         in_flight=InFlightMicrobatches(),
         flops=TransformerFlops(),
+        decisions=DispatcherDecision(dispatcher=moe_dispatcher),
     )
 
 

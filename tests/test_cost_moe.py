@@ -184,3 +184,29 @@ def test_activation_memory_peaks_on_the_stage_with_the_most_in_flight_bytes() ->
     # PP 1: all 58 MoE layers and the MTP layer; PP 8: stage 1's 8 layers x 7/8, not stage 0's 4
     assert first_stage_kind_counts(model, pp)["mla/moe"][0] == 4
     assert at_pp8 / at_pp1 == pytest.approx(8 * 7 / 8 / 59)
+
+
+def test_the_token_dispatcher_is_chosen_per_layout_and_reaches_the_launch_config() -> None:
+    """The stack allows alltoall and allgather by default; EP comm is priced with the faster
+    one for each layout, the estimate names it, and the Megatron and Bridge outputs set it."""
+    from autopar.api import evaluate_problem, layout_of
+    from autopar.emit import megatron_args
+    from autopar.emit.bridge import bridge_overrides
+
+    both = make_problem(model="mixtral-8x7b", gpus=64, global_batch=256)
+    only_a2a = make_problem(
+        model="mixtral-8x7b", gpus=64, global_batch=256, moe_dispatchers="alltoall"
+    )
+    chosen = set()
+    for axes in ({"tp": 8, "etp": 8}, {"tp": 1, "ep": 8}):
+        free, fixed = (evaluate_problem(p, layout_of(p, **axes)) for p in (both, only_a2a))
+        name = free.choices["moe_token_dispatcher"]
+        chosen.add(name)
+        assert free.time_s["ep_comm"] <= fixed.time_s["ep_comm"] + 1e-12
+        assert f"--moe-token-dispatcher-type {name}" in megatron_args(free, both)
+        assert bridge_overrides(free, both)["model"]["moe_token_dispatcher_type"] == name
+    assert chosen == {"allgather", "alltoall"}  # each wins somewhere
+    dense = evaluate_problem(
+        make_problem(model="llama-8b", gpus=8), layout_of(make_problem(model="llama-8b", gpus=8))
+    )
+    assert dense.choices == {}

@@ -126,6 +126,14 @@ OptimizerStateDtype = Annotated[
         help="Adam moments in fp32 or bf16 (Megatron --use-precision-aware-optimizer) (stack).",
     ),
 ]
+MoeDispatchers = Annotated[
+    str | None,
+    typer.Option(
+        "--moe-dispatchers",
+        help="Token dispatchers the MoE layers may use, comma-separated: alltoall,allgather"
+        " (default), flex (DeepEP); the fastest per layout is chosen (stack).",
+    ),
+]
 Framework = Annotated[
     str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
 ]
@@ -171,6 +179,7 @@ STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("dropout", Dropout),
     ("memory_reserve_gib", MemoryReserveGib),
     ("optimizer_state_dtype", OptimizerStateDtype),
+    ("moe_dispatchers", MoeDispatchers),
 )
 """The training-stack options every problem-building command takes (``--stack`` and each
 switch of it), all defaulting to the stack's own value; ``with_stack_options`` adds them."""

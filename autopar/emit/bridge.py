@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from autopar.emit.common import ffn_pattern, layout_of, refuse, split_of, unsupported_layers
+from autopar.emit.common import (
+    dispatcher_of,
+    ffn_pattern,
+    layout_of,
+    refuse,
+    split_of,
+    unsupported_layers,
+)
 from autopar.plan import Estimate, Layout
 from autopar.specs import ModelSpec, Problem, TrainingSpec
 from autopar.stack import DEFAULT_FP8_GEMMS, StackSpec
@@ -201,6 +208,10 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
         },
         "dataset": {"sequence_length": training.seq_len},  # GPTDatasetConfig field
     }
+    if model.is_moe:
+        sections["model"]["moe_token_dispatcher_type"] = dispatcher_of(item)
+        if dispatcher_of(item) == "flex":
+            sections["model"]["moe_flex_dispatcher_backend"] = "deepep"
     sections |= _sharding(lay, training.stack)
     stack = _stack(lay, model, training.stack)
     sections["model"] |= stack["model"]

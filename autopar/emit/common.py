@@ -12,6 +12,13 @@ def layout_of(item: Estimate | Layout) -> Layout:
     return item.layout if isinstance(item, Estimate) else item
 
 
+def dispatcher_of(item: Estimate | Layout) -> str:
+    """The MoE token dispatcher the cost model priced for this layout (``Estimate.choices``);
+    Megatron's ``alltoall`` when it made no choice (a bare ``Layout``)."""
+    choices = item.choices if isinstance(item, Estimate) else {}
+    return choices.get("moe_token_dispatcher", "alltoall")
+
+
 def uneven_end_layers(num_layers: int, pp: int) -> tuple[int, int]:
     """Layers of the first and last stage when ``pp`` does not divide ``num_layers``: the middle
     stages take ``ceil(L/pp)`` each (``autopar.rules.uneven_split_ok``), the ends share the rest,

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import shlex
 
-from autopar.emit.common import ffn_pattern, layout_of, refuse, split_of, unsupported_layers
+from autopar.emit.common import (
+    dispatcher_of,
+    ffn_pattern,
+    layout_of,
+    refuse,
+    split_of,
+    unsupported_layers,
+)
 from autopar.errors import InputError
 from autopar.plan import Estimate, Layout
 from autopar.rules import PipelineSplit
@@ -99,7 +106,7 @@ def _attention_variants(model: ModelSpec) -> list[Flag]:
     return flags
 
 
-def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
+def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Flag]:
     if not model.is_moe:
         return []
     if model.linear_bias and lay.etp > 1:
@@ -113,9 +120,9 @@ def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
         ("--num-experts", str(model.num_experts)),
         ("--moe-router-topk", str(model.experts_per_token)),
         ("--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size)),
-        # the default cost model times the expert exchange as all-to-all
-        # (cost_models/communication.py EpCommTime); Megatron's default dispatcher is allgather
-        ("--moe-token-dispatcher-type", "alltoall"),
+        # the dispatcher the cost model priced (Estimate.choices; cost_models/communication.py
+        # EpCommTime), which Megatron would otherwise leave at its allgather default
+        ("--moe-token-dispatcher-type", dispatcher),
         ("--moe-grouped-gemm", None),
         # FP32 router: megatron-core warns against BF16 routing with >= 32 experts
         # (transformer_config.py moe_router_dtype), and Megatron-Bridge's MoE recipes set it
@@ -124,6 +131,8 @@ def _moe(model: ModelSpec, lay: Layout) -> list[Flag]:
         ("--expert-model-parallel-size", str(lay.ep)),
         ("--expert-tensor-parallel-size", str(lay.etp)),
     ]
+    if dispatcher == "flex":  # DeepEP behind the flex dispatcher (the stack allowed it)
+        flags.append(("--moe-flex-dispatcher-backend", "deepep"))
     if model.shared_expert_ffn_hidden_size:
         size = str(model.shared_expert_ffn_hidden_size)
         flags.append(("--moe-shared-expert-intermediate-size", size))
@@ -270,7 +279,7 @@ def megatron_flags(
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
     flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
-    flags += _moe(model, lay)
+    flags += _moe(model, lay, dispatcher_of(item))
     flags += [
         ("--tensor-model-parallel-size", str(lay.tp)),
         *_pipeline(model, lay, with_split=with_split),
