@@ -190,3 +190,31 @@ def test_cost_models_are_found_by_name_and_bad_names_are_input_errors() -> None:
     for bad in ("nonexistent", ":", "json:loads", "no_such_module:x", "autopar.axes:nothing"):
         with pytest.raises(InputError):
             load_cost_model(bad)
+
+
+BASE_DEPENDENCIES = {"numpy", "pandas", "ortools", "typer", "yaml", "rich"}
+"""What ``pip install -e .`` brings (pyproject ``dependencies``); everything else (torch,
+plotly, dask, ...) is an extra and may only be imported inside the function that needs it."""
+
+
+def test_module_level_imports_need_only_the_base_dependencies() -> None:
+    """The README's main command installs the base dependencies alone: a module-level import
+    of anything else (click came in only through dev extras) breaks ``autopar`` there."""
+    import sys
+
+    stdlib = set(sys.stdlib_module_names)
+    offenders = []
+    for package in ("autopar", "cost_models"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in tree.body:  # module level only; function-level imports are lazy
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in stdlib | BASE_DEPENDENCIES | {"autopar", "cost_models"}:
+                        offenders.append(f"{path.relative_to(REPO)}: {name}")
+    assert offenders == []

@@ -15,11 +15,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import click
 import typer
 
 from autopar.errors import InfeasibleError, InputError, OutputError, shorten
 from autopar.files import check_writable
+
+# The parser's usage errors (``click.ClickException``: vendored as ``typer._click`` by recent
+# typer releases, the click package before); taken from typer's own ``BadParameter`` so that
+# no click import is needed.
+_CLICK_EXITS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+"""The parser's own exits and usage errors: they keep click's format and exit code."""
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -58,7 +63,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
                 if kwargs.get("output") is not None:
                     check_writable(kwargs["output"])
                 return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException):
+        except (typer.Exit, typer.Abort, *_CLICK_EXITS):
             raise
         except (InputError, OutputError) as err:
             raise _fail(f"error: {err}", EXIT_BAD_INPUT) from None
