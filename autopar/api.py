@@ -28,7 +28,7 @@ from autopar.rules import sequence_parallel_on
 from autopar.solver import SolveResult, solve_space
 from autopar.space import build_space
 from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
-from autopar.stack import StackSpec, with_overrides
+from autopar.stack import SWITCHES, StackSpec, with_overrides
 from autopar.stages import (
     PIPELINE_PLANS,
     StagePlan,
@@ -179,6 +179,7 @@ def make_problem(
     ``stack`` names the training stack (``autopar stacks``; default ``DEFAULT_STACK``); the
     switch arguments (``flash_attention`` ... ``memory_reserve_gib``, and ``grad_precision`` for
     the stack's ``grad_reduce_dtype``) override it one by one."""
+    arguments = dict(locals())
     unknown = set(pins) - set(SEARCH_AXES)
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -193,23 +194,10 @@ def make_problem(
         gpu=gpu, cluster_file=cluster, gpus_per_node=gpus_per_node, comm_profile=comm_profile
     )
     spec_stack = load_stack(stack)
-    switches = dict(
-        flash_attention=flash_attention,
-        tp_comm_overlap=tp_comm_overlap,
-        overlap_grad_reduce=overlap_grad_reduce,
-        overlap_param_gather=overlap_param_gather,
-        pp_comm_overlap=pp_comm_overlap,
-        cp_comm_type=cp_comm_type,
-        ep_comm_overlap=ep_comm_overlap,
-        fp8_recipe=fp8_recipe,
-        fp8_gemms=fp8_gemms,
-        cross_entropy_fusion=cross_entropy_fusion,
-        dropout=dropout,
-        grad_reduce_dtype=grad_precision,
-        memory_reserve_gib=memory_reserve_gib,
-        optimizer_state_dtype=optimizer_state_dtype,
-        moe_dispatchers=moe_dispatchers,
-    )
+    # each stack switch is a keyword of this function under its StackSpec name (grad_precision
+    # excepted: the stack's grad_reduce_dtype); tests/test_stack.py checks they all are
+    switches = {k: arguments[k] for k in SWITCHES if k in arguments}
+    switches["grad_reduce_dtype"] = grad_precision
     try:
         spec_stack = with_overrides(spec_stack, switches)
         spec_cluster = _with_reserve(spec_cluster, spec_stack, flag_given=memory_reserve_gib)
