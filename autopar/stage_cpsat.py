@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -402,21 +402,32 @@ def _lower_bound(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capaci
     least_n = [max(v - 1, 0) if i in (0, p - 1) else v for i in range(p)]
     if p == 1:
         least_n = [num_layers]
-    rows = len(m)
-    lo = np.zeros(rows)
-    hi = np.max([np.where(np.isfinite(t), t, 0).max(axis=1) for t in times], axis=0) + 1.0
-    for _ in range(BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        take = sum(_max_layers(t, mid, least) for t, least in zip(times, least_n, strict=True))
-        enough = take >= num_layers
-        hi = np.where(enough, mid, hi)
-        lo = np.where(enough, lo, mid)
-    counts = [_max_layers(t, hi, least) for t, least in zip(times, least_n, strict=True)]
+    lo, _, counts = _water_fill(times, least_n, num_layers, _max_layers)
     feasible = sum(counts) >= num_layers
     total = _least_total_s(costs, p)
     bound = costs.step_time_s + (m - 1.0 / v) * np.maximum(lo, total / p) + total / v
     split = (counts, recs, times)
     return np.where(feasible, bound, np.inf), split
+
+
+def _water_fill(
+    times: list[np.ndarray],
+    least: list[int],
+    num_layers: int,
+    most_within: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The smallest bottleneck time ``tau`` (per row, by bisection) at which the stages together
+    hold ``num_layers``: stage ``i`` takes ``most_within(times[i], tau, least[i])`` layers.
+    Returns the bisection's lower and upper ends and the counts at the upper one."""
+    lo = np.zeros(times[0].shape[0])
+    hi = np.max([np.where(np.isfinite(t), t, 0).max(axis=1) for t in times], axis=0) + 1.0
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        take = sum(most_within(t, mid, k) for t, k in zip(times, least, strict=True))
+        enough = take >= num_layers
+        hi = np.where(enough, mid, hi)
+        lo = np.where(enough, lo, mid)
+    return lo, hi, [most_within(t, hi, k) for t, k in zip(times, least, strict=True)]
 
 
 def _max_layers(times: np.ndarray, tau: np.ndarray, least: int) -> np.ndarray:
@@ -1060,15 +1071,8 @@ def _table_bounds(stage_tables: list[StageTable], costs: StageCosts, p, v, m):
     rows = len(m)
     times = [t.time_s for t in stage_tables]
     least = [least_layers(p, v, i, num_layers) for i in range(p)]
-    lo = np.zeros(rows)
-    hi = np.max([np.where(np.isfinite(t), t, 0).max(axis=1) for t in times], axis=0) + 1.0
-    for _ in range(BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        take = sum(_most(t, mid, k) for t, k in zip(times, least, strict=True))
-        enough = take >= num_layers
-        hi = np.where(enough, mid, hi)
-        lo = np.where(enough, lo, mid)
-    counts = np.stack([_most(t, hi, k) for t, k in zip(times, least, strict=True)], axis=1)
+    lo, _, most = _water_fill(times, least, num_layers, _most)
+    counts = np.stack(most, axis=1)
     feasible = counts.sum(axis=1) >= num_layers
     kind = costs.layer_kinds[0]
     total = (
