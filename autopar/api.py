@@ -159,6 +159,7 @@ def make_problem(
     cross_entropy_fusion: bool | None = None,
     dropout: bool | None = None,
     memory_reserve_gib: float | None = None,
+    kernel_efficiency: float | None = None,
     optimizer_state_dtype: str | None = None,
     moe_dispatchers: str | Sequence[str] | None = None,
     recompute: str | Sequence[str] | None = None,

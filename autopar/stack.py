@@ -84,6 +84,14 @@ class StackSpec:
     NeMo / Megatron-Bridge pretraining recipes set both to 0."""
     memory_reserve_gib: float = 0.0
     """GPU memory kept free on top of the cost model's workspace term."""
+    kernel_efficiency: float = 1.0
+    """Fraction of the GPU preset's tensor-core efficiency (GEMMs and fused attention) the stack's
+    kernels reach. The Hopper presets' efficiencies are measured with 2026 libraries
+    (``benchmarks/data/``); a mid-2024 release (cuBLAS 12.5, Transformer Engine 1.8, Megatron-Core
+    0.8) ran the same models slower on the same H100s: Llama-3 8B on 8 GPUs gave 12,273
+    tokens/s/GPU in NeMo 24.07 and 14,078 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524
+    and 1,619 (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for
+    the 2021 A100 stack, whose GPU efficiency was calibrated on its own runs)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -122,6 +130,14 @@ class StackSpec:
                 field="memory_reserve_gib",
             )
 
+        efficiency = self.kernel_efficiency
+        number = isinstance(efficiency, int | float) and not isinstance(efficiency, bool)
+        if not (number and math.isfinite(efficiency) and 0.1 <= efficiency <= 1.5):
+            raise InputError(
+                f"must be a number in 0.1..1.5, got {excerpt(efficiency)}",
+                field="kernel_efficiency",
+            )
+
     def fp8(self, gemm: str) -> bool:
         """Whether ``gemm`` runs in FP8 when the training precision is FP8."""
         return gemm in self.fp8_gemms
@@ -153,7 +169,8 @@ def normalise_switch(key: str, value: Any) -> Any:
             value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, list | tuple):
             return tuple(str(v).strip() for v in value)
-    if key == "memory_reserve_gib" and isinstance(value, int) and not isinstance(value, bool):
+    numeric = key in ("memory_reserve_gib", "kernel_efficiency")
+    if numeric and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
 

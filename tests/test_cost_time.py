@@ -154,3 +154,30 @@ def test_terms_read_only_their_declared_axes() -> None:
         suffix_ok = term.name.endswith(("_s", "_bytes")) or term in (model.slots, model.in_flight)
         assert suffix_ok, term.name
         assert term.category in (*TIME_CATEGORIES, *MEMORY_CATEGORIES), term.name
+
+
+def test_unfused_attention_counts_each_score_byte_once() -> None:
+    """Without flash attention Megatron moves 13 B per score element forward (the QK^T GEMM
+    writes it 2, fused scale-mask-softmax 2 + 2, dropout 2 + 2 + mask 1, the PV GEMM reads it 2).
+    On a GPU with unbounded FLOP/s the core's time is that traffic; the GEMM operands' own
+    traffic must not be charged a second time in the elementwise term."""
+    from dataclasses import replace
+
+    from cost_models.compute import HBM_EFFICIENCY, attention_core_time_s
+
+    fast = replace(H100, peak_bf16_flop_per_s=1e30, peak_fp8_flop_per_s=1e30)
+    ctx = context(num_gpus=8, gbs=8)
+    ctx = replace(ctx, cluster=replace(CLUSTER, gpu=fast))
+    seq, mbs, tp = 8192, 1, 1
+    time_s = attention_core_time_s(
+        LLAMA3_8B,
+        tokens=np.array([mbs * seq]),
+        seq_len=seq,
+        tp=np.array([tp]),
+        mbs=np.array([mbs]),
+        flash_attention=False,
+        ctx=ctx,
+    )[0]
+    scores = mbs * LLAMA3_8B.num_attention_heads / tp * seq * seq
+    bytes_per_score = time_s * H100.hbm_bytes_per_s * HBM_EFFICIENCY / scores
+    assert bytes_per_score == pytest.approx(13.0, rel=0.02)

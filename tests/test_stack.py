@@ -157,3 +157,23 @@ def test_bf16_optimizer_states_take_two_thirds_and_reach_megatron() -> None:
     flags = megatron_args(b, bf16)
     assert "--use-precision-aware-optimizer" in flags and "--exp-avg-sq-dtype bf16" in flags
     assert "--use-precision-aware-optimizer" not in megatron_args(a, fp32)
+
+
+def test_kernel_efficiency_slows_only_the_kernels() -> None:
+    """A stack whose kernels reach 0.85 of the GPU's efficiency stretches compute, not
+    communication; the 2024 presets carry it, the current ones do not."""
+    base = autopar.evaluate(**LAYOUT)
+    older = autopar.evaluate(**LAYOUT, kernel_efficiency=0.85)
+    assert older.time_s["compute"] > 1.05 * base.time_s["compute"]
+    assert older.time_s["compute"] < base.time_s["compute"] / 0.85 + 1e-9
+    assert older.time_s["dp_comm"] == pytest.approx(base.time_s["dp_comm"])
+    assert load_stack("nemo-24.07").kernel_efficiency < 1.0
+    assert load_stack("megatron-bridge-25.09").kernel_efficiency == 1.0
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "2", "nan"])
+def test_kernel_efficiency_out_of_range_exits_2(runner, value) -> None:
+    argv = ["evaluate", "-m", "llama-3-8b", "-n", "8", "--kernel-efficiency", value]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "kernel" in result.output and "Traceback" not in result.output

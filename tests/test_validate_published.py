@@ -75,13 +75,31 @@ def test_representative_rows(table, row_id: str, tolerance_pct: float) -> None:
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_error_targets_per_precision(table, precision: str) -> None:
-    """Issue 11 asks median <= 5%, max <= 15%, signed median within 3% per precision; reached:
-    BF16 4.4% / 17.0% / -0.9%, FP8 4.1% / 13.5% / -4.1% (benchmarks/README.md says which rows
-    miss). The bounds below hold what was reached so a regression fails."""
+    """Issue 11's targets on the dense rows, each precision on its own: median |error| <= 5%,
+    max <= 15%, signed median within 3% (no precision biased)."""
     stats = validate_published.summary_by_precision(table[0])[precision]
     assert stats["median_abs_error_pct"] <= 5.0
-    assert stats["max_abs_error_pct"] <= 18.0
-    assert abs(stats["median_error_pct"]) <= 5.0
+    assert stats["max_abs_error_pct"] <= 15.0
+    assert abs(stats["median_error_pct"]) <= 3.0
+
+
+def test_table1_rows_run_as_the_authors_script_sets_them(table) -> None:
+    """Narayanan Table 1 rows take mbs, interleaving and DDP from the authors' run_table_1.sh,
+    not from assumptions: 1.7B at mbs 16, 145B at 5 layers per virtual stage (v 2), 1T not
+    interleaved."""
+    layouts = table[0].set_index("id")["layout"]
+    assert " mbs16 " in layouts["nar21_t1_01"]
+    assert " v2 " in layouts["nar21_t1_07"] and " mbs2 " in layouts["nar21_t1_07"]
+    assert " v1 " in layouts["nar21_t1_10"]
+
+
+def test_2024_readme_pipelines_interleave(table) -> None:
+    """Those runs overlapped pipeline communication, which Megatron allows only with virtual
+    stages (arguments.py), so every pp > 1 row is evaluated interleaved."""
+    rows = table[0][table[0]["source"] == "mlm_readme2024"]
+    piped = rows[~rows["layout"].str.contains(" pp1 ")]
+    assert len(piped) >= 5
+    assert not piped["layout"].str.contains(" v1 ").any()
 
 
 def test_every_row_runs_on_its_stack(table) -> None:

@@ -119,6 +119,13 @@ MemoryReserveGib = Annotated[
     float | None,
     typer.Option("--memory-reserve-gib", help="GPU memory kept free per GPU (GiB)."),
 ]
+KernelEfficiency = Annotated[
+    float | None,
+    typer.Option(
+        "--kernel-efficiency",
+        help="Fraction of the GPU's GEMM / attention efficiency the stack's kernels reach (stack).",
+    ),
+]
 OptimizerStateDtype = Annotated[
     str | None,
     typer.Option(
@@ -178,6 +185,7 @@ STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("cross_entropy_fusion", CrossEntropyFusion),
     ("dropout", Dropout),
     ("memory_reserve_gib", MemoryReserveGib),
+    ("kernel_efficiency", KernelEfficiency),
     ("optimizer_state_dtype", OptimizerStateDtype),
     ("moe_dispatchers", MoeDispatchers),
 )
