@@ -427,55 +427,29 @@ def nemo_model(row: pd.Series) -> ModelSpec:
 
 
 def build_nemo(row: pd.Series, source: str) -> Case | str:
-    """NeMo 24.07 performance summary (FP8, tokens/s/GPU)."""
-    match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
-    if not match:
-        return "no tokens/s/GPU"
-    model = nemo_model(row)
-    s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
-    tp, pp, cp, mbs = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1), _int(row["mbs"])
-    dp = n // (tp * pp * cp)
-    measured = gbs * s / (float(match.group(1)) * n)
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        vpp=_int(row["vpp"], 1),
-        mbs=mbs,
-        grad_accum=gbs // (dp * mbs),
-        recompute="none",
-        zero=1,
-        sequence_parallel=tp > 1,
-    )
-    # NeMo's H100 perf configs sync gradients in BF16 (NeMo-Framework-Launcher
-    # examples/training/*/h100/*.sh: ``+training.model.optim.grad_sync_dtype=bf16``): the stack.
-    training = training_spec(
-        source, num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8"
-    )
-    return Case(
-        row_id=row["id"],
-        source=source,
-        model=model,
-        gpu=load_gpu("h100-sxm"),
-        training=training,
-        layout=layout,
-        measured_step_s=measured,
-    )
+    """NeMo 24.07 performance summary (FP8, tokens/s/GPU). NeMo's H100 perf configs sync
+    gradients in BF16 (NeMo-Framework-Launcher examples/training/*/h100/*.sh:
+    ``+training.model.optim.grad_sync_dtype=bf16``): the stack holds it."""
+    return build_tokens_row(row, source, zero=1)
 
 
 def build_mbridge(row: pd.Series, source: str) -> Case | str:
     """Megatron-Bridge performance summary archive, dense H100 pre-training rows (§18)."""
     if _int(row["ep"], 1) > 1 or not _int(row["layers"]):
         return "MoE row (issue 12's model families)"
+    fsdp = "FSDP column=" in str(row["dist_optimizer"])
+    return build_tokens_row(row, source, zero=3 if fsdp else 1)
+
+
+def build_tokens_row(row: pd.Series, source: str, *, zero: int) -> Case | str:
+    """A dense FP8 H100 row that prints tokens/s/GPU, with its printed TP / PP / CP / VP / MBS,
+    no recompute and SP with TP: ``step = gbs * seq_len / (tokens_per_s_gpu * n)``."""
     match = re.search(r"Tokens/sec/GPU (\d+)", str(row["notes"]))
     if not match:
         return "no tokens/s/GPU"
-    model = nemo_model(row)
     s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
     tp, pp, cp, mbs = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1), _int(row["mbs"])
     dp = n // (tp * pp * cp)
-    fsdp = "FSDP column=" in str(row["dist_optimizer"])
     layout = Layout(
         tp=tp,
         pp=pp,
@@ -485,7 +459,7 @@ def build_mbridge(row: pd.Series, source: str) -> Case | str:
         mbs=mbs,
         grad_accum=gbs // (dp * mbs),
         recompute="none",
-        zero=3 if fsdp else 1,
+        zero=zero,
         sequence_parallel=tp > 1,
     )
     training = training_spec(
@@ -494,7 +468,7 @@ def build_mbridge(row: pd.Series, source: str) -> Case | str:
     return Case(
         row_id=row["id"],
         source=source,
-        model=model,
+        model=nemo_model(row),
         gpu=load_gpu("h100-sxm"),
         training=training,
         layout=layout,
