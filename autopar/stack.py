@@ -89,7 +89,7 @@ class StackSpec:
     kernels reach. The Hopper presets' efficiencies are measured with 2026 libraries
     (``benchmarks/data/``); a mid-2024 release (cuBLAS 12.5, Transformer Engine 1.8, Megatron-Core
     0.8) ran the same models slower on the same H100s: Llama-3 8B on 8 GPUs gave 12,273
-    tokens/s/GPU in NeMo 24.07 and 14,078 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524
+    tokens/s/GPU in NeMo 24.07 and 14,079 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524
     and 1,619 (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for
     the 2021 A100 stack, whose GPU efficiency was calibrated on its own runs)."""
 
