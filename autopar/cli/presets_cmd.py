@@ -53,7 +53,8 @@ def _stack_line(name: str) -> str:
         f"{name:<22} flash={'on' if st.flash_attention else 'off':<3} "
         f"overlap={','.join(overlaps) or '-':<18} cp={st.cp_comm_type:<7} "
         f"fp8={st.fp8_recipe:<9} grads={st.grad_reduce_dtype} "
-        f"dropout={'on' if st.dropout else 'off':<3} {st.description}{default}"
+        f"dropout={'on' if st.dropout else 'off':<3} kernels={st.kernel_efficiency:<4g} "
+        f"{st.description}{default}"
     )
 
 
