@@ -381,3 +381,24 @@ def test_written_files_get_the_mode_a_plain_open_gives(tmp_path) -> None:
     finally:
         os.umask(mask)
     assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
+
+
+def test_a_closed_output_pipe_ends_quietly() -> None:
+    """``autopar ... | head``: the reader goes away, autopar stops with 141 and says nothing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, typer\n"
+        "from autopar.cli.errors import guarded\n"
+        "@guarded\n"
+        "def command():\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "try:\n"
+        "    command()\n"
+        "except typer.Exit as stop:\n"
+        "    sys.exit(stop.exit_code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 141
+    assert result.stderr == ""

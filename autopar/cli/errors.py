@@ -1,7 +1,8 @@
 """Turn autopar's errors into one line on stderr and an exit code, never a traceback.
 
 Exit codes (DESIGN §7): 0 ok, 1 infeasible, 2 bad input or an output that cannot be written,
-130 interrupted (SIGINT), 143 terminated (SIGTERM), 3 an internal error (a bug: please report).
+130 interrupted (SIGINT), 143 terminated (SIGTERM), 141 quietly when the reader of stdout goes
+away, 3 an internal error (a bug: please report).
 Option-parser usage errors keep typer/click's own format and exit code 2.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import signal
 import sys
 import warnings
@@ -31,6 +33,9 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away (``autopar stacks | head``): quiet, as a SIGPIPE would end a
+C tool (128 + 13)."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -75,6 +80,10 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             raise _fail("interrupted", EXIT_INTERRUPTED) from None
         except MemoryError:
             raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
+        except BrokenPipeError:
+            # Python flushes stdout again at exit; point it at /dev/null so that flush is quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except OSError as err:
             name = f": {shorten(err.filename, 120)}" if err.filename else ""
             reason = err.strerror or type(err).__name__
