@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import math
 import sys
-from html.parser import HTMLParser
 
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +15,7 @@ import autopar
 from autopar.cli import app
 from autopar.errors import InputError
 from autopar.sweep_html import sweep_html
+from tests import html_report
 
 GRID = dict(
     model="llama-8b",
@@ -95,54 +94,11 @@ def test_progress_bar_on_a_terminal():
     assert "4/4" in out.getvalue()
 
 
-class _Page(HTMLParser):
-    """Scripts, table cells and external references of a page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scripts: list[str] = []
-        self.external: list[str] = []
-        self.rows: list[list[str]] = []
-        self._in: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "script":
-            self._in = "script"
-            self.scripts.append("")
-        if attrs.get("src") or (tag == "link" and attrs.get("href")):
-            self.external.append(attrs.get("src") or attrs["href"])
-        if tag == "tr":
-            self.rows.append([])
-        if tag == "td":
-            self._in = "td"
-
-    def handle_endtag(self, tag):
-        self._in = None
-
-    def handle_data(self, data):
-        if self._in == "script":
-            self.scripts[-1] += data
-        elif self._in == "td":
-            self.rows[-1].append(data)
-
-
-def _figure(script: str) -> dict:
-    """The data and layout passed to Plotly.newPlot."""
-    start = script.index('"charts",') + len('"charts",')
-    decoder = json.JSONDecoder()
-    data, end = decoder.raw_decode(script[start:].lstrip())
-    rest = script[start:].lstrip()[end:].lstrip().lstrip(",").lstrip()
-    layout, _ = decoder.raw_decode(rest)
-    return {"data": data, "layout": layout}
-
-
 def test_html_report_is_self_contained_and_complete(serial):
-    page = _Page()
-    page.feed(sweep_html(serial))
+    page = html_report.read_page(sweep_html(serial))
     assert page.external == []  # plotly.js inlined: opens offline, can be mailed
     assert any("plotly" in s.lower() and len(s) > 1_000_000 for s in page.scripts)
-    figure = _figure(next(s for s in page.scripts if "Plotly.newPlot" in s))
+    figure = html_report.figure(page)
     titles = {a["text"] for a in figure["layout"]["annotations"]}
     assert {
         "Throughput per GPU",

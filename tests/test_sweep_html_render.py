@@ -1,0 +1,171 @@
+"""The HTML capacity report rendered in headless Chromium, offline: plotly drew every chart and
+every point it was given, and the page's scripts raised nothing.
+
+Parsing the page (tests/test_sweep_scale.py) shows what it asks plotly to draw; only a browser
+shows that it is drawn, with plotly.js read from the page itself: every host name is unresolvable
+here, so a page that fetched plotly.js from a CDN would draw nothing. The browser is a test
+prerequisite, installed by ``.ci/run`` and named in the README ("Run the tests").
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autopar.cli import app
+from tests import html_report
+
+BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chrome-stable")
+INSTALL = "sudo apt-get update && sudo apt-get install -y chromium-headless-shell"
+
+# The flags that start Chromium on a machine with no network and no display: no sandbox (CI runs
+# as root), no first-run or background services, a fresh profile, every host unresolvable.
+_OFFLINE = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+)
+
+SWEEP = [
+    "sweep",
+    "--model", "llama-8b",
+    "--gpus", "8,16,32",
+    "--gpu", "h100,h200",
+    "--global-batch", "256",
+    "--train-tokens", "1e12",
+    "--gpu-hour-cost", "2.5",
+    "--format", "html",
+]  # fmt: skip
+
+
+def headless_chromium() -> str:
+    """The first Chromium on PATH; a missing browser fails the test (it is a prerequisite)."""
+    for name in BROWSERS:
+        if found := shutil.which(name):
+            return found
+    pytest.fail(
+        f"no headless Chromium on PATH (looked for {', '.join(BROWSERS)}); install it: {INSTALL}",
+        pytrace=False,
+    )
+
+
+def render(page: Path, profile: Path) -> tuple[str, list[str]]:
+    """The page's DOM once its scripts ran, and the lines its console printed."""
+    command = [
+        headless_chromium(),
+        *_OFFLINE,
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=10000",  # run the page's timers to completion, then dump
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def _drawn(values: list) -> int:
+    return sum(v is not None for v in values)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("report") / "plan.html"
+    result = CliRunner().invoke(app, [*SWEEP, "--output", str(target)])
+    assert result.exit_code == 0, result.output
+    return target
+
+
+def test_report_renders_every_chart_offline(report, tmp_path):
+    asked = html_report.figure(html_report.read_page(report.read_text(encoding="utf-8")))
+    dom, console = render(report, tmp_path / "profile")
+    page = html_report.read_page(dom)
+    assert console == []  # no script error, no failed fetch, nothing logged
+    assert page.with_class("div", "plot-container"), "plotly drew nothing"
+    # one subplot per chart: throughput, MFU, days, cost, memory
+    subplots = {a["class"].split()[1] for a in page.with_class("g", "subplot")}
+    assert subplots == {"xy", "x2y2", "x3y3", "x4y4", "x5y5"}
+    titles = [a["data-unformatted"] for a in page.with_class("text", "annotation-text")]
+    assert titles == [a["text"] for a in asked["layout"]["annotations"]]
+    # every trace, and every point of it, drawn
+    lines = [t for t in asked["data"] if t["type"] == "scatter"]
+    bars = [t for t in asked["data"] if t["type"] == "bar"]
+    assert len(lines) == 4 * 2  # four charts x (h100, h200)
+    assert len(page.with_class("g", "trace scatter")) == len(lines)
+    assert len(page.with_class("g", "trace bars")) == len(bars) > 0
+    assert len(page.with_class("path", "point")) == sum(_drawn(t["y"]) for t in lines)
+    assert len(page.with_class("g", "point")) == sum(_drawn(t["y"]) for t in bars)
+    curves = [a["d"] for a in page.with_class("path", "js-line") if "L" in a["d"]]
+    assert sorted(d.count("L") + 1 for d in curves) == [3] * len(lines)  # 8, 16, 32 GPUs
+    assert [row[0] for row in page.rows if row] == ["8", "16", "32"] * 2  # the layout table
+
+
+def test_missing_browser_fails_with_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser on it
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium-headless-shell"):
+        headless_chromium()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ci_prerequisite() -> str:
+    """The part of ``.ci/run`` that installs the browser (between its marker comments)."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    start = ci.index("# --- the README's prerequisite")
+    return ci[start : ci.index("# --- the README's test command")]
+
+
+def test_readme_names_the_prerequisite_and_ci_runs_its_test_command_verbatim():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Run the tests") :]
+    commands = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[:2]
+    assert commands[0] == INSTALL
+    assert commands[1].endswith("python -m pytest -q")
+    assert f"\n{commands[1]}\n" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("uid", "browser", "expected"),
+    [
+        ("0", None, ["apt-get update -q", "apt-get install -y -q chromium-headless-shell"]),
+        (
+            "1000",
+            None,
+            ["sudo", "apt-get update -q", "sudo", "apt-get install -y -q chromium-headless-shell"],
+        ),
+        ("1000", "chromium", []),
+        ("0", "google-chrome", []),
+    ],
+)
+def test_ci_installs_the_browser_only_when_missing(tmp_path, uid, browser, expected):
+    """``.ci/run``'s install step on a PATH of stubs: apt-get (through sudo unless root) when no
+    browser is found, nothing otherwise."""
+    log = tmp_path / "calls"
+    stubs = {
+        "id": f"echo {uid}",
+        "apt-get": f'echo "apt-get $*" >> {log}',
+        "sudo": f'echo sudo >> {log}; "$@"',
+    }
+    if browser:
+        stubs[browser] = "exit 0"
+    for name, body in stubs.items():
+        (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    script = "set -euo pipefail\n" + _ci_prerequisite()
+    env = {"PATH": str(tmp_path)}
+    done = subprocess.run(["/bin/bash", "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (log.read_text().splitlines() if log.exists() else []) == expected
