@@ -219,6 +219,51 @@ def torchtitan_parse(args: list[str]):
     return ConfigManager().parse_args(args)
 
 
+def _leaves(tree: Any, path: str = ""):
+    """(path, value) of every leaf of a torchtitan ``Config.to_dict()`` tree."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _leaves(value, f"{path}.{key}")
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _leaves(value, f"{path}[{i}]")
+    else:
+        yield path, tree
+
+
+def torchtitan_architecture(model) -> dict[str, int]:
+    """A torchtitan 0.3 decoder config (``model_spec.model``) in autopar's ``ModelSpec`` terms
+    (the names of ``autopar.emit.torchtitan.ARCH_FIELDS``): its layer list, attention and MoE
+    sub-configs as torchtitan builds them."""
+    found: dict[str, set[int]] = {}
+    for path, value in _leaves(model.to_dict()):
+        if path.startswith(".mtp_layers") or not isinstance(value, int):
+            continue
+        name = path.rsplit(".", 1)[-1]
+        if name == "hidden_dim" and "experts" in path:
+            name = "expert_hidden_dim"
+        found.setdefault(name, set()).add(value)
+
+    def one(name: str, default: int = 0) -> int:
+        values = found.get(name, {default})
+        assert len(values) == 1, (name, values)  # every layer alike
+        return values.pop()
+
+    heads = one("n_heads")
+    experts = one("num_experts")
+    return {
+        "num_layers": len(model.layers),
+        "hidden_size": model.dim,
+        "num_attention_heads": heads,
+        "num_kv_heads": one("n_kv_heads", heads),  # MLA keeps a head per query head
+        "vocab_size": model.vocab_size,
+        "num_experts": experts,
+        "experts_per_token": one("top_k") if experts else 0,
+        "moe_ffn_hidden_size": one("expert_hidden_dim") if experts else 0,
+        "num_mtp_layers": len(getattr(model, "mtp_layers", None) or []),
+    }
+
+
 def deepspeed_config(config: dict[str, Any], dp: int):
     """DeepSpeed's ``DeepSpeedConfig`` (no process group: rank 0, a DP-only model-parallel unit)."""
     from deepspeed.runtime import config as ds_config

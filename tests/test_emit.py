@@ -128,23 +128,34 @@ def test_torchtitan_refuses_zero1_and_keeps_etp(moe):
 
 
 def test_torchtitan_03_uneven_pipeline():
-    """Llama-3.1 405B's 126 layers over PP 8: torchtitan's split equals Megatron's (embedding
-    and loss each in a layer's slot, torchtitan's own default accounting)."""
-    problem = autopar.make_problem(model="llama-3.1-405b", gpus=1024, global_batch=512)
-    lay = Layout(tp=8, pp=8, dp=16, grad_accum=32, zero=3, sequence_parallel=True)
+    """Qwen3-30B's 48 layers over PP 5: torchtitan's split equals Megatron's (embedding and loss
+    each in a layer's slot, torchtitan's own default accounting)."""
+    problem = autopar.make_problem(model="qwen3-30b-a3b", gpus=320, global_batch=640)
+    lay = Layout(tp=4, pp=5, dp=16, grad_accum=40, zero=3, sequence_parallel=True)
     args = emit.torchtitan_args(lay, problem)
-    assert args[:4] == ["--module", "llama3", "--config", "llama3_405b"]
+    assert args[:4] == ["--module", "qwen3", "--config", "qwen3_30b_a3b"]
     par = {
         a[len("--parallelism.") :]: int(v) if v.isdigit() else v
         for a, v in zip(args, args[1:], strict=False)
         if a.startswith("--parallelism.")
     }
-    stages = consumers.torchtitan_stage_layers(126, par)
-    assert stages == [15, *[16] * 6, 15] == emit.common.virtual_stage_layers(126, 8, 1)
+    stages = consumers.torchtitan_stage_layers(48, par)
+    assert stages == [9, 10, 10, 10, 9] == emit.common.virtual_stage_layers(48, 5, 1)
     assert (
         par["pipeline_parallel_first_stage_less_layers"],
+        par["pipeline_parallel_last_stage_less_layers"],
         par["pipeline_parallel_layers_per_stage"],
-    ) == (1, 16)
+    ) == (1, 1, 10)
+
+
+def test_torchtitan_03_refuses_405b_whose_only_config_is_fp8():
+    """torchtitan 0.3's llama3_405b converts the linears to FP8 rowwise: a BF16 plan would run
+    in another precision, so 0.3 refuses it and the 0.2 TOML (which names its converters) stays."""
+    problem = autopar.make_problem(model="llama-3.1-405b", gpus=1024, global_batch=512)
+    lay = Layout(tp=8, pp=8, dp=16, grad_accum=32, zero=3, sequence_parallel=True)
+    with pytest.raises(InputError, match="llama3_405b, trains in FP8.*--format torchtitan-0.2"):
+        emit.torchtitan_args(lay, problem)
+    assert emit.torchtitan_config(lay, problem)["model"] == {"name": "llama3", "flavor": "405B"}
 
 
 def test_deepspeed_fields(dense):
@@ -257,9 +268,11 @@ def test_interleaved_uneven_split_uses_virtual_stages_per_rank():
     assert args["--num-virtual-stages-per-pipeline-rank"] == "2"
     assert "--num-layers-per-virtual-pipeline-stage" not in args
     assert emit.common.virtual_stage_layers(126, 5, 2) == [12, 13, 13, 13, 12] * 2
+    seventy = autopar.make_problem(model="llama-3.1-70b", gpus=384, global_batch=512)
+    assert emit.common.virtual_stage_layers(80, 6, 2) == [6, 7, 7, 7, 7, 6] * 2
     with pytest.raises(InputError, match="only the first and last virtual stage"):
         emit.torchtitan_args(
-            Layout(tp=8, pp=5, dp=4, vpp=2, grad_accum=10, zero=3, sequence_parallel=True), problem
+            Layout(tp=8, pp=6, dp=8, vpp=2, grad_accum=12, zero=3, sequence_parallel=True), seventy
         )
 
 

@@ -6,6 +6,7 @@ consumer is checked."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -257,9 +258,10 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
             or (lay.tp > 1 and not lay.sequence_parallel)
         )
     if fmt == "torchtitan":
-        known = emit.torchtitan.torchtitan_model(problem.model) is not None
+        known = emit.torchtitan.torchtitan_model(problem.model)
         ep_ok = lay.ep == 1 or lay.zero >= 2 or (lay.cp * lay.tp) % lay.ep == 0
-        return not known or fp8 or lay.zero == 1 or lay.etp > 1 or not ep_ok
+        unknown = known is None or bool(known.refuse_03)
+        return unknown or fp8 or lay.zero == 1 or lay.etp > 1 or not ep_ok
     return False
 
 
@@ -331,3 +333,155 @@ def test_torchtitan_config_manager_reads_qwen3_moe_with_ep():
     assert config.training.disable_cuda_graphs and config.training.local_batch_size == 4
     assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
     assert len(config.model_spec.model.layers) == 48
+
+
+# torchtitan 0.3's text-decoder modules and their flavor tables (models/<module>/__init__.py)
+TORCHTITAN_REGISTRIES = {
+    "llama3": "llama3_configs",
+    "qwen3": "qwen3_configs",
+    "deepseek_v3": "deepseekv3_configs",
+    "gpt_oss": "gptoss_configs",
+    "kimi_k2_7": "kimi_k2_5_configs",
+}
+
+
+def _config_function(known: emit.torchtitan.TorchtitanModel):
+    """The config_registry function's source and first line, read from its file (importing
+    kimi_k2_7's config_registry needs torchvision, which the CPU torch cannot load beside)."""
+    import torchtitan
+
+    path = Path(torchtitan.__file__).parent / known.source.split(":")[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {known.config}("))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("def ")), len(lines))
+    return "\n".join(lines[start:end]), start + 1
+
+
+@pytest.mark.parametrize("known", emit.torchtitan.TORCHTITAN_MODELS, ids=lambda k: k.config)
+def test_torchtitan_table_is_torchtitans_own(known):
+    """Each entry: the cited config function exists at that line, and the model it builds has
+    the architecture the entry claims; a refused one uses what the refusal says."""
+    import importlib
+
+    source, line = _config_function(known)
+    assert known.source == f"models/{known.module}/config_registry.py:{line}"
+    flavor = re.search(r'model_registry\(\s*"([^"]+)"', source).group(1)
+    registry = importlib.import_module(f"torchtitan.models.{known.module}")
+    built = consumers.torchtitan_architecture(registry.model_registry(flavor).model)
+    assert tuple(built.values()) == known.arch, built
+    assert list(built) == list(emit.torchtitan.ARCH_FIELDS)
+    if known.config == "llama3_405b":
+        assert "Float8LinearConverter" in source and "FP8" in known.refuse_03
+    if known.config == "kimi_k2_5":
+        assert "_dist_muon_optimizer" in source and "Muon" in known.refuse_03
+
+
+def test_torchtitan_covers_every_flavor_of_a_preset():
+    """Every flavor torchtitan 0.3 ships whose architecture is an autopar preset's is in the
+    table, or has no config function to name it by (then the refusal says so)."""
+    import importlib
+
+    presets = {}
+    for name in PRESETS:
+        model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+        presets.setdefault(emit.torchtitan.architecture(model), name)
+    table = {k.arch: k for k in emit.torchtitan.TORCHTITAN_MODELS}
+    matched = {}
+    for module, flavors in TORCHTITAN_REGISTRIES.items():
+        registry = importlib.import_module(f"torchtitan.models.{module}")
+        for flavor in getattr(registry, flavors):
+            if "debug" in flavor:
+                continue
+            arch = tuple(
+                consumers.torchtitan_architecture(registry.model_registry(flavor).model).values()
+            )
+            if arch in presets:
+                matched[module, flavor] = presets[arch]
+                if arch not in table:  # qwen3 235B-A22B: a flavor, no config function
+                    path = Path(registry.__file__).parent / "config_registry.py"
+                    assert f'"{flavor}"' not in path.read_text(encoding="utf-8"), flavor
+    # the check above saw a flavor without a function, and the multimodal Kimi-K2.5
+    assert {("qwen3", "235B-A22B"), ("kimi_k2_7", "Kimi-K2.5")} <= set(matched)
+
+
+def _tt_layout(model: ModelSpec) -> Layout:
+    pp, vpp = _interleaving(model.num_layers) or (2, 1)
+    return Layout(
+        tp=2,
+        pp=pp,
+        vpp=vpp,
+        dp=8,
+        ep=8 if model.is_moe else 1,
+        grad_accum=2 * pp,
+        zero=3,
+        sequence_parallel=True,
+        recompute="selective",
+    )
+
+
+TT_PRESETS = [
+    name
+    for name in PRESETS
+    if (
+        known := emit.torchtitan.torchtitan_model(
+            autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+        )
+    )
+    and not known.refuse_03
+]
+
+
+def _deepseek_v3_without_mtp(directory: Path) -> str:
+    """DeepSeek-V3's config.json without the MTP layer: torchtitan's deepseek_v3_671b."""
+    import json
+
+    config = json.loads((Path(__file__).parent / "data/deepseek-v3-config.json").read_text())
+    path = directory / "deepseek-v3-no-mtp.json"
+    path.write_text(json.dumps(config | {"num_nextn_predict_layers": 0}))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", [*TT_PRESETS, "deepseek-v3 without MTP"])
+def test_torchtitan_config_manager_reads_every_expressible_preset(name, tmp_path):
+    """torchtitan 0.3's own ConfigManager on each preset it can express, interleaved PP and, for
+    MoE, EP over the FSDP x TP ranks: the run it builds is the model and layout planned."""
+    if name == "deepseek-v3 without MTP":
+        name = _deepseek_v3_without_mtp(tmp_path)
+    model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+    lay = _tt_layout(model)
+    problem = _problem(name, lay, "bf16")
+    config = consumers.torchtitan_parse(emit.torchtitan_args(lay, problem))
+    built = consumers.torchtitan_architecture(config.model_spec.model)
+    assert tuple(built.values()) == emit.torchtitan.architecture(model)
+    par = config.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree) == (lay.tp, lay.pp)
+    assert (par.data_parallel_shard_degree, par.expert_parallel_degree) == (lay.dp, lay.ep)
+    assert par.context_parallel_degree == 1 and par.enable_sequence_parallel
+    schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
+    assert par.pipeline_parallel_schedule == schedule
+    stages = consumers.torchtitan_stage_layers(model.num_layers, _parallelism_fields(par))
+    assert stages == emit.common.virtual_stage_layers(model.num_layers, lay.pp, lay.vpp)
+    assert config.training.global_batch_size == problem.training.global_batch_sequences
+    assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
+
+
+def _parallelism_fields(par) -> dict:
+    names = (
+        "pipeline_parallel_degree",
+        "pipeline_parallel_schedule",
+        "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers",
+    )
+    return {name: getattr(par, name) for name in names}
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "kimi-k2", "llama-3.1-405b", "qwen3-235b-a22b"])
+def test_torchtitan_refuses_presets_it_cannot_express_in_one_line(name):
+    problem = autopar.make_problem(model=name, gpus=64, seq_len=4096, global_batch=64)
+    with pytest.raises(InputError) as error:
+        emit.torchtitan_args(_tt_layout(problem.model), problem)
+    message = str(error.value)
+    assert "\n" not in message and "cannot express" in message and "--format" in message
+    if name == "deepseek-v3":  # the one difference is named
+        assert "num_mtp_layers 0 (the model has 1)" in message

@@ -6,7 +6,8 @@ returning ``Trainer.Config``) plus ``--section.key value`` overrides parsed by t
 (``activation_checkpoint:full|selective|none``, ``distributed/activation_checkpoint.py``), and PP
 needs ``--training.disable_cuda_graphs`` (``trainer.py`` ``_validate_cuda_graphs``). torchtitan
 0.2.x reads a TOML job config (``torchtitan/config/job_config.py``; its fields are vendored in
-``tests/data/torchtitan/``).
+``tests/data/consumers/``). The model is named only by a config function: ``TORCHTITAN_MODELS``
+lists those for the decoders autopar has presets of, each with the file and line it comes from.
 
 Both versions split the pipeline in ``distributed/pipeline_parallel.py``: the embedding and the
 output count as ``pipeline_parallel_first/last_stage_less_layers`` layers (default 1 each), so
@@ -18,6 +19,7 @@ stages when uneven).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from autopar.emit.common import layout_of, refuse, virtual_stage_layers
@@ -27,32 +29,111 @@ from autopar.specs import ModelSpec, Problem
 TORCHTITAN_TARGET = "torchtitan 0.3.0"
 TORCHTITAN_02_TARGET = "torchtitan 0.2.2"
 
-# torchtitan's own model configs, keyed by architecture: (layers, hidden, heads, kv heads, vocab,
-# experts) -> (0.3 module, 0.3 config function, 0.2 flavor). Checked against torchtitan's
-# model registry in tests/test_emit_consumers.py.
-TORCHTITAN_MODELS: dict[tuple[int, ...], tuple[str, str, str]] = {
-    (32, 4096, 32, 8, 128256, 0): ("llama3", "llama3_8b", "8B"),
-    (80, 8192, 64, 8, 128256, 0): ("llama3", "llama3_70b", "70B"),
-    (126, 16384, 128, 8, 128256, 0): ("llama3", "llama3_405b", "405B"),
-    (48, 2048, 32, 4, 151936, 128): ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
-}
+ARCH_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "vocab_size",
+    "num_experts",
+    "experts_per_token",
+    "moe_ffn_hidden_size",
+    "num_mtp_layers",
+)
 
 
-def torchtitan_model(model: ModelSpec) -> tuple[str, str, str] | None:
-    """torchtitan's (module, config, flavor) for this architecture, or None."""
-    key = (
-        model.num_layers,
-        model.hidden_size,
-        model.num_attention_heads,
-        model.num_kv_heads,
-        model.vocab_size,
-        model.num_experts,
-    )
-    return TORCHTITAN_MODELS.get(key)
+@dataclass(frozen=True)
+class TorchtitanModel:
+    """One of torchtitan's own model configs: the 0.3 ``--module``/``--config`` pair, the 0.2
+    ``[model]`` flavor (under the same name; empty where autopar writes no 0.2 model section),
+    and the architecture as autopar reads it (``ARCH_FIELDS``), which
+    tests/test_emit_consumers.py checks against the model torchtitan 0.3 builds."""
+
+    module: str
+    config: str
+    flavor_02: str
+    source: str  # the config_registry function, models/<module>/config_registry.py:line
+    arch: tuple[int, ...]
+    refuse_03: str = ""  # why 0.3's config function does not train what autopar plans
+
+
+# Every torchtitan 0.3.0 config_registry function for a decoder autopar has a preset for.
+# torchtitan 0.3 picks the model only through its config function (``Trainer.Config.model_spec``
+# is ``tyro.conf.Suppress``ed, trainer.py:77): a flavor without a function (qwen3 "235B-A22B",
+# models/qwen3/__init__.py:609) cannot be named on the command line.
+TORCHTITAN_MODELS: tuple[TorchtitanModel, ...] = (
+    TorchtitanModel(
+        "llama3", "llama3_8b", "8B", "models/llama3/config_registry.py:184",
+        (32, 4096, 32, 8, 128256, 0, 0, 0, 0),
+    ),
+    TorchtitanModel(
+        "llama3", "llama3_70b", "70B", "models/llama3/config_registry.py:257",
+        (80, 8192, 64, 8, 128256, 0, 0, 0, 0),
+    ),
+    TorchtitanModel(
+        "llama3", "llama3_405b", "405B", "models/llama3/config_registry.py:295",
+        (126, 16384, 128, 8, 128256, 0, 0, 0, 0),
+        refuse_03="its only config, llama3_405b, trains in FP8 with rowwise scaling "
+        "(Float8LinearConverter, models/llama3/config_registry.py:300-308), a recipe autopar "
+        "does not plan",
+    ),
+    TorchtitanModel(
+        "qwen3", "qwen3_30b_a3b", "30B-A3B", "models/qwen3/config_registry.py:295",
+        (48, 2048, 32, 4, 151936, 128, 8, 768, 0),
+    ),
+    TorchtitanModel(
+        "gpt_oss", "gpt_oss_20b", "", "models/gpt_oss/config_registry.py:70",
+        (24, 2880, 64, 8, 201088, 32, 4, 2880, 0),
+    ),
+    TorchtitanModel(
+        "gpt_oss", "gpt_oss_120b", "", "models/gpt_oss/config_registry.py:101",
+        (36, 2880, 64, 8, 201088, 128, 4, 2880, 0),
+    ),
+    TorchtitanModel(
+        # Kimi-K2's decoder; the model adds a 27-layer MoonViT vision encoder
+        # (models/kimi_k2_7/__init__.py:453, model.py:34)
+        "kimi_k2_7", "kimi_k2_5", "", "models/kimi_k2_7/config_registry.py:170",
+        (61, 7168, 64, 64, 163840, 384, 8, 2048, 0),
+        refuse_03="its config, kimi_k2_5, is Kimi-K2.5: this decoder with a vision encoder, "
+        "trained with the Muon optimizer (models/kimi_k2_7/config_registry.py:170-184); autopar "
+        "plans the decoder with Adam",
+    ),
+    TorchtitanModel(
+        # no MTP: _671b(num_mtp_layers=0), models/deepseek_v3/__init__.py:537
+        "deepseek_v3", "deepseek_v3_671b", "", "models/deepseek_v3/config_registry.py:206",
+        (61, 7168, 128, 128, 129280, 256, 8, 2048, 0),
+    ),
+)  # fmt: skip
+
+
+def architecture(model: ModelSpec) -> tuple[int, ...]:
+    return tuple(getattr(model, name) for name in ARCH_FIELDS)
+
+
+def torchtitan_model(model: ModelSpec) -> TorchtitanModel | None:
+    """torchtitan's config for exactly this architecture, or None."""
+    arch = architecture(model)
+    return next((known for known in TORCHTITAN_MODELS if known.arch == arch), None)
+
+
+def _nearest(model: ModelSpec) -> str:
+    """What tells the model apart from a torchtitan config of its depth and width that differs
+    in at most two more fields (a variant of it), if there is one."""
+    arch = architecture(model)
+    for known in TORCHTITAN_MODELS:
+        diff = [
+            f"{name} {theirs} (the model has {ours})"
+            for name, theirs, ours in zip(ARCH_FIELDS, known.arch, arch, strict=True)
+            if theirs != ours
+        ]
+        if known.arch[:2] == arch[:2] and len(diff) <= 2:
+            return f"; the nearest, {known.config}, has " + ", ".join(diff)
+    return ""
 
 
 def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) -> None:
-    """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 and an SP switch.
+    """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 (no expert TP:
+    EP borrows FSDP and TP ranks, ``config/configs.py:279``) and an SP switch.
     Both reduce gradients in FP32 only (``mixed_precision_reduce: Literal["float32"]``)."""
     if problem.training.grad_precision == "bf16":
         raise refuse(
@@ -139,7 +220,9 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
     _check(lay, problem, "torchtitan-0.2", etp_equal_tp_ok=True)
     sections: dict[str, dict[str, Any]] = {}
     known = torchtitan_model(problem.model)
-    model: dict[str, Any] = {"name": known[0], "flavor": known[2]} if known else {}
+    model: dict[str, Any] = {}
+    if known and known.flavor_02:
+        model = {"name": known.module, "flavor": known.flavor_02}
     if problem.training.precision == "fp8":
         converters = ["quantize.linear.float8"]
         if problem.model.is_moe:
@@ -186,12 +269,16 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
     _check(lay, problem, fmt, etp_equal_tp_ok=False)
     known = torchtitan_model(problem.model)
     if known is None:
-        names = ", ".join(sorted(config for _, config, _ in TORCHTITAN_MODELS.values()))
+        names = ", ".join(m.config for m in TORCHTITAN_MODELS if not m.refuse_03)
         raise refuse(
             fmt,
-            f"{problem.model.name}: torchtitan 0.3 has no config for it (it has {names})",
+            f"{problem.model.name}: torchtitan 0.3 has no config for it (it has {names})"
+            + _nearest(problem.model),
             "write a config_registry function, or use --format megatron",
         )
+    if known.refuse_03:
+        other = "torchtitan-0.2 or megatron" if known.flavor_02 else "megatron"
+        raise refuse(fmt, f"{problem.model.name}: {known.refuse_03}", f"use --format {other}")
     if problem.training.precision == "fp8":
         raise refuse(
             fmt,
@@ -205,8 +292,7 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
             "(configs.py expert_parallel_degree)",
             "use --format megatron",
         )
-    module, config, _ = known
-    args = ["--module", module, "--config", config]
+    args = ["--module", known.module, "--config", known.config]
     for section, fields in (
         ("parallelism", _parallelism(lay, problem, fmt)),
         ("training", _training(lay, problem)),
