@@ -326,12 +326,14 @@ def test_api_rejects_hostile_values_with_input_error(kwargs) -> None:
         autopar.solve(**options)
 
 
-@pytest.mark.parametrize("fmt", ["json", "megatron", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("fmt", ["json", "megatron", "torchtitan-0.2", "deepspeed"])
 def test_uneven_pipeline_solves_in_every_format(runner, fmt) -> None:
     """Llama-3.1 405B's 126 layers need an uneven split: the launcher formats used to exit 2
-    where the JSON solve succeeded (the problem was rebuilt without --uneven-pipeline)."""
+    where the JSON solve succeeded (the problem was rebuilt without --uneven-pipeline).
+    torchtitan 0.3 refuses 405B whatever the layout (its only config trains in FP8 rowwise)."""
     args = ["solve", "--model", "llama-3.1-405b", "--gpus", "1024", "--uneven-pipeline"]
-    rules = ["--framework", fmt] if fmt in ("torchtitan", "deepspeed") else []
+    framework = fmt.split("-")[0]
+    rules = ["--framework", framework] if framework in ("torchtitan", "deepspeed") else []
     result = runner.invoke(app, [*args, *rules, "--top", "1", "-f", fmt])
     assert result.exit_code == 0, result.output
     if fmt == "megatron":
