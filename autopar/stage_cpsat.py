@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from autopar.specs import Problem
 from autopar.stage_costs import StageCosts, probe_stage_costs
 from autopar.stage_estimate import with_plan_recompute
 from autopar.stage_tables import StageTable, least_layers, stage_table
+from autopar.stage_windows import WindowTable, start_classes, window_bounds, window_table
 from autopar.stages import (
     StagePlan,
     StageRecompute,
@@ -71,6 +73,9 @@ HEURISTIC_OPTIONS = 12
 relative precision of 6e-8 of the largest stage time)."""
 """Optimality tolerance: 10 microseconds of step time."""
 SPLIT_FAMILY = "layers vs PP"
+MAX_KIND_MIXES = 64
+"""Kind mixes (minor kind counts and their recomputed counts) the lower bound enumerates
+per stage; beyond, every layer is priced at the cheapest kind."""
 
 
 def per_stage_space(problem: Problem) -> Space:
@@ -154,14 +159,19 @@ def candidates(
     def consider(index, sub, m, layers, p, v):
         step, recompute, most = _best_recompute(layers, p, v, sub, m, modes, capacity)
         better = step < best_s[index]
-        for r, rec in zip(index[better], np.asarray(recompute, dtype=object)[better], strict=True):
-            plans[r] = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=tuple(rec))
+        made: dict[tuple, StagePlan] = {}
+        for j in np.flatnonzero(better):
+            rec = recompute[j]
+            if rec not in made:
+                made[rec] = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=rec)
+            plans[index[j]] = made[rec]
         best_s[index] = np.where(better, step, best_s[index])
         lower_peak = most < peak[index]
+        saving = StagePlan(
+            pp=p, vpp=v, chunk_layers=layers, recompute=(_most_saving(modes, layers),) * p
+        )
         for r in index[lower_peak]:
-            peak_plans[r] = StagePlan(
-                pp=p, vpp=v, chunk_layers=layers, recompute=(_most_saving(modes, layers),) * p
-            )
+            peak_plans[r] = saving
         peak[index] = np.minimum(peak[index], most)
 
     groups = _groups(grid)
@@ -328,86 +338,219 @@ def _best_recompute(layers, p, v, costs: StageCosts, m, modes, capacity):
         step[feasible] = costs.step_time_s[feasible] + pipeline_time_s(
             best_t[feasible], m[feasible], v
         )
-    recompute = [tuple(options[c] for c in choice[r]) for r in range(rows)]
+    distinct, which = np.unique(choice, axis=0, return_inverse=True)
+    per_choice = [tuple(options[c] for c in row) for row in distinct]
+    recompute = [per_choice[j] for j in np.ravel(which)]
     return step, recompute, least_memory
 
 
+def _kind_mixes(kinds_in_order: Sequence[str]):
+    """The major kind (the most frequent) with its count, the minor kinds, and every pair
+    (minor counts, minor counts recomputed fully) a stage may hold; ``None`` when there are more
+    than ``MAX_KIND_MIXES`` such pairs."""
+    totals: dict[str, int] = {}
+    for kind in kinds_in_order:
+        totals[kind] = totals.get(kind, 0) + 1
+    major = max(totals, key=lambda k: totals[k])
+    minors = [k for k in totals if k != major]
+    size = math.prod((totals[k] + 1) * (totals[k] + 2) // 2 for k in minors)
+    if size > MAX_KIND_MIXES:
+        return None
+    pairs = [
+        (held, done)
+        for held in itertools.product(*(range(totals[k] + 1) for k in minors))
+        for done in itertools.product(*(range(h + 1) for h in held))
+    ]
+    return major, totals[major], minors, pairs
+
+
 def _stage_time_of_layers(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capacity: float):
-    """Per stage ``i``, ``t_i(n)``: the least time of one micro-batch on stage ``i`` holding ``n``
-    layers (rows x ``n``), each layer at the cheapest kind, with the least recompute that fits
-    the stage's memory with its activations weighed by its smallest in-flight count (a lower
-    bound on every plan's stage time; exact for one kind and ``vpp == 1``); and the recompute
-    that achieves it (0 none, 1 selective, 2 + k full)."""
-    kinds = tuple(dict.fromkeys(costs.layer_kinds))
-    t = np.min([costs.time_s[k] for k in kinds], axis=0)  # rows x 3
-    a = np.min([costs.activation_bytes[k] for k in kinds], axis=0)
-    s = np.min([costs.static_bytes[k] for k in kinds], axis=0)
+    """Per stage ``i`` and minor-kind counts ``h`` (``_kind_mixes``), ``t_i(h, n)`` (rows x
+    ``n``): a lower bound on the time of one micro-batch on stage ``i`` holding ``n`` layers,
+    ``h`` of them of the minor kinds, over every plan; and the model's count of each minor
+    kind. Relaxations: the stage may hold any mix of kinds the model has (not only what
+    consecutive chunks give), its activations are weighed by its smallest in-flight count,
+    and full recompute may pick any of its layers (not the first ``k`` of each chunk); each
+    mix takes its cheapest recompute that fits. With too many kind mixes every layer is
+    priced at the cheapest kind, term by term. ``t_i`` is made non-decreasing in ``n`` (a
+    minimum over ``n' >= n``, still a bound), as the water-filling needs."""
+    mixes = _kind_mixes(costs.layer_kinds)
     num_layers = len(costs.layer_kinds)
+    if mixes is None:
+        kinds = tuple(dict.fromkeys(costs.layer_kinds))
+        arrays = {
+            "t": np.min([costs.time_s[k] for k in kinds], axis=0),
+            "a": np.min([costs.activation_bytes[k] for k in kinds], axis=0),
+            "s": np.min([costs.static_bytes[k] for k in kinds], axis=0),
+        }
+        major, cap_major, minors, pairs = None, num_layers, [], [((), ())]
+    else:
+        major, cap_major, minors, pairs = mixes
+        arrays = {
+            "t": costs.time_s[major],
+            "a": costs.activation_bytes[major],
+            "s": costs.static_bytes[major],
+        }
+    t, a, s = arrays["t"], arrays["a"], arrays["s"]
     n = np.arange(num_layers + 1, dtype=np.float64)[None, :]
-    out_t, out_rec = [], []
+    distinct = np.unique(m)
+    out = []
     for i in range(p):
-        distinct = np.unique(m)
         least_w = np.array([min(in_flight(p, v, int(mm), i)) for mm in distinct], dtype=float)
         w = least_w[np.searchsorted(distinct, m)][:, None]
-        fixed_t = (
-            costs.every_time_s
-            + (costs.first_time_s if i == 0 else 0)
-            + (costs.last_time_s if i == p - 1 else 0)
+        ends = [costs.every_time_s, costs.every_static_bytes, costs.every_activation_bytes]
+        if i == 0:
+            ends = [
+                e + f
+                for e, f in zip(
+                    ends,
+                    (costs.first_time_s, costs.first_static_bytes, costs.first_activation_bytes),
+                    strict=True,
+                )
+            ]
+        if i == p - 1:
+            ends = [
+                e + f
+                for e, f in zip(
+                    ends,
+                    (costs.last_time_s, costs.last_static_bytes, costs.last_activation_bytes),
+                    strict=True,
+                )
+            ]
+        fixed_t, fixed_s, fixed_a = ends
+        by_held: dict[tuple[int, ...], np.ndarray] = {}
+        for held, done in pairs:
+            best = by_held.setdefault(held, np.full((len(m), num_layers + 1), np.inf))
+            c = n - sum(held)  # layers of the major kind (rows broadcast)
+            valid = (c >= 0) & (c <= cap_major)
+            tk = [costs.time_s[k] for k in minors]
+            ak = [costs.activation_bytes[k] for k in minors]
+            time0 = (
+                fixed_t[:, None]
+                + c * t[:, 0:1]
+                + sum(h * x[:, 0:1] for h, x in zip(held, tk, strict=True))
+            )
+            static = (
+                (fixed_s + w[:, 0] * fixed_a)[:, None]
+                + c * s[:, None]
+                + sum(h * costs.static_bytes[k][:, None] for h, k in zip(held, minors, strict=True))
+            )
+
+            def acts(code, held=held, c=c, ak=ak):
+                return c * a[:, code : code + 1] + sum(
+                    h * x[:, code : code + 1] for h, x in zip(held, ak, strict=True)
+                )
+
+            options = []
+            if not any(done):
+                if "none" in modes:
+                    options.append((time0, static + w * acts(0)))
+                if "selective" in modes:
+                    options.append(
+                        (
+                            time0
+                            + c * (t[:, 1:2] - t[:, 0:1])
+                            + sum(
+                                h * (x[:, 1:2] - x[:, 0:1]) for h, x in zip(held, tk, strict=True)
+                            ),
+                            static + costs.selective_workspace_bytes[:, None] + w * acts(1),
+                        )
+                    )
+            if "full" in modes and ("none" in modes or tuple(done) == tuple(held)):
+                saved_minor = sum(
+                    r * (x[:, 0:1] - x[:, 2:3]) for r, x in zip(done, ak, strict=True)
+                )
+                over = (
+                    static
+                    + costs.full_workspace_bytes[:, None]
+                    + w * (acts(0) - saved_minor)
+                    - capacity
+                )
+                per_layer = w * (a[:, 0:1] - a[:, 2:3])
+                need = np.ceil(
+                    np.maximum(over, 0.0) / np.where(per_layer > 0, per_layer, np.inf) - 1e-9
+                )
+                need = np.where((over > 0) & ~(per_layer > 0), np.inf, need)
+                need = np.maximum(need, 0.0 if sum(done) else 1.0)
+                if "none" not in modes:
+                    need = np.where(need <= c, c, need)
+                extra = need * (t[:, 2:3] - t[:, 0:1]) + sum(
+                    r * (x[:, 2:3] - x[:, 0:1]) for r, x in zip(done, tk, strict=True)
+                )
+                options.append((np.where(need <= c, time0 + extra, np.inf), None))
+            for time_s, memory in options:
+                ok = valid if memory is None else valid & (memory <= capacity)
+                np.minimum(best, np.where(ok, time_s, np.inf), out=best)
+        # non-decreasing in n: the least over n' >= n
+        out.append(
+            {h: np.minimum.accumulate(b[:, ::-1], axis=1)[:, ::-1] for h, b in by_held.items()}
         )
-        static = (
-            costs.every_static_bytes
-            + (costs.first_static_bytes if i == 0 else 0)
-            + (costs.last_static_bytes if i == p - 1 else 0)
-        )
-        act = (
-            costs.every_activation_bytes
-            + (costs.first_activation_bytes if i == 0 else 0)
-            + (costs.last_activation_bytes if i == p - 1 else 0)
-        )
-        base = (static + w[:, 0] * act)[:, None] + n * s[:, None]
-        best = np.full(base.shape, np.inf)
-        rec = np.zeros(base.shape, dtype=np.int64)
-        if "none" in modes:
-            ok = base + w * n * a[:, 0:1] <= capacity
-            best = np.where(ok, 0.0, best)
-        if "selective" in modes:
-            extra = n * (t[:, 1:2] - t[:, 0:1])
-            ok = base + costs.selective_workspace_bytes[:, None] + w * n * a[:, 1:2] <= capacity
-            take = ok & (extra < best)
-            rec = np.where(take, 1, rec)
-            best = np.where(take, extra, best)
-        if "full" in modes:
-            saved = w * (a[:, 0:1] - a[:, 2:3])
-            over = base + costs.full_workspace_bytes[:, None] + w * n * a[:, 0:1] - capacity
-            k = np.ceil(np.maximum(over, 0.0) / np.where(saved > 0, saved, np.inf))
-            k = np.maximum(k, 0 if "none" in modes else n)
-            k = np.where(over <= 0, 0 if "none" in modes else n, np.maximum(k, 1))
-            ok = k <= n
-            extra = k * (t[:, 2:3] - t[:, 0:1])
-            take = ok & (extra < best)
-            rec = np.where(take, 2 + k.astype(np.int64), rec)
-            best = np.where(take, extra, best)
-        out_t.append(fixed_t[:, None] + n * t[:, 0:1] + best)
-        out_rec.append(rec)
-    return out_t, out_rec
+    caps = tuple(costs.layer_kinds.count(k) for k in minors)
+    return out, caps
 
 
 def _lower_bound(costs: StageCosts, p: int, v: int, m: np.ndarray, modes, capacity: float):
-    """A lower bound on each row's step time over all plans, and the water-filled stage layer
-    counts that reach its ``max`` term: ``max_i T_i >= tau``, the least ``tau`` at which the
-    stages can take all layers with ``t_i(n_i) <= tau``; ``sum_i T_i`` is at least the time
-    without recompute at the cheapest kind (``_stage_time_of_layers``)."""
+    """A lower bound on each row's step time over all plans, and stage layer counts near its
+    ``max`` term (for the heuristic plans): ``max_i T_i >= tau``, the least ``tau`` at which the
+    stages can take all layers, and all layers of each minor kind between them, with
+    ``t_i(h_i, n_i) <= tau`` (``_mix_fill``); ``sum_i T_i`` is at least the time of every layer
+    without recompute."""
     num_layers = len(costs.layer_kinds)
-    times, recs = _stage_time_of_layers(costs, p, v, m, modes, capacity)
-    least_n = [max(v - 1, 0) if i in (0, p - 1) else v for i in range(p)]
-    if p == 1:
-        least_n = [num_layers]
-    lo, _, counts = _water_fill(times, least_n, num_layers, _max_layers)
-    feasible = sum(counts) >= num_layers
+    tables, caps = _stage_time_of_layers(costs, p, v, m, modes, capacity + CAPACITY_SLACK_BYTES)
+    least_n = [least_layers(p, v, i, num_layers) for i in range(p)]
+    lo, feasible = _mix_fill(tables, caps, least_n, num_layers)
+    cheapest = [np.min(list(t.values()), axis=0) for t in tables]
+    _, _, counts = _water_fill(cheapest, least_n, num_layers, _max_layers)
     total = _least_total_s(costs, p)
     bound = costs.step_time_s + (m - 1.0 / v) * np.maximum(lo, total / p) + total / v
-    split = (counts, recs, times)
-    return np.where(feasible, bound, np.inf), split
+    return np.where(feasible, bound, np.inf), (counts,)
+
+
+def _mix_fill(
+    tables: list[dict[tuple[int, ...], np.ndarray]],
+    caps: tuple[int, ...],
+    least: list[int],
+    num_layers: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The least bottleneck ``tau`` (per row, by bisection; the lower end, and whether any
+    ``tau`` works) at which the stages hold every layer: stage ``i`` holding ``h_i`` minor-kind
+    layers takes at most ``max{n : t_i(h_i, n) <= tau} - |h_i|`` major ones, and the ``h_i``
+    share the model's minor layers (``caps``). A knapsack over stages whose states are the
+    minor counts used so far (capped at ``caps``: a relaxation, so still a bound); a true plan
+    with bottleneck ``<= tau`` is a path of it, so ``tau`` below the result is impossible."""
+    rows = next(iter(tables[0].values())).shape[0]
+    states = list(itertools.product(*(range(c + 1) for c in caps)))
+    index = {s: j for j, s in enumerate(states)}
+    moves = {
+        h: [(j, index[tuple(min(a + b, c) for a, b, c in zip(s, h, caps, strict=True))])
+            for s, j in index.items()]
+        for h in tables[0]
+    }  # fmt: skip
+    need = num_layers - sum(caps)
+
+    def enough(tau: np.ndarray) -> np.ndarray:
+        value = np.full((rows, len(states)), -np.inf)
+        value[:, 0] = 0.0
+        for i, table in enumerate(tables):
+            new = np.full_like(value, -np.inf)
+            for h, t in table.items():
+                most = (t <= tau[:, None]).sum(axis=1) - 1
+                majors = np.where((most >= least[i]) & (most >= sum(h)), most - sum(h), -np.inf)
+                for j, to in moves[h]:
+                    np.maximum(new[:, to], value[:, j] + majors, out=new[:, to])
+            value = new
+        return value[:, index[caps]] >= need
+
+    finite = [np.where(np.isfinite(t), t, 0).max(axis=1) for tab in tables for t in tab.values()]
+    hi = np.max(finite, axis=0) + 1.0
+    lo = np.zeros(rows)
+    feasible = enough(hi)
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        ok = enough(mid)
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid)
+    return lo, feasible
 
 
 def _water_fill(
@@ -778,6 +921,8 @@ def _solve_stages(
     lower = cand.lower_s.copy()
     keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     single_kind = tables and len(set(cand.costs.layer_kinds)) == 1
+    windows = tables and not single_kind
+    class_of, starts = start_classes(cand.costs.layer_kinds)
     by_group: dict[tuple[int, int], tuple[np.ndarray, list]] = {}
     if single_kind and len(keep):
         # Exact per-stage tables on the rows left: a tighter bound and an exact water-filled
@@ -801,6 +946,34 @@ def _solve_stages(
             for j in np.flatnonzero(better):
                 cand.even_plans[int(rows[j])] = plans[j]
             cand.even_s[rows] = np.where(better, steps, cand.even_s[rows])
+        upper = float(np.min(cand.even_s))
+        keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
+    if windows and len(keep):
+        # Exact window tables on the rows left without interleaving: an exact bound on the
+        # bottleneck and the best plan under it (dynamic programmes), then prune again.
+        for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
+            if v != 1:
+                continue
+            check_deadline(deadline)
+            rows = keep[index]
+            sub = _subset(cand.costs, rows)
+            m = np.asarray(grid["grad_accum"][rows], dtype=np.int64)
+            window_tables = [
+                window_table(
+                    sub, p=p, stage=i, num_microbatches=m, modes=modes,
+                    capacity_bytes=capacity_float, starts=starts,
+                )
+                for i in range(p)
+            ]  # fmt: skip
+            by_group[(p, v)] = (rows, window_tables)
+            least = [least_layers(p, 1, i, len(class_of) - 1) for i in range(p)]
+            bound, steps, plan_bounds = window_bounds(window_tables, class_of, least, m)
+            lower[rows] = np.maximum(lower[rows], sub.step_time_s + bound)
+            steps = sub.step_time_s + steps
+            for j in np.flatnonzero(steps < cand.even_s[rows]):
+                g = _WindowGroup(p, 1, [], [], None, rows, window_tables, class_of)
+                cand.even_plans[int(rows[j])] = _window_plan(g, int(rows[j]), plan_bounds[j])
+                cand.even_s[int(rows[j])] = steps[j]
         upper = float(np.min(cand.even_s))
         keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     model = cp_model.CpModel()
@@ -836,6 +1009,13 @@ def _solve_stages(
             )
             groups[(p, v)] = g
             continue
+        if windows and v == 1:
+            all_rows, window_tables = by_group[(p, v)]
+            groups[(p, v)] = _add_window_group(
+                model, p, rows, all_rows, window_tables, class_of, x, objective, costs, grid,
+                max_ns,
+            )  # fmt: skip
+            continue
         g = _add_group(model, p, v, kinds_in_order, modes, max_ns)
         groups[(p, v)] = g
         for r in rows:
@@ -851,6 +1031,9 @@ def _solve_stages(
         plan = cand.even_plans[best]
         if single_kind:
             fixes = [(x[best], 1), *zip(group.n, _stage_counts(plan), strict=True)]
+        elif isinstance(group, _WindowGroup):
+            starts_of = itertools.accumulate(plan.chunk_layers[:-1])
+            fixes = [(x[best], 1), *zip(group.bounds[1:-1], starts_of, strict=True)]
         else:
             fixes = [(x[best], 1), *_hint_values(group, plan)]
         _complete_hint(model, fixes, time_limit_s=min(HINT_TIME_S, time_limit_s))
@@ -890,6 +1073,8 @@ def _solve_stages(
     g = groups[(int(grid["pp"][row]), int(grid["vpp"][row]))]
     if single_kind:
         plan = _table_plan(g, int(row), [int(solver.value(n)) for n in g.n])
+    elif isinstance(g, _WindowGroup):
+        plan = _window_plan(g, int(row), [int(solver.value(b)) for b in g.bounds])
     else:
         plan = _plan_of(solver, g)
     layout = Layout.from_grid_row({a: int(grid[a][row]) for a in GRID_AXES})
@@ -1123,3 +1308,69 @@ def _table_plan(g: _TableGroup, row: int, n) -> StagePlan:
 
 def _stage_counts(plan: StagePlan) -> list[int]:
     return [plan.stage_layers(i) for i in range(plan.pp)]
+
+
+# --- no interleaving, several layer kinds: the plan is the first layer of every stage ---------
+
+
+@dataclass(slots=True)
+class _WindowGroup:
+    """``(pp, 1)`` with window tables: stage boundaries ``b`` and the rows of the tables."""
+
+    pp: int
+    vpp: int
+    bounds: list
+    times: list
+    slowest: cp_model.IntVar
+    rows: np.ndarray
+    tables: list[WindowTable]
+    class_of: tuple[int, ...]
+
+
+def _add_window_group(
+    model, p, rows, all_rows, tables, class_of, x, objective, costs, grid, max_ns
+) -> _WindowGroup:
+    """Stage ``i`` holds layers ``[b_i, b_{i+1})``; its time is its table's entry for the chosen
+    row, the class of ``b_i`` and ``b_{i+1} - b_i`` (an allowed-assignments table over (row,
+    class, n_i, T_i)); the bottleneck by ``add_max_equality``; the objective per row under its
+    boolean."""
+    num_layers = len(costs.layer_kinds)
+    name = f"pp{p}w"
+    local = {int(r): j for j, r in enumerate(all_rows)}
+    row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
+    active = [x[int(r)] for r in rows]
+    for r in rows:
+        model.add(row_var == local[int(r)]).only_enforce_if(x[int(r)])
+    model.add(row_var == -1).only_enforce_if([lit.Not() for lit in active])
+    b = [model.new_constant(0)]
+    b += [model.new_int_var(0, num_layers, f"{name}.b{i}") for i in range(1, p)]
+    b.append(model.new_constant(num_layers))
+    classes = max(class_of) + 1
+    times = [model.new_int_var(0, max_ns, f"{name}.T{i}") for i in range(p)]
+    for i, table in enumerate(tables):
+        n_i = model.new_int_var(least_layers(p, 1, i, num_layers), num_layers, f"{name}.n{i}")
+        model.add(n_i == b[i + 1] - b[i])
+        c_i = model.new_int_var(0, classes - 1, f"{name}.c{i}")
+        model.add_element(b[i], list(class_of), c_i)
+        tuples = [(-1, c, k, 0) for c in range(classes) for k in range(num_layers + 1)]
+        for r in rows:
+            j = local[int(r)]
+            finite = np.argwhere(np.isfinite(table.time_s[j]))
+            tuples += [(j, int(c), int(k), _ns(table.time_s[j, c, k])) for c, k in finite]
+        model.add_allowed_assignments([row_var, c_i, n_i, times[i]], tuples)
+    slowest = model.new_int_var(0, max_ns, f"{name}.Tmax")
+    model.add_max_equality(slowest, times)
+    for r in rows:
+        m = int(grid["grad_accum"][r])
+        step = _ns(costs.step_time_s[r])
+        model.add(objective >= step + (m - 1) * slowest + sum(times)).only_enforce_if(x[int(r)])
+    return _WindowGroup(p, 1, b, times, slowest, all_rows, tables, class_of)
+
+
+def _window_plan(g: _WindowGroup, row: int, bounds: list[int]) -> StagePlan:
+    local = int(np.flatnonzero(g.rows == row)[0])
+    layers = tuple(hi - lo for lo, hi in itertools.pairwise(bounds))
+    recompute = tuple(
+        table.recompute(local, g.class_of[bounds[i]], layers[i]) for i, table in enumerate(g.tables)
+    )
+    return StagePlan(pp=g.pp, vpp=1, chunk_layers=layers, recompute=recompute)

@@ -265,6 +265,54 @@ def test_cpsat_agrees_with_brute_force(seed, tables):
     assert staged.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
 
 
+def mixed_problem(seed: int) -> Problem:
+    """``small_problem`` with dense-first and MoE layers (and an MTP module for odd seeds), no
+    interleaving: the window tables' case."""
+    import dataclasses
+
+    rng = np.random.default_rng(1000 + seed)
+    base = small_problem(seed)
+    layers = base.model.num_layers
+    dense = int(rng.integers(1, 3))
+    model = dataclasses.replace(
+        base.model,
+        num_experts=4,
+        experts_per_token=2,
+        moe_ffn_hidden_size=int(rng.choice([1024, 2048])),
+        layer_types=("attention/dense",) * dense + ("attention/moe",) * (layers - dense),
+        num_mtp_layers=seed % 2,
+    )
+    options = dataclasses.replace(base.options, maxima=(("mbs", 2), ("vpp", 1), ("cp", 1)))
+    memory = int(base.cluster.gpu.memory_bytes * rng.choice([1.0, 1.5, 2.0]))
+    gpu = dataclasses.replace(base.cluster.gpu, memory_bytes=memory)
+    return dataclasses.replace(
+        base,
+        model=model,
+        options=options,
+        cluster=dataclasses.replace(base.cluster, gpu=gpu),
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 9, 10, 16, 19, 25, 28])
+def test_window_tables_agree_with_brute_force(seed):
+    """Several layer kinds without interleaving: the window tables (``autopar.stage_windows``)
+    and the boundary encoding both reach the brute-force optimum."""
+    problem = mixed_problem(seed)
+    expected = brute_force_s(problem)
+    for tables in (True, False):
+        solution = solve_stages(
+            problem, make_context(problem), load_cost_model(None), time_limit_s=30.0, tables=tables
+        )
+        if not np.isfinite(expected):
+            assert solution.status == "infeasible"
+            continue
+        assert solution.status == "optimal", (seed, tables)
+        assert solution.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5), (seed, tables)
+        staged = api.evaluate_problem(problem, solution.layout, plan=solution.plan)
+        assert staged.fits
+        assert staged.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
+
+
 # --- interfaces ---------------------------------------------------------------------------------
 
 
