@@ -284,8 +284,8 @@ def solve_problem(
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.stage_cpsat``; one
-    layout, the best)."""
+    layers of every pipeline chunk and each stage's recompute (``autopar.stage_cpsat``: the
+    ``top`` best distinct outer layouts, each with its best plan)."""
     check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
     _check_pipeline_plan(pipeline_plan)
     deadline = time.perf_counter() + time_limit
@@ -295,7 +295,7 @@ def solve_problem(
         from autopar.stage_cpsat import solve_result
 
         result = solve_result(
-            problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1
+            problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top
         )
         inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
         result = dataclasses.replace(result, inputs=inputs)

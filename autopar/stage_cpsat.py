@@ -853,6 +853,8 @@ class StageSolution:
     candidates: Candidates
     build_s: float
     solve_s: float
+    row: int | None = None
+    """The outer layout's row in ``candidates.grid`` (``None`` without a layout)."""
 
     @classmethod
     def without_layout(cls, status: str, start: float) -> StageSolution:
@@ -884,41 +886,93 @@ def solve_stages(
     Models of one layer kind use per-stage tables (``autopar.stage_tables``) unless ``tables``
     is false; the others, chunk boundaries and recompute counts. When the time limit runs out
     before the search starts, the status is ``unknown``."""
-    start = time.perf_counter()
-    try:
-        return _solve_stages(
-            problem,
-            ctx,
-            cost_model,
-            time_limit_s=time_limit_s,
-            num_workers=num_workers,
-            tables=tables,
-            start=start,
-        )
-    except TimeLimitReached:
-        return StageSolution.without_layout("unknown", start)
+    return solve_stages_top(
+        problem,
+        ctx,
+        cost_model,
+        top=1,
+        time_limit_s=time_limit_s,
+        num_workers=num_workers,
+        tables=tables,
+    )[0]
 
 
-def _solve_stages(
+def solve_stages_top(
     problem: Problem,
     ctx: TermContext,
     cost_model: CostModel,
     *,
-    time_limit_s: float,
+    top: int,
+    time_limit_s: float = 10.0,
+    num_workers: int = 1,
+    tables: bool = True,
+) -> list[StageSolution]:
+    """The ``top`` best distinct outer layouts, each with its best per-stage plan, best first
+    (``--top`` as ``autopar.solver`` reads it for uniform plans: distinct layouts). The k-th is
+    the optimum over the outer layouts other than the first k-1: the same search with their
+    rows excluded, whose bounds stay valid (each row's bounds are its own). Fewer come back
+    when fewer layouts fit or the time limit runs out (a last ``unknown`` entry says so)."""
+    start = time.perf_counter()
+    deadline = start + time_limit_s
+    try:
+        space = per_stage_space(problem)
+        if not all(space.domains.values()):
+            return [StageSolution.without_layout("infeasible", start)]
+        cand = candidates(problem, space, ctx, cost_model, deadline=deadline)
+    except TimeLimitReached:
+        return [StageSolution.without_layout("unknown", start)]
+    out: list[StageSolution] = []
+    excluded: list[int] = []
+    for _ in range(top):
+        try:
+            solution = _solve_stages(
+                ctx,
+                space,
+                cand,
+                modes=allowed_modes(problem),
+                num_workers=num_workers,
+                tables=tables,
+                start=start if not out else time.perf_counter(),
+                deadline=deadline,
+                excluded=excluded,
+            )
+        except TimeLimitReached:
+            solution = StageSolution.without_layout("unknown", start)
+        if out and solution.row is None:
+            if solution.status == "unknown":
+                out.append(solution)
+            break
+        out.append(solution)
+        if solution.row is None:
+            break
+        excluded.append(solution.row)
+    return out
+
+
+def _solve_stages(
+    ctx: TermContext,
+    space: Space,
+    cand: Candidates,
+    *,
+    modes: tuple[str, ...],
     num_workers: int,
     tables: bool,
     start: float,
+    deadline: float,
+    excluded: Sequence[int],
 ) -> StageSolution:
-    deadline = start + time_limit_s
-    space = per_stage_space(problem)
-    if not all(space.domains.values()):
-        return StageSolution.without_layout("infeasible", start)
-    cand = candidates(problem, space, ctx, cost_model, deadline=deadline)
+    """The best outer layout and plan over the rows of ``cand`` other than ``excluded``."""
     grid = cand.grid
-    modes = allowed_modes(problem)
     capacity_float = float(ctx.cluster.usable_memory_bytes)
-    upper = float(np.min(cand.even_s)) if len(cand.even_s) else np.inf
-    lower = cand.lower_s.copy()
+    out_rows = np.zeros(len(cand.even_s), dtype=bool)
+    out_rows[list(excluded)] = True
+
+    def least_upper() -> float:
+        even = np.where(out_rows, np.inf, cand.even_s)
+        return float(np.min(even)) if len(even) else np.inf
+
+    upper = least_upper()
+    lower = np.where(out_rows, np.inf, cand.lower_s)
     keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     single_kind = tables and len(set(cand.costs.layer_kinds)) == 1
     windows = tables and not single_kind
@@ -946,7 +1000,7 @@ def _solve_stages(
             for j in np.flatnonzero(better):
                 cand.even_plans[int(rows[j])] = plans[j]
             cand.even_s[rows] = np.where(better, steps, cand.even_s[rows])
-        upper = float(np.min(cand.even_s))
+        upper = least_upper()
         keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     if windows and len(keep):
         # Exact window tables on the rows left without interleaving: an exact bound on the
@@ -974,7 +1028,7 @@ def _solve_stages(
                 g = _WindowGroup(p, 1, [], [], None, rows, window_tables, class_of)
                 cand.even_plans[int(rows[j])] = _window_plan(g, int(rows[j]), plan_bounds[j])
                 cand.even_s[int(rows[j])] = steps[j]
-        upper = float(np.min(cand.even_s))
+        upper = least_upper()
         keep = np.flatnonzero(np.isfinite(lower) & (lower <= upper * (1 + 1e-9) + 1e-12))
     model = cp_model.CpModel()
     vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0)
@@ -999,7 +1053,7 @@ def _solve_stages(
     # Coefficients are rounded to whole bytes: the slack keeps every plan that fits in float.
     capacity = int(ctx.cluster.usable_memory_bytes) + CAPACITY_SLACK_BYTES
     groups: dict[tuple[int, int], object] = {}
-    best = int(np.argmin(cand.even_s)) if np.isfinite(upper) else None
+    best = int(np.argmin(np.where(out_rows, np.inf, cand.even_s))) if np.isfinite(upper) else None
     for (p, v), index in _groups({"pp": grid["pp"][keep], "vpp": grid["vpp"][keep]}).items():
         rows = keep[index]
         if single_kind:
@@ -1036,10 +1090,14 @@ def _solve_stages(
             fixes = [(x[best], 1), *zip(group.bounds[1:-1], starts_of, strict=True)]
         else:
             fixes = [(x[best], 1), *_hint_values(group, plan)]
-        _complete_hint(model, fixes, time_limit_s=min(HINT_TIME_S, time_limit_s))
+        _complete_hint(
+            model, fixes, time_limit_s=min(HINT_TIME_S, max(0.0, deadline - time.perf_counter()))
+        )
     model.minimize(objective)
     build_s = time.perf_counter() - start
-    solver = make_solver(time_limit_s=max(0.0, time_limit_s - build_s), num_workers=num_workers)
+    solver = make_solver(
+        time_limit_s=max(0.0, deadline - time.perf_counter()), num_workers=num_workers
+    )
     # Times are integer nanoseconds; optimal means within ABSOLUTE_GAP_NS of the bound (the
     # uniform model rounds every table to a microsecond).
     solver.parameters.absolute_gap_limit = ABSOLUTE_GAP_NS
@@ -1063,6 +1121,7 @@ def _solve_stages(
                 plan=plan,
                 step_time_s=float(cand.even_s[best]),
                 bound_s=float(np.min(lower[keep])),
+                row=best,
                 **common,
             )
         name = "infeasible" if status == cp_model.INFEASIBLE else "unknown"
@@ -1084,6 +1143,7 @@ def _solve_stages(
         plan=plan,
         step_time_s=solver.objective_value / NS_PER_S,
         bound_s=solver.best_objective_bound / NS_PER_S,
+        row=int(row),
         **common,
     )
 
@@ -1110,21 +1170,24 @@ def solve_result(
     *,
     time_limit_s: float,
     num_workers: int,
+    top: int = 1,
 ):
-    """``solve_stages`` as a ``SolveResult`` (one layout: the best, with its plan), with an
-    explanation naming the stage that cannot fit when nothing does."""
+    """``solve_stages_top`` as a ``SolveResult`` (the ``top`` best distinct outer layouts, each
+    with its best plan, best first), with an explanation naming the stage that cannot fit when
+    nothing does."""
     from autopar.solver import SolveResult
     from autopar.stage_estimate import estimate_plan
 
     start = time.perf_counter()
-    solution = solve_stages(
-        problem, ctx, cost_model, time_limit_s=time_limit_s, num_workers=num_workers
+    solutions = solve_stages_top(
+        problem, ctx, cost_model, top=top, time_limit_s=time_limit_s, num_workers=num_workers
     )
-    notes = (
+    solution = solutions[0]
+    notes = [
         f"per-stage plan: {solution.rows_kept} of {solution.rows_total} outer layouts left "
         f"after the bounds; model built in {solution.build_s:.2f} s, searched in "
         f"{solution.solve_s:.2f} s",
-    )
+    ]
     if solution.plan is None:
         return SolveResult(
             status=solution.status,
@@ -1132,16 +1195,23 @@ def solve_result(
             layouts=(),
             explanation=explain(solution, problem, ctx),
             num_workers=num_workers,
-            notes=notes,
+            notes=tuple(notes),
         )
-    best = estimate_plan(solution.layout, solution.plan, ctx, cost_model)
+    found = [s for s in solutions if s.plan is not None]
+    if len(found) > 1:
+        statuses = ", ".join(s.status for s in found[1:])
+        notes.append(f"runners-up: the best per-stage plan of each next outer layout ({statuses})")
+    if len(found) < top:
+        why = "the time limit ran out" if solutions[-1].status == "unknown" else "no more fit"
+        notes.append(f"{len(found)} of the {top} layouts asked for: {why}")
+    layouts = tuple(estimate_plan(s.layout, s.plan, ctx, cost_model) for s in found)
     return SolveResult(
         status=solution.status,
         solve_time_s=time.perf_counter() - start,
-        layouts=(best,),
+        layouts=layouts,
         best_bound_step_time_s=solution.bound_s,
         num_workers=num_workers,
-        notes=notes,
+        notes=tuple(notes),
     )
 
 
