@@ -64,16 +64,32 @@ def test_1f1b_formula_bounds_the_simulation_from_above():
     assert max(gaps) < 0.15
 
 
-def test_interleaved_formula_for_chunks_within_one_layer():
-    """The CP-SAT model keeps a stage's chunks within one layer of each other; there the
-    interleaved formula stays within 15% of the simulated schedule."""
+@pytest.mark.parametrize("forward_share", [1 / 3, 0.5])
+def test_interleaved_formula_against_the_schedule_for_unequal_plans(forward_share):
+    """Random unequal plans as the search makes them (pp <= 4, vpp <= 3, m a multiple of pp as
+    Megatron requires; a stage's chunks within one layer, 2-8 layers; the loss on the last
+    chunk): the interleaved formula ``(m - 1/v) * max_i t_i + sum_i t_i / v`` against the
+    simulated schedule. It is neither exact nor a bound: here 7.1% below (a stage's chunks that
+    differ stall the next stage in the chunk rounds) to 2.5% above, 1.5% below on average.
+    Raising every chunk of a stage to its slowest gives a bound (the schedule is a longest
+    path, monotone in the operation times) that is never below but 1-36% above (12% on
+    average); ``benchmarks/README.md`` (stage_plans) says why the search does not use it."""
     rng = np.random.default_rng(8)
-    for _ in range(30):
-        p, v = int(rng.choice([2, 4])), int(rng.choice([2, 3]))
-        m = p * int(rng.integers(1, 4))
-        layers = 8 + rng.integers(0, 2, size=(p, v))
+    gaps, raised = [], []
+    for _ in range(40):
+        p, v = int(rng.integers(2, 5)), int(rng.integers(2, 4))
+        m = p * int(rng.choice([1, 2, 4]))
+        layers = int(rng.integers(2, 9)) + rng.integers(0, 2, size=(p, v))
         times = layers * 0.1 + 0.01
-        assert _formula(times, m) == pytest.approx(_sim(times, m), rel=0.15)
+        times[-1, -1] += rng.uniform(0.0, 0.3)  # output layer and loss
+        forward, backward = times * forward_share, times * (1 - forward_share)
+        simulated = simulate(forward.tolist(), backward.tolist(), m)
+        gaps.append(_formula(times, m) / simulated - 1)
+        top = np.repeat(times.max(axis=1, keepdims=True), v, axis=1)
+        raised.append(_formula(top, m) / simulated - 1)
+    assert -0.08 < min(gaps) and max(gaps) < 0.03
+    assert min(gaps) < -0.02  # the optimism is real: not a bound
+    assert min(raised) >= -1e-12
 
 
 def test_in_flight_matches_korthikanti_for_equal_chunks():
