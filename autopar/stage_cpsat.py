@@ -19,11 +19,16 @@ chunk are prefix sums at its boundaries (``add_element``). Times are integer nan
 integer bytes.
 
 Rows are pruned before the model is built, without losing the optimum: every row has a lower
-bound (no recompute, perfect balance: ``sum T >= S``, ``max T >= S/p``) and every row that fits
-with an even plan gives an upper bound; rows whose lower bound exceeds the best upper bound
-cannot hold the optimum. The even plans also give the hint. Middle stages that hold the same
-micro-batches in flight on every remaining row are interchangeable (single-kind models): their
-layer counts are ordered.
+bound (no recompute, perfect balance: ``sum T >= S``, ``max T >= S/p``; then water-filling the
+stages with a lower bound on each stage's time for ``n`` layers, ``h`` of them of the minor
+kinds, the stages sharing the model's minor layers: ``_mix_fill``) and every row that fits
+with a heuristic plan gives an upper bound; rows whose lower bound exceeds the best upper bound
+cannot hold the optimum. The plans also give the hint. On the rows left, exact per-stage tables
+tighten both bounds: one layer kind, per layer count (``autopar.stage_tables``); several kinds
+without interleaving, per window of layers (``autopar.stage_windows``, with exact dynamic
+programmes over the boundaries). Several kinds with interleaving keep the boundary encoding.
+Middle stages that hold the same micro-batches in flight on every remaining row are
+interchangeable (single-kind models): their layer counts are ordered.
 """
 
 from __future__ import annotations
