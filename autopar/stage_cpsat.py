@@ -1280,6 +1280,17 @@ class _TableGroup:
     tables: list[StageTable]
 
 
+def _row_selector(model, name: str, rows, all_rows, x):
+    """(an integer naming which of ``rows`` is chosen, by its index in ``all_rows``, -1 when
+    none is, tied to the layouts' booleans ``x``; that index of each row)."""
+    local = {int(r): j for j, r in enumerate(all_rows)}
+    row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
+    for r in rows:
+        model.add(row_var == local[int(r)]).only_enforce_if(x[int(r)])
+    model.add(row_var == -1).only_enforce_if([x[int(r)].Not() for r in rows])
+    return row_var, local
+
+
 def _add_table_group(
     model, p, v, rows, all_rows, stage_tables, x, objective, costs, grid, max_ns
 ) -> _TableGroup:
@@ -1288,12 +1299,7 @@ def _add_table_group(
     ``add_max_equality``; the objective per row under its boolean."""
     num_layers = len(costs.layer_kinds)
     name = f"pp{p}v{v}"
-    local = {int(r): j for j, r in enumerate(all_rows)}
-    row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
-    active = [x[int(r)] for r in rows]
-    for r in rows:
-        model.add(row_var == local[int(r)]).only_enforce_if(x[int(r)])
-    model.add(row_var == -1).only_enforce_if([lit.Not() for lit in active])
+    row_var, local = _row_selector(model, name, rows, all_rows, x)
     n = []
     for i in range(p):
         least = least_layers(p, v, i, num_layers)
@@ -1411,12 +1417,7 @@ def _add_window_group(
     boolean."""
     num_layers = len(costs.layer_kinds)
     name = f"pp{p}w"
-    local = {int(r): j for j, r in enumerate(all_rows)}
-    row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
-    active = [x[int(r)] for r in rows]
-    for r in rows:
-        model.add(row_var == local[int(r)]).only_enforce_if(x[int(r)])
-    model.add(row_var == -1).only_enforce_if([lit.Not() for lit in active])
+    row_var, local = _row_selector(model, name, rows, all_rows, x)
     b = [model.new_constant(0)]
     b += [model.new_int_var(0, num_layers, f"{name}.b{i}") for i in range(1, p)]
     b.append(model.new_constant(num_layers))
