@@ -26,9 +26,13 @@ def is_command_line() -> bool:
 
 
 def _exit_quietly(signum: int, frame: Any) -> None:
+    """One line, then out at once. Not ``sys.exit``: a ``SystemExit`` raised while a C
+    extension initialises (pandas' Cython modules, under OR-Tools' import) is turned into an
+    ``ImportError`` with a traceback and exit 1. Nothing is written yet that needs cleaning up."""
     word = "interrupted" if signum == signal.SIGINT else "terminated"
     sys.stderr.write(f"autopar: {word}\n")
-    sys.exit(EXIT_CODES.get(signum, 1))
+    sys.stderr.flush()
+    os._exit(EXIT_CODES.get(signum, 1))
 
 
 def guard_start_up() -> None:
