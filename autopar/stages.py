@@ -18,7 +18,8 @@ micro-batch's forward + backward on stage ``i``):
   stage once (warm-up and drain). With equal stages this is Narayanan et al. 2021 §2.2
   ``(m + p - 1) * t``. Interleaved: ``(m - 1/v) * max_i t_i + sum_i t_i / v``, which is
   ``(m + (p-1)/v) * t`` with equal stages (the bubble shrinks ``v`` times; Narayanan §2.2.2).
-  ``tests/test_stages.py`` checks both against a discrete-event simulation of the schedule.
+  ``autopar.schedule`` simulates the schedule itself; ``tests/test_stages.py`` measures the
+  formula against it.
 - activations in flight, 1F1B: stage ``i`` holds ``min(p - i, m)`` micro-batches (Megatron
   ``schedules.py`` ``forward_backward_pipelining_without_interleaving``: ``p - i - 1`` warm-up
   forwards, then one more before the first backward). Interleaved: ``2*(p - i - 1) + (v-1)*p``
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from autopar.errors import InputError
+from autopar.schedule import schedule_chunks
 from autopar.stage_costs import StageCosts
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
@@ -186,17 +188,6 @@ def even_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> 
     for c in order[:extra]:
         layers[c] += 1
     return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
-
-
-@functools.cache
-def schedule_chunks(num_microbatches: int, vpp: int, group: int) -> tuple[int, ...]:
-    """Chunk of each forward in Megatron's interleaved order (``schedules.py``
-    ``get_schedule_table``: groups of ``group`` micro-batches, each group through every chunk)."""
-    out: list[int] = []
-    for first in range(0, num_microbatches, group):
-        last = num_microbatches if first + group >= num_microbatches else first + group
-        out += [chunk for chunk in range(vpp) for _ in range(first, last)]
-    return tuple(out)
 
 
 @functools.cache

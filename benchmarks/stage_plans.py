@@ -14,7 +14,7 @@ For each case it prints
   scored by the per-stage model with Megatron's even split and with its
   ``--account-for-embedding/loss-in-pipeline-split`` split (the embedding and the loss each
   counted as a layer); the per-stage optimum; and the gains of the last over the others;
-- the per-stage optimum's schedule simulated (``tests/pipeline_sim.py``, backward twice the
+- the per-stage optimum's schedule simulated (``autopar.schedule``, backward twice the
   forward) against the formula the solver used.
 """
 
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -32,14 +30,12 @@ from autopar import api
 from autopar.axes import GRID_AXES
 from autopar.context import make_context
 from autopar.plugin import load_cost_model
+from autopar.schedule import simulate_step_s
 from autopar.stage_costs import probe_stage_costs
 from autopar.stage_cpsat import per_stage_space, solve_result
 from autopar.stage_estimate import estimate_plan
 from autopar.stages import RECOMPUTE_CODES, StagePlan, StageRecompute, even_plan, stage_figures
 from autopar.terms import grid_of
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.pipeline_sim import simulate  # noqa: E402
 
 CASES = [
     ("Llama-3.1 405B, 16384 H100", dict(model="llama-3.1-405b", gpus=16384, global_batch=2048)),
@@ -110,7 +106,7 @@ def simulated_error(problem, layout, plan) -> float:
     formula = float(fig.step_time_s[0] - costs.step_time_s[0])
     if v == 1:  # a chunk is a stage (any layer kinds)
         chunk = fig.time_s[0][:, None]
-        return formula / simulate((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m) - 1.0
+        return formula / simulate_step_s((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m) - 1.0
     chunk = np.zeros((p, v))
     kind = costs.layer_kinds[0]
     for c, n in enumerate(plan.chunk_layers):
@@ -122,7 +118,7 @@ def simulated_error(problem, layout, plan) -> float:
         chunk[i, j] = (n - full) * t[base] + full * t[2] + costs.every_time_s[0] / v
     chunk[0, 0] += costs.first_time_s[0]
     chunk[p - 1, v - 1] += costs.last_time_s[0]
-    simulated = simulate((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m)
+    simulated = simulate_step_s((chunk / 3).tolist(), (2 * chunk / 3).tolist(), m)
     return formula / simulated - 1.0
 
 

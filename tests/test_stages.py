@@ -13,6 +13,7 @@ from autopar.cli import app
 from autopar.context import make_context
 from autopar.errors import InputError
 from autopar.plugin import load_cost_model
+from autopar.schedule import simulate_step_s
 from autopar.specs import ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
 from autopar.stage_costs import probe_stage_costs
 from autopar.stage_cpsat import _groups, _subset, _uniform_recomputes, per_stage_space, solve_stages
@@ -26,7 +27,6 @@ from autopar.stages import (
     stage_figures,
 )
 from autopar.terms import grid_of, memory_bytes, step_time_s
-from tests.pipeline_sim import simulate
 
 LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
 
@@ -39,7 +39,7 @@ def _formula(times: np.ndarray, m: int) -> float:
 
 def _sim(times: np.ndarray, m: int) -> float:
     """The simulated step with a backward twice the forward."""
-    return simulate((times / 3).tolist(), (2 * times / 3).tolist(), m)
+    return simulate_step_s((times / 3).tolist(), (2 * times / 3).tolist(), m)
 
 
 @pytest.mark.parametrize(("p", "v", "m"), [(2, 1, 5), (4, 1, 8), (4, 1, 2), (3, 2, 6), (4, 3, 8)])
@@ -83,7 +83,7 @@ def test_interleaved_formula_against_the_schedule_for_unequal_plans(forward_shar
         times = layers * 0.1 + 0.01
         times[-1, -1] += rng.uniform(0.0, 0.3)  # output layer and loss
         forward, backward = times * forward_share, times * (1 - forward_share)
-        simulated = simulate(forward.tolist(), backward.tolist(), m)
+        simulated = simulate_step_s(forward.tolist(), backward.tolist(), m)
         gaps.append(_formula(times, m) / simulated - 1)
         top = np.repeat(times.max(axis=1, keepdims=True), v, axis=1)
         raised.append(_formula(top, m) / simulated - 1)
