@@ -1209,15 +1209,86 @@ def solve_result(
     if len(found) < top:
         why = "the time limit ran out" if solutions[-1].status == "unknown" else "no more fit"
         notes.append(f"{len(found)} of the {top} layouts asked for: {why}")
-    layouts = tuple(estimate_plan(s.layout, s.plan, ctx, cost_model) for s in found)
+    layouts = [estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search") for s in found]
+    evens = [
+        estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
+        for layout, plan in even_alternatives(solution.candidates, problem, ctx)
+    ]
+    notes += schedule_notes(solution.status, layouts[0], evens)
+    if evens and min(e.step_time_s for e in evens) < layouts[0].step_time_s:
+        layouts.append(min(evens, key=lambda e: e.step_time_s))
+    # Best first by the simulated schedule (the search found them by the formula).
+    layouts.sort(key=lambda e: e.step_time_s)
     return SolveResult(
         status=solution.status,
         solve_time_s=time.perf_counter() - start,
-        layouts=layouts,
+        layouts=tuple(layouts),
         best_bound_step_time_s=solution.bound_s,
         num_workers=num_workers,
         notes=tuple(notes),
     )
+
+
+EVEN_ALTERNATIVES = 4
+"""How many of the best even-split plans (by the formula) ``solve_result`` simulates."""
+
+
+def even_alternatives(
+    cand: Candidates, problem: Problem, ctx: TermContext, *, count: int = EVEN_ALTERNATIVES
+) -> list[tuple[Layout, StagePlan]]:
+    """The ``count`` best outer layouts run with the even split and one recompute on every
+    stage (the uniform plans Megatron runs by default), ranked by the schedule formula: the
+    alternatives ``solve_result`` simulates next to the per-stage optimum."""
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    num_layers = problem.model.num_layers
+    modes = allowed_modes(problem)
+    found: list[tuple[float, int, StagePlan]] = []
+    for (p, v), index in _groups(cand.grid).items():
+        sub = _subset(cand.costs, index)
+        m = cand.grid["grad_accum"][index]
+        for rec in _uniform_recomputes(modes, -(-num_layers // (p * v))):
+            plan = even_plan(num_layers, p, v, rec)
+            figures = stage_figures(plan, sub, m)
+            fits = figures.memory_bytes.max(axis=1) <= capacity
+            step = np.where(fits, figures.step_time_s, np.inf)
+            for j in np.argsort(step)[:count]:
+                if np.isfinite(step[j]):
+                    found.append((float(step[j]), int(index[j]), plan))
+    best: dict[int, tuple[float, StagePlan]] = {}
+    for step, row, plan in sorted(found, key=lambda f: f[0]):
+        best.setdefault(row, (step, plan))
+    out = []
+    for row, (_, plan) in list(best.items())[:count]:
+        layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
+        out.append((with_plan_recompute(layout, plan), plan))
+    return out
+
+
+def schedule_notes(status: str, best, evens: Sequence) -> list[str]:
+    """What the search proved and what the simulated schedule gives: the search ranks plans by
+    the schedule formula (``autopar.stages.pipeline_time_s``), exact only for equal stages;
+    the estimates are Megatron's schedule simulated (``autopar.schedule``)."""
+    proof = "proven optimal" if status == "optimal" else status
+    notes = [
+        f"ranked by the schedule formula ({proof} for it): {best.formula_step_time_s:.3f} s; "
+        f"Megatron's schedule simulated: {best.step_time_s:.3f} s"
+    ]
+    if not evens:
+        return notes
+    even = min(evens, key=lambda e: e.step_time_s)
+    gain = even.step_time_s / best.step_time_s - 1.0
+    if gain < 0:
+        notes.append(
+            f"the even split of {even.layout.text()} simulates faster, {even.step_time_s:.3f} s "
+            f"({-gain:.1%}): returned first; the per-stage plan's gain by the formula does not "
+            "hold in the simulated schedule"
+        )
+    else:
+        notes.append(
+            f"the best even split simulated ({even.layout.text()}): {even.step_time_s:.3f} s; "
+            f"the per-stage plan is {gain:.1%} faster by the simulation"
+        )
+    return notes
 
 
 def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict:

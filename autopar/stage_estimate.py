@@ -1,7 +1,9 @@
 """Score a layout with a per-stage pipeline plan, in float (the report side of issue 13).
 
 The headline figures come from ``autopar.stages`` (per-stage times and memories over the
-``autopar.stage_costs`` of the layout). The breakdowns keep the categories of ``Estimate``: the
+``autopar.stage_costs`` of the layout); the step time is Megatron's schedule simulated over the
+chunk times (``autopar.schedule``), the schedule formula's value kept as
+``formula_step_time_s``. The breakdowns keep the categories of ``Estimate``: the
 peak stage's static bytes are split in the proportions the uniform cost model gives them
 (weights, gradients, optimizer states, other), its activations are its own; the step time is
 split into the step terms' categories (as the uniform model has them), ``bubble`` (the
@@ -25,6 +27,7 @@ from autopar.stages import (
     StageEstimate,
     StagePlan,
     plan_recompute_mode,
+    simulated_pipeline_s,
     stage_figures,
     stage_rows,
 )
@@ -39,23 +42,46 @@ class StagedEstimate(Estimate):
 
     pipeline_plan: StagePlan
     stages: tuple[StageEstimate, ...]
+    formula_step_time_s: float
+    """The step by the schedule formula (``autopar.stages.pipeline_time_s``), what the per-stage
+    search ranks by; ``step_time_s`` is the simulated schedule."""
+    plan_from: str = "given"
+    """``given`` (an explicit plan), ``search`` (the per-stage search's, ranked by the formula)
+    or ``even split`` (a uniform plan the simulation found faster)."""
+
+    def schedule_text(self) -> str:
+        gap = self.formula_step_time_s / self.step_time_s - 1.0
+        simulated, formula = self.step_time_s, self.formula_step_time_s
+        return f"schedule simulated {simulated:.3f} s, formula {formula:.3f} s ({gap:+.2%})"
 
     def to_dict(self) -> dict[str, Any]:
         out = Estimate.to_dict(self)
         out["pipeline_plan"] = self.pipeline_plan.to_dict()
         out["stages"] = [stage.to_dict() for stage in self.stages]
+        out["pipeline_schedule"] = {
+            "simulated_step_time_s": self.step_time_s,
+            "formula_step_time_s": self.formula_step_time_s,
+            "plan_from": self.plan_from,
+        }
         return out
 
 
 def estimate_plan(
-    layout: Layout, plan: StagePlan, ctx: TermContext, cost_model: CostModel
+    layout: Layout,
+    plan: StagePlan,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    plan_from: str = "given",
 ) -> StagedEstimate:
-    """The estimate of ``layout`` run with ``plan``."""
+    """The estimate of ``layout`` run with ``plan`` (``plan_from``: ``StagedEstimate``)."""
     grid = grid_of([layout])
     costs = probe_stage_costs(cost_model, ctx, grid)
     figures = stage_figures(plan, costs, grid["grad_accum"])
     base = estimate(layout, ctx, cost_model)
-    step = float(figures.step_time_s[0])
+    # The step of Megatron's schedule simulated over the chunk times (autopar.schedule); the
+    # formula the search ranks by is kept alongside.
+    step = float(costs.step_time_s[0]) + simulated_pipeline_s(figures, 0)
     peak = int(np.argmax(figures.memory_bytes[0]))
     static = float(figures.static_bytes[0, peak])
     shares = {c: base.memory_bytes.get(c, 0.0) for c in STATIC_CATEGORIES}
@@ -89,6 +115,8 @@ def estimate_plan(
         capacity_bytes=capacity,
         time_s=time_s,
         pipeline_plan=plan,
+        formula_step_time_s=float(figures.step_time_s[0]),
+        plan_from=plan_from,
         stages=tuple(stage_rows(plan, figures, 0, costs.layer_kinds)),
     )
 

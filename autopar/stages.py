@@ -39,10 +39,14 @@ from typing import Any
 import numpy as np
 
 from autopar.errors import InputError
-from autopar.schedule import schedule_chunks
+from autopar.schedule import schedule_chunks, simulate_step_s
 from autopar.stage_costs import StageCosts
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+FORWARD_SHARE = 1.0 / 3.0
+"""Forward's share of a micro-batch's forward + backward without recompute: the backward
+computes gradients of inputs and of weights, twice the forward's FLOPs (Narayanan et al. 2021
+§3.5, ``96 B s l h^2`` of which the forward is a third); recompute adds to the backward."""
 PIPELINE_PLANS: tuple[str, ...] = ("uniform", "per-stage")
 
 
@@ -225,6 +229,11 @@ class StageFigures:
     """``(rows, pp)``: activations in flight at the peak."""
     num_microbatches: np.ndarray
     step_time_s: np.ndarray
+    """Step terms plus the schedule formula (``pipeline_time_s``), what the search ranks by."""
+    chunk_forward_s: np.ndarray
+    """``(rows, pp, vpp)``: one micro-batch's forward on chunk ``j`` of stage ``i``."""
+    chunk_backward_s: np.ndarray
+    """``(rows, pp, vpp)``: its backward, with the recompute."""
 
 
 def _chunk_kinds(plan: StagePlan, kinds: Sequence[str]) -> list[tuple[dict, dict]]:
@@ -248,6 +257,7 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
     rows = len(m_rows)
     pp, chunks = plan.pp, plan.pp * plan.vpp
     chunk_time = np.zeros((rows, chunks))
+    chunk_fwd = np.zeros((rows, chunks))
     chunk_act = np.zeros((rows, chunks))
     chunk_static = np.zeros((rows, chunks))
     for c, (counts, recomputed) in enumerate(_chunk_kinds(plan, costs.layer_kinds)):
@@ -257,6 +267,7 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
             full = recomputed.get(kind, 0)
             time, act = costs.time_s[kind], costs.activation_bytes[kind]
             chunk_time[:, c] += (n - full) * time[:, base] + full * time[:, 2]
+            chunk_fwd[:, c] += n * FORWARD_SHARE * time[:, 0]
             chunk_act[:, c] += (n - full) * act[:, base] + full * act[:, 2]
             chunk_static[:, c] += n * costs.static_bytes[kind]
     chunk_act[:, 0] += costs.first_activation_bytes
@@ -287,6 +298,18 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
         weights = table[np.searchsorted(distinct_m, m_rows)]
         acts[:, i] = (weights * held).sum(axis=1)
     step = costs.step_time_s + pipeline_time_s(times, m_rows, plan.vpp)
+    # Per chunk (stage-major): the stage's own terms spread over its chunks, the embedding on
+    # its first chunk, the output layer and loss on the last.
+    order = [c for i in range(pp) for c in plan.chunks_of(i)]
+    total = (
+        chunk_time[:, order].reshape(rows, pp, plan.vpp)
+        + (costs.every_time_s / plan.vpp)[:, None, None]
+    )
+    total[:, 0, 0] += costs.first_time_s
+    total[:, pp - 1, plan.vpp - 1] += costs.last_time_s
+    forward = chunk_fwd[:, order].reshape(rows, pp, plan.vpp) + FORWARD_SHARE * (
+        total - chunk_time[:, order].reshape(rows, pp, plan.vpp)
+    )
     return StageFigures(
         time_s=times,
         memory_bytes=static + acts,
@@ -294,6 +317,20 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
         activation_bytes=acts,
         num_microbatches=m_rows,
         step_time_s=step,
+        chunk_forward_s=forward,
+        chunk_backward_s=total - forward,
+    )
+
+
+def simulated_pipeline_s(figures: StageFigures, row: int) -> float:
+    """The pipeline part of the step (step terms excluded) for one row, by simulating
+    Megatron's schedule over the chunk times (``autopar.schedule``). The formula of
+    ``pipeline_time_s`` is exact for equal stages only: for unequal ones 1F1B's is an upper
+    bound and the interleaved one is off either way (``tests/test_stages.py``)."""
+    return simulate_step_s(
+        figures.chunk_forward_s[row],
+        figures.chunk_backward_s[row],
+        int(figures.num_microbatches[row]),
     )
 
 
