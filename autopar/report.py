@@ -154,10 +154,15 @@ def solve_text(result) -> str:
     status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
         result.status, result.status
     )
+    if getattr(result.best, "formula_step_time_s", None) is not None:
+        # per-stage plans: the search ranks by the schedule formula; the figures are the
+        # simulated schedule (the notes say both)
+        status += " for the schedule formula"
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
-    parts = [head, estimate_text(result.best)]
+    notes = [f"note         {note}" for note in getattr(result, "notes", ())]
+    parts = [head, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
         parts += ["", "best layouts", runners_up_text(result.layouts)]
     return "\n".join(parts)

@@ -226,3 +226,23 @@ def test_render_api_with_problem():
     )
     with pytest.raises(InputError, match="problem"):
         render_estimate(est, "torchtitan")  # outside a command, the Problem must be given
+
+
+def test_per_stage_json_and_text_say_what_was_simulated():
+    """A per-stage solve: the JSON (schema-valid) carries the simulated schedule and the formula
+    the search ranked by; the text status says the proof is for the formula and prints the
+    notes. ``--top 1`` gives the search's layout, and its even split first when that simulates
+    faster."""
+    command = SOLVE.replace("--pp 4 --vpp 2 --top 2", "--pp 4 --vpp 2 --top 1")
+    result = run(command, "--pipeline-plan", "per-stage", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    _validator("solve").validate(data)
+    assert 1 <= len(data["layouts"]) <= 2
+    best = data["layouts"][0]
+    schedule = best["pipeline_schedule"]
+    assert schedule["simulated_step_time_s"] == pytest.approx(best["step_time_s"])
+    assert any("schedule formula" in note for note in data["notes"])
+    text = run(command, "--pipeline-plan", "per-stage").output
+    assert "for the schedule formula" in text.splitlines()[0]
+    assert any(line.startswith("note ") and "simulated" in line for line in text.splitlines())
