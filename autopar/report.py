@@ -112,7 +112,7 @@ def stages_text(estimate) -> str:
         )
     widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
     rows = [" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(["pipeline plan (per stage)", *rows])
+    return "\n".join(["pipeline plan (per stage)", *rows, estimate.schedule_text()])
 
 
 def runners_up_text(estimates: Sequence[Estimate]) -> str:

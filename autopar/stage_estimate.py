@@ -50,6 +50,7 @@ class StagedEstimate(Estimate):
     or ``even split`` (a uniform plan the simulation found faster)."""
 
     def schedule_text(self) -> str:
+        """The step by Megatron's schedule simulated against the formula, for the report."""
         gap = self.formula_step_time_s / self.step_time_s - 1.0
         simulated, formula = self.step_time_s, self.formula_step_time_s
         return f"schedule simulated {simulated:.3f} s, formula {formula:.3f} s ({gap:+.2%})"

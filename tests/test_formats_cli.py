@@ -246,3 +246,5 @@ def test_per_stage_json_and_text_say_what_was_simulated():
     text = run(command, "--pipeline-plan", "per-stage").output
     assert "for the schedule formula" in text.splitlines()[0]
     assert any(line.startswith("note ") and "simulated" in line for line in text.splitlines())
+    lines = text.splitlines()
+    assert any(line.startswith("schedule simulated") and "formula" in line for line in lines)
