@@ -7,69 +7,69 @@ Public API (keyword arguments mirror the CLI flags)::
     result.best.layout, result.best.step_time_s, result.status
     autopar.evaluate(model="llama-70b", gpus=1024, tp=8, pp=4, vpp=5, seq_len=8192)
     autopar.sweep(model="llama-70b", gpus=[256, 512, 1024]).to_frame()
+
+The package is built in floors, each a sub-package that imports only the floors below it
+(``docs/DESIGN.md``, "Floors"; ``tests/test_architecture.py`` keeps it so):
+``cli`` -> ``api``, ``sweeps`` -> ``pipeline`` -> ``search``, ``outputs``, ``calibration`` ->
+``costs`` -> ``layout`` -> ``inputs`` -> ``base``.
+
+The names below are loaded on first use (PEP 562), so ``import autopar.base.axes`` or one cost
+term loads neither OR-Tools nor pandas.
 """
 
 from __future__ import annotations
 
-import autopar.startup  # noqa: F401  (first: quiet Ctrl-C / SIGTERM while the CLI starts)
-from autopar.api import (
-    evaluate,
-    evaluate_problem,
-    layout_of,
-    make_problem,
-    plan_of,
-    solve,
-    solve_problem,
-)
-from autopar.errors import InfeasibleError, InputError
-from autopar.loading import load_cluster, load_gpu, load_model
-from autopar.plan import Estimate, Layout
-from autopar.plugin import load_cost_model
-from autopar.solver import SolveResult
-from autopar.specs import (
-    ClusterSpec,
-    GpuSpec,
-    ModelSpec,
-    Problem,
-    SearchOptions,
-    TrainingSpec,
-)
-from autopar.stages import StagePlan, StageRecompute
-from autopar.sweep import SweepResult, sweep
-from autopar.terms import CostModel, CostTerm, ResourceTerm, TermContext
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ClusterSpec",
-    "CostModel",
-    "CostTerm",
-    "Estimate",
-    "GpuSpec",
-    "InfeasibleError",
-    "InputError",
-    "Layout",
-    "ModelSpec",
-    "Problem",
-    "ResourceTerm",
-    "SearchOptions",
-    "SolveResult",
-    "StagePlan",
-    "StageRecompute",
-    "SweepResult",
-    "TermContext",
-    "TrainingSpec",
-    "__version__",
-    "evaluate",
-    "evaluate_problem",
-    "layout_of",
-    "load_cost_model",
-    "load_cluster",
-    "load_gpu",
-    "load_model",
-    "make_problem",
-    "plan_of",
-    "solve",
-    "solve_problem",
-    "sweep",
-]
+_EXPORTS: dict[str, str] = {
+    "evaluate": "autopar.api",
+    "evaluate_problem": "autopar.api",
+    "layout_of": "autopar.api",
+    "make_problem": "autopar.api",
+    "plan_of": "autopar.api",
+    "solve": "autopar.api",
+    "solve_problem": "autopar.api",
+    "sweep": "autopar.sweeps.run",
+    "SweepResult": "autopar.sweeps.run",
+    "InfeasibleError": "autopar.base.errors",
+    "InputError": "autopar.base.errors",
+    "load_cluster": "autopar.inputs.loading",
+    "load_gpu": "autopar.inputs.loading",
+    "load_model": "autopar.inputs.loading",
+    "ClusterSpec": "autopar.inputs.specs",
+    "GpuSpec": "autopar.inputs.specs",
+    "ModelSpec": "autopar.inputs.specs",
+    "Problem": "autopar.inputs.specs",
+    "SearchOptions": "autopar.inputs.specs",
+    "TrainingSpec": "autopar.inputs.specs",
+    "Estimate": "autopar.layout.plan",
+    "Layout": "autopar.layout.plan",
+    "StagePlan": "autopar.layout.stages",
+    "StageRecompute": "autopar.layout.stages",
+    "CostModel": "autopar.costs.terms",
+    "CostTerm": "autopar.costs.terms",
+    "ResourceTerm": "autopar.costs.terms",
+    "TermContext": "autopar.costs.terms",
+    "load_cost_model": "autopar.costs.plugin",
+    "SolveResult": "autopar.search.solver",
+}
+"""Public name -> the module that defines it."""
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562) and keep it."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autopar' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -1,10 +1,11 @@
-"""The Python API: ``solve``, ``evaluate`` (and ``sweep`` in ``autopar.sweep``), taking the CLI's
-options as keyword arguments (DESIGN §7).
+"""The Python API: ``solve``, ``evaluate`` (and ``sweep`` in ``autopar.sweeps.run``), taking the
+CLI's options as keyword arguments (DESIGN §7).
 
 One way through: options -> ``Problem`` (``make_problem``) -> ``Space`` (``build_space``) ->
-CP-SAT model and search (``autopar.solver``) -> estimates; when nothing fits, this module asks
-``autopar.explain`` why. Callers that also emit launcher configs build the ``Problem`` once and
-pass it on (``solve_problem``, ``evaluate_problem``).
+CP-SAT model and search (``autopar.search.solver``) -> estimates; when nothing fits, this module
+asks
+``autopar.search.explain`` why. Callers that also emit launcher configs build the ``Problem`` once
+and pass it on (``solve_problem``, ``evaluate_problem``).
 """
 
 from __future__ import annotations
@@ -14,22 +15,29 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from autopar import limits as bounds
-from autopar.axes import GIVEN_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
-from autopar.context import make_context
-from autopar.errors import InputError, excerpt
-from autopar.estimate import estimate
-from autopar.explain import explain_infeasible
-from autopar.inputs import inputs_dict
-from autopar.loading import load_cluster, load_model, load_stack
-from autopar.plan import Estimate, Layout
-from autopar.plugin import load_cost_model
-from autopar.rules import sequence_parallel_on
-from autopar.solver import SolveResult, solve_space
-from autopar.space import build_space
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
-from autopar.stack import SWITCHES, StackSpec, with_overrides
-from autopar.stages import (
+from autopar.base.axes import GIVEN_AXES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.errors import InputError, excerpt
+from autopar.costs.context import make_context
+from autopar.costs.estimate import estimate
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.terms import CostModel
+from autopar.inputs import limits as bounds
+from autopar.inputs.echo import inputs_dict
+from autopar.inputs.loading import load_cluster, load_model, load_stack
+from autopar.inputs.specs import (
+    GIB,
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    Problem,
+    SearchOptions,
+    TrainingSpec,
+)
+from autopar.inputs.stack import SWITCHES, StackSpec, with_overrides
+from autopar.layout.plan import Estimate, Layout
+from autopar.layout.rules import sequence_parallel_on
+from autopar.layout.space import build_space
+from autopar.layout.stages import (
     PIPELINE_PLANS,
     StagePlan,
     StageRecompute,
@@ -37,7 +45,8 @@ from autopar.stages import (
     even_plan,
     parse_plan,
 )
-from autopar.terms import CostModel
+from autopar.search.explain import explain_infeasible
+from autopar.search.solver import SolveResult, solve_space
 
 DEFAULT_SEQ_LEN = 4096
 DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
@@ -54,7 +63,7 @@ FIELD_FLAGS: dict[str, str] = {
 }
 AXIS_MAXIMA: dict[str, int] = {"vpp": bounds.MAX_VPP, "mbs": bounds.MAX_MBS}
 """Pins, limits and evaluated values of an axis are bounded by ``bounds.MAX_GPUS`` unless
-listed here (``autopar.limits``)."""
+listed here (``autopar.inputs.limits``)."""
 
 
 def _modes(value: str | Sequence[str] | None, allowed: tuple, name: str, default: tuple) -> tuple:
@@ -107,7 +116,7 @@ def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq
 
 def _check_sizes(gpus: object, seq_len: object, pins: dict, lims: object) -> None:
     """Every number that sizes an enumeration, against its documented maximum
-    (``autopar.limits``), before anything is enumerated."""
+    (``autopar.inputs.limits``), before anything is enumerated."""
     bounds.check_int(gpus, source="--gpus", maximum=bounds.MAX_GPUS)
     bounds.check_int(seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
     if not isinstance(lims, dict):
@@ -174,7 +183,7 @@ def make_problem(
     **pins: int | None,
 ) -> Problem:
     """A ``Problem`` from the CLI's options (``pins``: ``tp=8`` etc. for the axes in
-    ``autopar.axes.SEARCH_AXES``; ``limits``: maxima, e.g. ``{"pp": 16, "vpp": 12}``, where a
+    ``autopar.base.axes.SEARCH_AXES``; ``limits``: maxima, e.g. ``{"pp": 16, "vpp": 12}``, where a
     limit on ``mbs`` replaces its search cap).
 
     ``stack`` names the training stack (``autopar stacks``; default ``DEFAULT_STACK``); the
@@ -284,7 +293,7 @@ def solve_problem(
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.stage_cpsat``: the
+    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.search``: the
     ``top`` best distinct outer layouts, each with its best plan)."""
     check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
     _check_pipeline_plan(pipeline_plan)
@@ -292,7 +301,7 @@ def solve_problem(
     cm = load_cost_model(cost_model)
     ctx = make_context(problem)
     if pipeline_plan == "per-stage":
-        from autopar.stage_cpsat import solve_result
+        from autopar.pipeline.search import solve_result
 
         result = solve_result(
             problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top
@@ -429,7 +438,7 @@ def evaluate_problem(
     ctx, cm = make_context(problem), load_cost_model(cost_model)
     if plan is None:
         return estimate(layout, ctx, cm)
-    from autopar.stage_estimate import estimate_plan
+    from autopar.costs.stage_estimate import estimate_plan
 
     return estimate_plan(layout, plan, ctx, cm)
 

@@ -5,10 +5,10 @@ with the default cost model's roofline (the compute term of ``cost_models/comput
     python benchmarks/gpu_gemm.py --quick --gpu h100 --output /tmp/p.yaml   # CPU smoke run
 
 Shapes: forward, data-gradient and weight-gradient GEMMs of QKV, attention output, MLP up/down
-and logits (``autopar.bench.gemm.model_gemm_shapes``), per tensor-parallel rank, for Llama-3 8B
-and 70B and GPT-3 175B at TP 1-8 and 1k-16k tokens per micro-batch; BF16 and, on GPUs that have
-it, FP8. Prints the achieved TFLOP/s and, per dtype, the roofline's median and worst error against
-the measurement; ``--summary FILE`` writes the same as JSON. An ``--output`` profile makes
+and logits (``autopar.calibration.gemm_bench.model_gemm_shapes``), per tensor-parallel rank, for
+Llama-3 8B and 70B and GPT-3 175B at TP 1-8 and 1k-16k tokens per micro-batch; BF16 and, on GPUs
+that have it, FP8. Prints the achieved TFLOP/s and, per dtype, the roofline's median and worst error
+against the measurement; ``--summary FILE`` writes the same as JSON. An ``--output`` profile makes
 ``--comm-profile`` (or a cluster's ``comm_profile``) use the measured rates in the compute term.
 """
 
@@ -21,12 +21,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from autopar.bench.gemm import GemmShape, merge_into_file, model_gemm_shapes, run_gemm_bench
+from autopar.calibration.gemm_bench import (
+    GemmShape,
+    merge_into_file,
+    model_gemm_shapes,
+    run_gemm_bench,
+)
 from autopar.calibration.profile import CommProfile
-from autopar.comm import DatasheetCollectives
-from autopar.loading import load_cluster, load_model
-from autopar.specs import SearchOptions, TrainingSpec
-from autopar.terms import TermContext
+from autopar.costs.comm import DatasheetCollectives
+from autopar.costs.terms import TermContext
+from autopar.inputs.loading import load_cluster, load_model
+from autopar.inputs.specs import SearchOptions, TrainingSpec
 from cost_models.compute import gemm_time_s
 
 MODELS = ("llama-3-8b", "llama-3-70b", "gpt3-175b")

@@ -20,12 +20,12 @@ import time
 import numpy as np
 
 from autopar.api import make_problem
-from autopar.axes import GRID_AXES
-from autopar.context import make_context
-from autopar.plugin import load_cost_model
-from autopar.solver import solve_space
-from autopar.space import build_space
-from autopar.terms import memory_bytes, step_time_s
+from autopar.base.axes import GRID_AXES
+from autopar.costs.context import make_context
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.terms import memory_bytes, step_time_s
+from autopar.layout.space import build_space
+from autopar.search.solver import solve_space
 
 CASES = [("llama-70b", n, 8192, {}) for n in (64, 256, 1024, 4096, 16384, 65536, 98304, 131072)]
 CASES += [

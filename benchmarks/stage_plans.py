@@ -14,8 +14,8 @@ For each case it prints
   scored by the per-stage model with Megatron's even split and with its
   ``--account-for-embedding/loss-in-pipeline-split`` split (the embedding and the loss each
   counted as a layer); the per-stage optimum; and the gains of the last over the others;
-Every per-stage step time is Megatron's schedule simulated (``autopar.schedule``, backward twice
-the forward); the search ranks by the schedule formula, whose value is printed beside it, and
+Every per-stage step time is Megatron's schedule simulated (``autopar.costs.schedule``, backward
+twice the forward); the search ranks by the schedule formula, whose value is printed beside it, and
 the answer is the faster by the simulation of the search's plan and the best even splits.
 """
 
@@ -26,14 +26,15 @@ import math
 import time
 
 from autopar import api
-from autopar.axes import GRID_AXES
-from autopar.context import make_context
-from autopar.plugin import load_cost_model
-from autopar.stage_costs import probe_stage_costs
-from autopar.stage_cpsat import per_stage_space, solve_result
-from autopar.stage_estimate import estimate_plan
-from autopar.stages import StagePlan, StageRecompute, even_plan, stage_figures
-from autopar.terms import grid_of
+from autopar.base.axes import GRID_AXES
+from autopar.costs.context import make_context
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.stage_costs import probe_stage_costs
+from autopar.costs.stage_estimate import estimate_plan
+from autopar.costs.stage_figures import stage_figures
+from autopar.costs.terms import grid_of
+from autopar.layout.stages import StagePlan, StageRecompute, even_plan
+from autopar.pipeline.search import per_stage_space, solve_result
 
 CASES = [
     ("Llama-3.1 405B, 16384 H100", dict(model="llama-3.1-405b", gpus=16384, global_batch=2048)),

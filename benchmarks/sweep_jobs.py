@@ -1,4 +1,4 @@
-"""Wall time of a 1,000-point ``autopar.sweep`` with ``--jobs 1`` and ``--jobs 2`` (issue 14
+"""Wall time of a 1,000-point ``autopar.sweeps.run`` with ``--jobs 1`` and ``--jobs 2`` (issue 14
 target: jobs 2 <= 0.6x jobs 1 on 2 cores), and whether both give the same rows.
 
     python benchmarks/sweep_jobs.py [--points 1000] [--rounds 10]

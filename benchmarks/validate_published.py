@@ -23,7 +23,7 @@ README runs with ``megatron-core-0.8``, NeMo 24.07 with ``nemo-24.07``, Megatron
 
 What a row leaves out is filled by per-source assumptions (``ASSUMPTIONS`` below, printed with the
 output); rows that cannot be modelled are listed with the reason. The predictions come from
-``cost_models.default_cost_model`` with ``autopar.comm.DatasheetCollectives``; nothing is
+``cost_models.default_cost_model`` with ``autopar.costs.comm.DatasheetCollectives``; nothing is
 fitted per row. Errors are reported per precision (BF16: the A100 and 2024 H100 rows; FP8: NeMo
 and Megatron-Bridge).
 """
@@ -40,13 +40,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autopar.comm import DatasheetCollectives
-from autopar.estimate import estimate
-from autopar.loading import load_gpu, load_model, load_stack
-from autopar.plan import Layout
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
-from autopar.stack import StackSpec
-from autopar.terms import TermContext
+from autopar.costs.comm import DatasheetCollectives
+from autopar.costs.estimate import estimate
+from autopar.costs.terms import TermContext
+from autopar.inputs.loading import load_gpu, load_model, load_stack
+from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.inputs.stack import StackSpec
+from autopar.layout.plan import Layout
 from cost_models import default_cost_model
 from cost_models.flops import model_flop_per_sequence
 

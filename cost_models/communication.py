@@ -1,9 +1,9 @@
 """The TP, CP and EP communication terms.
 
-Collective times come from ``ctx.comm`` (``autopar.comm.CollectiveModel``): the datasheet
-alpha-beta model ``autopar.comm.DatasheetCollectives`` by default, or a profile fitted from
+Collective times come from ``ctx.comm`` (``autopar.costs.comm.CollectiveModel``): the datasheet
+alpha-beta model ``autopar.costs.comm.DatasheetCollectives`` by default, or a profile fitted from
 nccl-tests logs (``autopar/calibration/``). Sizes follow the nccl-tests conventions of
-``autopar.comm``.
+``autopar.costs.comm``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext
 from cost_models.compute import (
     FLASH_BACKWARD_SLOWDOWN,
     flash_block_time_s,

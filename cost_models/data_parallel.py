@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext
 from cost_models.compute import HBM_EFFICIENCY
 from cost_models.memory import first_stage_dense_params
 from cost_models.placement import group_num_nodes

@@ -1,4 +1,4 @@
-"""The default cost model: the terms of DESIGN §4, composed as ``autopar.terms`` describes.
+"""The default cost model: the terms of DESIGN §4, composed as ``autopar.costs.terms`` describes.
 
     step_time_s  = dp_comm + expert_dp_comm + optimizer_step
                    + slots * (dense_compute + expert_compute + logits_compute
@@ -7,15 +7,16 @@
                    + workspace + in_flight * (layer activations + expert activations)
 
 What the software stack does (fused attention, TP / DP / PP / CP / EP communication overlap, the
-FP8 recipe, dropout, the gradient dtype) is an input, ``autopar.stack.StackSpec``, that the terms
-read from ``ctx.training.stack``. ``default_cost_model()`` can still pin a few switches for every
-job (``flash_attention``, ``tp_comm_overlap``, ``dp_comm_overlap``), and ``megatron_compatible``
-reproduces Megatron's ``theoretical_memory_usage.py`` arithmetic for the memory terms.
+FP8 recipe, dropout, the gradient dtype) is an input, ``autopar.inputs.stack.StackSpec``, that the
+terms read from ``ctx.training.stack``. ``default_cost_model()`` can still pin a few switches for
+every job (``flash_attention``, ``tp_comm_overlap``, ``dp_comm_overlap``), and
+``megatron_compatible`` reproduces Megatron's ``theoretical_memory_usage.py`` arithmetic for the
+memory terms.
 """
 
 from __future__ import annotations
 
-from autopar.terms import CostModel
+from autopar.costs.terms import CostModel
 from cost_models.communication import CpCommTime, DispatcherDecision, EpCommTime, TpCommTime
 from cost_models.compute import (
     MOE_LOAD_IMBALANCE,
@@ -56,7 +57,7 @@ def default_cost_model(
     moe_capacity_factor: float | None = None,
 ) -> CostModel:
     """The default terms. The switches default to ``None``: each term then reads the job's
-    stack (``TrainingSpec.stack``, ``autopar.stack``; ``--stack`` and the per-switch flags);
+    stack (``TrainingSpec.stack``, ``autopar.inputs.stack``; ``--stack`` and the per-switch flags);
     a value given here overrides the stack for every job this cost model scores. The ``moe_*``
     switches are Megatron's MoE flags: ``--moe-token-dispatcher-type`` (``None``: the
     fastest the stack allows, reported as a decision; ``"best"``: the fastest of all),

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.specs import ModelSpec
-from autopar.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext
+from autopar.inputs.specs import ModelSpec
 from cost_models.shapes import (
     kv_size,
     mamba_in_proj_size,

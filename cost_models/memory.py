@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.specs import GIB, ModelSpec
-from autopar.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext
+from autopar.inputs.specs import GIB, ModelSpec
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.shapes import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext
 from cost_models.placement import pp_neighbour_num_nodes
 
 BYTES_BF16 = 2.0
@@ -25,7 +25,7 @@ same share as ``data_parallel.DP_OVERLAP_EXPOSED``."""
 
 def first_stage_layers(num_layers: int, pp: np.ndarray) -> np.ndarray:
     """Transformer layers on the first pipeline stage, the most loaded rank for memory. Even
-    split: ``L/pp``. Uneven (``autopar.rules.pipeline_split``): with ``m = ceil(L/pp)`` and
+    split: ``L/pp``. Uneven (``autopar.layout.rules.pipeline_split``): with ``m = ceil(L/pp)`` and
     ``pp*m - L`` of 1 or 2 the embedding counts as a layer, so the first stage builds ``m - 1``
     (Megatron ``--account-for-embedding-in-pipeline-split``, transformer_block.py
     ``get_num_layers_to_build``); with first/last stage counts it holds at most half of what the

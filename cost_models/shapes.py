@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autopar.specs import ModelSpec
+from autopar.inputs.specs import ModelSpec
 
 VOCAB_PAD_MULTIPLE = 128
 """Megatron ``--make-vocab-size-divisible-by`` default (arguments.py); padded to 128 * tp."""
@@ -173,14 +173,14 @@ def stage_layers(num_layers: int, pp) -> np.ndarray:
     """Layers on the fullest pipeline stage. Megatron's even split gives ``num_layers / pp``;
     with an uneven split (``--decoder-first/last-pipeline-num-layers``, allowed by
     ``SearchOptions.uneven_pipeline``) the middle stages hold ``ceil(num_layers / pp)`` and the
-    first and last stages the rest (``autopar.rules``): the ceiling covers both cases."""
+    first and last stages the rest (``autopar.layout.rules``): the ceiling covers both cases."""
     return np.ceil(num_layers / np.asarray(pp, dtype=np.float64))
 
 
 def stage_bounds(num_layers: int, pp: int, *, last_extra_layers: int = 0) -> list[tuple[int, int]]:
-    """``[start, end)`` of each stage's layers, as ``autopar.rules.pipeline_split`` splits them:
-    even when ``pp`` divides the layers; with ``m = ceil(L/pp)`` and ``pp*m - L`` of 1 or 2 the
-    embedding (and the loss) take a layer's slot on the first (and last) stage
+    """``[start, end)`` of each stage's layers, as ``autopar.layout.rules.pipeline_split`` splits
+    them: even when ``pp`` divides the layers; with ``m = ceil(L/pp)`` and ``pp*m - L`` of 1 or 2
+    the embedding (and the loss) take a layer's slot on the first (and last) stage
     (``--account-for-embedding/loss-in-pipeline-split``); else ``m`` per middle stage and the
     rest split between the first and last (``--decoder-first/last-pipeline-num-layers``), the
     last taking ``last_extra_layers`` (its MTP modules) fewer, as Megatron-Bridge's

@@ -1,12 +1,12 @@
 """Stack switches as the cost terms read them: a term's own setting when it has one (a cost model
 built with ``default_cost_model(flash_attention=False)``), else the job's stack
-(``ctx.training.stack``, ``autopar.stack.StackSpec``)."""
+(``ctx.training.stack``, ``autopar.inputs.stack.StackSpec``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from autopar.terms import TermContext
+from autopar.costs.terms import TermContext
 
 
 def switch(value: Any, ctx: TermContext, name: str) -> Any:

@@ -233,8 +233,8 @@ def _leaves(tree: Any, path: str = ""):
 
 def torchtitan_architecture(model) -> dict[str, int]:
     """A torchtitan 0.3 decoder config (``model_spec.model``) in autopar's ``ModelSpec`` terms
-    (the names of ``autopar.emit.torchtitan.ARCH_FIELDS``): its layer list, attention and MoE
-    sub-configs as torchtitan builds them."""
+    (the names of ``autopar.outputs.emit.torchtitan.ARCH_FIELDS``): its layer list, attention and
+    MoE sub-configs as torchtitan builds them."""
     found: dict[str, set[int]] = {}
     for path, value in _leaves(model.to_dict()):
         if path.startswith(".mtp_layers") or not isinstance(value, int):

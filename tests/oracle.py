@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from autopar.axes import GRID_AXES
-from autopar.space import Space
-from autopar.terms import CostModel, TermContext, memory_bytes, step_time_s
+from autopar.base.axes import GRID_AXES
+from autopar.costs.terms import CostModel, TermContext, memory_bytes, step_time_s
+from autopar.layout.space import Space
 
 
 def enumerate_layouts(space: Space, ctx: TermContext, cost_model: CostModel):

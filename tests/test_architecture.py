@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import autopar
-from autopar.axes import AXES, GRID_AXES, SEARCH_AXES
+from autopar.base.axes import AXES, GRID_AXES, SEARCH_AXES
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.errors import InputError
-from autopar.plan import Layout
-from autopar.plugin import cost_model_names, load_cost_model
-from autopar.report import estimate_text, flat_row, runners_up_text
-from autopar.terms import CostModel
+from autopar.costs.plugin import cost_model_names, load_cost_model
+from autopar.costs.terms import CostModel
+from autopar.layout.plan import Layout
+from autopar.outputs.report import estimate_text, flat_row, runners_up_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -187,7 +187,7 @@ def test_cost_model_rejects_unknown_and_undeclared_axes() -> None:
 def test_cost_models_are_found_by_name_and_bad_names_are_input_errors() -> None:
     assert {"default", "megatron-compatible"} <= set(cost_model_names())
     assert load_cost_model("megatron-compatible").name == "megatron-compatible"
-    for bad in ("nonexistent", ":", "json:loads", "no_such_module:x", "autopar.axes:nothing"):
+    for bad in ("nonexistent", ":", "json:loads", "no_such_module:x", "autopar.base.axes:nothing"):
         with pytest.raises(InputError):
             load_cost_model(bad)
 

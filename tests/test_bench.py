@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.bench.comm import (
+from autopar.calibration.comm_bench import (
     BenchResult,
     CommBenchOptions,
     RankInfo,
@@ -15,7 +15,7 @@ from autopar.bench.comm import (
     spawn_local,
     sweep_sizes,
 )
-from autopar.bench.gemm import (
+from autopar.calibration.gemm_bench import (
     merge_into_file,
     model_gemm_shapes,
     parse_shape,
@@ -23,7 +23,7 @@ from autopar.bench.gemm import (
 )
 from autopar.calibration.nccl import parse_nccl_log, parse_nccl_text
 from autopar.calibration.profile import fit_profile, load_profile
-from autopar.comm import COLLECTIVES
+from autopar.costs.comm import COLLECTIVES
 
 
 def test_sweep_sizes_are_multiples_of_ranks_and_bounded():

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import autopar
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.errors import InputError
 from tests.conftest import DATA
 
 GOOD = "num_hidden_layers: 4\nhidden_size: 256\nnum_attention_heads: 8\nvocab_size: 1000\n"
@@ -345,7 +345,7 @@ def test_stale_temp_files_never_block_a_write_and_are_cleared(tmp_path) -> None:
     and removes it once it is older than ``STALE_TEMP_S`` (a live write takes milliseconds)."""
     import os
 
-    from autopar.files import STALE_TEMP_S, write_atomic
+    from autopar.base.files import STALE_TEMP_S, write_atomic
 
     stale = tmp_path / ".out.json.abc123.tmp"
     fresh = tmp_path / ".out.json.def456.tmp"
@@ -359,8 +359,8 @@ def test_stale_temp_files_never_block_a_write_and_are_cleared(tmp_path) -> None:
 
 
 def test_write_atomic_reports_os_failures_as_output_errors(tmp_path) -> None:
-    from autopar.errors import OutputError
-    from autopar.files import write_atomic
+    from autopar.base.errors import OutputError
+    from autopar.base.files import write_atomic
 
     with pytest.raises(OutputError, match="is a directory"):
         write_atomic(tmp_path, "x")
@@ -375,7 +375,7 @@ def test_written_files_get_the_mode_a_plain_open_gives(tmp_path) -> None:
     import os
     import stat
 
-    from autopar.files import write_atomic
+    from autopar.base.files import write_atomic
 
     mask = os.umask(0o022)
     try:

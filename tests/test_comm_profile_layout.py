@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from autopar.bench.comm import (
+from autopar.calibration.comm_bench import (
     BenchResult,
     CommBenchOptions,
     RankInfo,
@@ -19,7 +19,7 @@ from autopar.bench.comm import (
 )
 from autopar.calibration.profile import load_profile, network_share
 from autopar.cli import app
-from autopar.comm import bus_bandwidth_factor
+from autopar.costs.comm import bus_bandwidth_factor
 
 SIZES = tuple(2**k for k in range(16, 31, 2))
 

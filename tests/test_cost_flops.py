@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.specs import ModelSpec
+from autopar.inputs.specs import ModelSpec
 from cost_models.flops import model_flop_per_sequence, recompute_flop_per_sequence
 
 GPT3 = ModelSpec(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.comm import DatasheetCollectives
-from autopar.estimate import estimate
-from autopar.plan import Layout
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
-from autopar.terms import TermContext
+from autopar.costs.comm import DatasheetCollectives
+from autopar.costs.estimate import estimate
+from autopar.costs.terms import TermContext
+from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.layout.plan import Layout
 from cost_models import default_cost_model
 from cost_models.memory import DenseParamMemory, layer_activation_bytes_per_token
 from cost_models.pipeline import InFlightMicrobatches

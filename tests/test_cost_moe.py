@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from autopar.api import load_cost_model, make_problem
-from autopar.context import make_context
-from autopar.loading import load_model
-from autopar.plan import GRID_AXES, Layout
-from autopar.space import build_space
-from autopar.terms import grid_of, memory_bytes, step_time_s
+from autopar.costs.context import make_context
+from autopar.costs.terms import grid_of, memory_bytes, step_time_s
+from autopar.inputs.loading import load_model
+from autopar.layout.plan import GRID_AXES, Layout
+from autopar.layout.space import build_space
 from cost_models import default_cost_model
 from cost_models.communication import DISPATCHERS, EpCommTime, TpCommTime, best_dispatcher
 from cost_models.compute import ExpertComputeTime, critical_stage
@@ -190,8 +190,8 @@ def test_the_token_dispatcher_is_chosen_per_layout_and_reaches_the_launch_config
     """The stack allows alltoall and allgather by default; EP comm is priced with the faster
     one for each layout, the estimate names it, and the Megatron and Bridge outputs set it."""
     from autopar.api import evaluate_problem, layout_of
-    from autopar.emit import megatron_args
-    from autopar.emit.bridge import bridge_overrides
+    from autopar.outputs.emit import megatron_args
+    from autopar.outputs.emit.bridge import bridge_overrides
 
     both = make_problem(model="mixtral-8x7b", gpus=64, global_batch=256)
     only_a2a = make_problem(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.comm import NIC_EFFICIENCY, NVLINK_EFFICIENCY, DatasheetCollectives
-from autopar.estimate import estimate
-from autopar.plan import Layout
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
-from autopar.terms import TermContext
+from autopar.costs.comm import NIC_EFFICIENCY, NVLINK_EFFICIENCY, DatasheetCollectives
+from autopar.costs.estimate import estimate
+from autopar.costs.terms import TermContext
+from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from autopar.layout.plan import Layout
 from cost_models import default_cost_model
 from cost_models.pipeline import PipelineSlots
 from cost_models.placement import group_num_nodes
@@ -129,7 +129,7 @@ def test_tp_across_nodes_is_slower_than_inside() -> None:
 
 def test_terms_read_only_their_declared_axes() -> None:
     """The solver tabulates each term over just ``depends_on``: evaluate on exactly that grid."""
-    from autopar.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
+    from autopar.costs.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
 
     ctx = context(num_gpus=64, gbs=128)
     values = {

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import autopar
-from autopar.comm import DatasheetCollectives
-from autopar.errors import InputError
-from autopar.loading import load_model
-from autopar.specs import ClusterSpec, SearchOptions, TrainingSpec
-from autopar.terms import TermContext
+from autopar.base.errors import InputError
+from autopar.costs.comm import DatasheetCollectives
+from autopar.costs.terms import TermContext
+from autopar.inputs.loading import load_model
+from autopar.inputs.specs import ClusterSpec, SearchOptions, TrainingSpec
 from cost_models.communication import CP_STEP_OVERHEAD_S, ring_attention_s
 
 

@@ -1,4 +1,4 @@
-"""Emitters (autopar.emit): Megatron-LM arguments, Megatron-Bridge overrides, torchtitan 0.3
+"""Emitters (autopar.outputs.emit): Megatron-LM arguments, Megatron-Bridge overrides, torchtitan 0.3
 command lines and 0.2 TOML, DeepSpeed JSON.
 
 Flag and field names are checked against the consumers (tests/consumers.py); the matrix over
@@ -13,9 +13,9 @@ import tomllib
 import pytest
 
 import autopar
-from autopar import emit
-from autopar.errors import InputError
-from autopar.plan import Layout
+from autopar.base.errors import InputError
+from autopar.layout.plan import Layout
+from autopar.outputs import emit
 from tests import consumers
 
 
@@ -248,7 +248,7 @@ def test_bf16_gradients_reach_the_framework_configs():
     ],
 )
 def test_uneven_pipeline_split_reaches_megatron(pp, flags):
-    """Llama-3.1 405B's 126 layers: the split autopar.rules.pipeline_split planned."""
+    """Llama-3.1 405B's 126 layers: the split autopar.layout.rules.pipeline_split planned."""
     problem = autopar.make_problem(
         model="llama-3.1-405b", gpus=1024, seq_len=8192, global_batch=512, uneven_pipeline=True
     )

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import autopar
-from autopar import emit
-from autopar.errors import InputError
-from autopar.plan import Layout
-from autopar.rules import pipeline_split
-from autopar.specs import ModelSpec
+from autopar.base.errors import InputError
+from autopar.inputs.specs import ModelSpec
+from autopar.layout.plan import Layout
+from autopar.layout.rules import pipeline_split
+from autopar.outputs import emit
 from tests import consumers
 
 PRESETS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/models").glob("*.yaml"))
@@ -36,7 +36,7 @@ def _interleaving(layers: int) -> tuple[int, int] | None:
 
 def _split_of_kind(layers: int, kind: str) -> tuple[int, int] | None:
     """A (pp, vpp) whose planned split accounts for the embedding, or has first/last-stage
-    layer counts with interleaving (``autopar.rules.pipeline_split``)."""
+    layer counts with interleaving (``autopar.layout.rules.pipeline_split``)."""
     for pp in range(3, 17):
         for vpp in (1, 2, 3, 4) if kind == "account_for_embedding" else (2, 3, 4):
             split = pipeline_split(layers, pp, vpp)

@@ -14,11 +14,11 @@ from referencing import Registry, Resource
 from typer.testing import CliRunner
 
 import autopar
+from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.cli.render import FORMATS, render_estimate, render_solve
-from autopar.errors import InputError
-from autopar.schema import schema
-from autopar.solver import SolveResult
+from autopar.outputs.schema import schema
+from autopar.search.solver import SolveResult
 
 # Pins make the solve take well under a second.
 SOLVE = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2 --top 2"

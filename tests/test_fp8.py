@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import autopar
-from autopar.errors import InputError
+from autopar.base.errors import InputError
 from cost_models.compute import GEMM_HALF_DIM, H200_FP8_TO_BF16_EFFICIENCY, HBM_EFFICIENCY
 from tests.conftest import REPO
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.errors import InputError
-from autopar.loading import load_model
+from autopar.inputs.loading import load_model
 from cost_models.shapes import active_params, total_params
 from tests.conftest import DATA
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from autopar.errors import InputError
-from autopar.loading import load_cluster, load_gpu, load_model, preset_names
-from autopar.specs import GIB
+from autopar.base.errors import InputError
+from autopar.inputs.loading import load_cluster, load_gpu, load_model, preset_names
+from autopar.inputs.specs import GIB
 from tests.conftest import DATA
 
 

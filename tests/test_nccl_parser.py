@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from autopar.base.errors import InputError
 from autopar.calibration.nccl import COLUMNS, parse_nccl_log, parse_nccl_text
-from autopar.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "nccl"
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import autopar
-from autopar.errors import InputError
-from autopar.rules import pipeline_split, uneven_split_ok
-from autopar.space import build_space
+from autopar.base.errors import InputError
+from autopar.layout.rules import pipeline_split, uneven_split_ok
+from autopar.layout.space import build_space
 from cost_models.pipeline import first_stage_layers
 
 

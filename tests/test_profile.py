@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from autopar.base.errors import InputError
 from autopar.calibration.compare import compare_log, fitted_only
 from autopar.calibration.nccl import parse_nccl_log
 from autopar.calibration.profile import (
@@ -20,8 +21,7 @@ from autopar.calibration.profile import (
     load_profile,
     save_profile,
 )
-from autopar.comm import CollectiveModel
-from autopar.errors import InputError
+from autopar.costs.comm import CollectiveModel
 
 DATA = Path(__file__).parent / "data" / "nccl"
 ALL_LOGS = sorted(DATA.glob("*.log"))

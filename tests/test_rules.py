@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import autopar
-from autopar.rules import Rule, layout_rules
+from autopar.layout.rules import Rule, layout_rules
 
 BASE_ROW: dict[str, int] = {
     "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1,

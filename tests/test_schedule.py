@@ -1,4 +1,4 @@
-"""The simulated pipeline schedules (``autopar.schedule``) against Megatron's own examples and
+"""The simulated pipeline schedules (``autopar.costs.schedule``) against Megatron's own examples and
 the closed forms that hold for equal stages."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.schedule import rank_ops, schedule_chunks, simulate_step_s
+from autopar.costs.schedule import rank_ops, schedule_chunks, simulate_step_s
 
 
 def test_schedule_table_is_megatrons_example():

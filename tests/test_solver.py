@@ -7,12 +7,20 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autopar.context import make_context
-from autopar.plan import Layout
-from autopar.plugin import load_cost_model
-from autopar.solver import solve_space
-from autopar.space import build_space
-from autopar.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
+from autopar.costs.context import make_context
+from autopar.costs.plugin import load_cost_model
+from autopar.inputs.specs import (
+    GIB,
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    Problem,
+    SearchOptions,
+    TrainingSpec,
+)
+from autopar.layout.plan import Layout
+from autopar.layout.space import build_space
+from autopar.search.solver import solve_space
 from tests.oracle import oracle_min_s
 from tests.toy_cost_model import toy_cost_model
 

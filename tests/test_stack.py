@@ -8,11 +8,11 @@ import json
 import pytest
 
 import autopar
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.errors import InputError
-from autopar.loading import load_model, load_stack, preset_names
-from autopar.specs import GIB
-from autopar.stack import DEFAULT_STACK, SWITCHES
+from autopar.inputs.loading import load_model, load_stack, preset_names
+from autopar.inputs.specs import GIB
+from autopar.inputs.stack import DEFAULT_STACK, SWITCHES
 from tests.conftest import REPO
 
 SHIPPED = (
@@ -131,7 +131,7 @@ def test_bad_switch_values_are_input_errors() -> None:
 
 @pytest.mark.parametrize("name", ["llama-3-70b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b"])
 def test_echoed_parameter_count_matches_the_cost_model_shapes(name) -> None:
-    from autopar.inputs import parameter_count
+    from autopar.inputs.echo import parameter_count
     from cost_models.shapes import dense_block_params, expert_params
 
     model = load_model(name)
@@ -146,7 +146,7 @@ def test_bf16_optimizer_states_take_two_thirds_and_reach_megatron() -> None:
     """``optimizer_state_dtype: bf16``: FP32 master weights + BF16 Adam moments, 8 of 12 bytes
     per parameter; the Megatron output asks for them (arguments.py L3667-3684)."""
     from autopar.api import evaluate_problem, layout_of, make_problem
-    from autopar.emit import megatron_args
+    from autopar.outputs.emit import megatron_args
 
     options = dict(model="qwen3-30b-a3b", gpus=16, global_batch=64)
     fp32, bf16 = (make_problem(**options, optimizer_state_dtype=d) for d in ("fp32", "bf16"))

@@ -9,14 +9,26 @@ import numpy as np
 import pytest
 
 from autopar import api
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.context import make_context
-from autopar.errors import InputError
-from autopar.plugin import load_cost_model
-from autopar.schedule import simulate_step_s
-from autopar.specs import ClusterSpec, GpuSpec, ModelSpec, Problem, SearchOptions, TrainingSpec
-from autopar.stage_costs import probe_stage_costs
-from autopar.stage_cpsat import (
+from autopar.costs.context import make_context
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.schedule import simulate_step_s
+from autopar.costs.stage_costs import probe_stage_costs
+from autopar.costs.stage_estimate import estimate_plan
+from autopar.costs.stage_figures import in_flight, pipeline_time_s, stage_figures
+from autopar.costs.terms import grid_of, memory_bytes, step_time_s
+from autopar.inputs.specs import (
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    Problem,
+    SearchOptions,
+    TrainingSpec,
+)
+from autopar.layout.stages import StagePlan, StageRecompute, even_plan
+from autopar.outputs.emit.megatron_stages import layout_string
+from autopar.pipeline.search import (
     _groups,
     _subset,
     _uniform_recomputes,
@@ -24,23 +36,12 @@ from autopar.stage_cpsat import (
     per_stage_space,
     solve_stages,
 )
-from autopar.stage_emit import layout_string
-from autopar.stage_estimate import estimate_plan
-from autopar.stages import (
-    StagePlan,
-    StageRecompute,
-    even_plan,
-    in_flight,
-    pipeline_time_s,
-    stage_figures,
-)
-from autopar.terms import grid_of, memory_bytes, step_time_s
 
 LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
 
 
 def _formula(times: np.ndarray, m: int) -> float:
-    """Step of chunk times ``(p, v)`` by ``autopar.stages.pipeline_time_s``."""
+    """Step of chunk times ``(p, v)`` by ``autopar.costs.stage_figures.pipeline_time_s``."""
     v = times.shape[1]
     return float(pipeline_time_s(times.sum(axis=1)[None, :], np.array([m]), v)[0])
 
@@ -363,7 +364,7 @@ def mixed_problem(seed: int) -> Problem:
 
 @pytest.mark.parametrize("seed", [0, 1, 9, 10, 16, 19, 25, 28])
 def test_window_tables_agree_with_brute_force(seed):
-    """Several layer kinds without interleaving: the window tables (``autopar.stage_windows``)
+    """Several layer kinds without interleaving: the window tables (``autopar.pipeline.windows``)
     and the boundary encoding both reach the brute-force optimum."""
     problem = mixed_problem(seed)
     expected = brute_force_s(problem)
@@ -517,7 +518,7 @@ def test_per_stage_json_matches_the_schemas(runner):
 def test_megatron_recompute_flags_cover_the_plan():
     """One --recompute-num-layers for every stage: exact when the plan's counts agree (or cover
     whole chunks), else the largest count with a note, covering selective stages in full."""
-    from autopar.stage_emit import recompute_flags
+    from autopar.outputs.emit.megatron_stages import recompute_flags
 
     same = StagePlan(pp=2, vpp=1, chunk_layers=(5, 4), recompute=(StageRecompute("full", 5),) * 2)
     assert recompute_flags(same) == (

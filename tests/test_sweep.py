@@ -1,4 +1,4 @@
-"""``autopar.sweep`` and ``autopar sweep``."""
+"""``autopar.sweeps.run`` and ``autopar sweep``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 import autopar
 from autopar import api
 from autopar.cli import app
-from autopar.solver import SolveResult
-from autopar.sweep import COLUMNS, SweepResult
+from autopar.search.solver import SolveResult
+from autopar.sweeps.run import COLUMNS, SweepResult
 
 FRAME_COLUMNS = [
     "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",

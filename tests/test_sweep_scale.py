@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 import autopar
+from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.errors import InputError
-from autopar.sweep_html import sweep_html
+from autopar.sweeps.html import sweep_html
 from tests import html_report
 
 GRID = dict(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from autopar.api import make_problem
-from autopar.rules import layout_rules
+from autopar.layout.rules import layout_rules
 from tests.test_validate_published import validate_published
 
 H100_MEMORY_GIB = 79.6

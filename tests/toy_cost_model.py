@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, TermContext
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from autopar.calibration.profile import MIB_BYTES, CommProfile, curve_points
-from autopar.comm import CollectiveModel
+from autopar.costs.comm import CollectiveModel
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autopar.comm import COLLECTIVES, bus_bandwidth_factor
-from autopar.errors import InputError, excerpt
-from autopar.safe_yaml import read_text
+from autopar.base.errors import InputError, excerpt
+from autopar.costs.comm import COLLECTIVES, bus_bandwidth_factor
+from autopar.inputs.safe_yaml import read_text
 
 COLUMNS: tuple[str, ...] = (
     "collective",
@@ -53,7 +53,7 @@ COLUMNS: tuple[str, ...] = (
     "source",
 )
 
-# nccl-tests program / file-name spellings -> autopar collective names (autopar/comm.py).
+# nccl-tests program / file-name spellings -> autopar collective names (autopar/costs/comm.py).
 COLLECTIVE_ALIASES: dict[str, str] = {
     "all_reduce": "all_reduce",
     "allreduce": "all_reduce",

@@ -1,5 +1,5 @@
 """The measured communication profile: curves from nccl-tests logs plus a fitted latency-bandwidth
-model, implementing ``autopar.comm.CollectiveModel``.
+model, implementing ``autopar.costs.comm.CollectiveModel``.
 
 Model (per collective and span, span = ``intra`` when the group is on one node, else ``inter``)::
 
@@ -7,7 +7,8 @@ Model (per collective and span, span = ``intra`` when the group is on one node, 
     busbw(s) = B / (1 + (h / s) ** k)                        (saturating bus bandwidth)
     alpha(n) = a * steps(n)
 
-- ``f(n)`` is the nccl-tests bus-bandwidth factor (``autopar.comm.bus_bandwidth_factor``), so ``B``
+- ``f(n)`` is the nccl-tests bus-bandwidth factor (``autopar.costs.comm.bus_bandwidth_factor``), so
+``B``
   (peak bus bandwidth) is comparable across rank counts for ring algorithms (same doc: "busbw ...
   should be independent of the number of ranks"). One ``B, h, k`` is shared by all rank counts of
   a span; with ``k = 0`` the model is the plain alpha-beta (Hockney) model.
@@ -49,10 +50,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from autopar.comm import COLLECTIVES, CollectiveModel, bus_bandwidth_factor
-from autopar.errors import InputError, excerpt, shorten
-from autopar.files import write_atomic
-from autopar.safe_yaml import load_mapping
+from autopar.base.errors import InputError, excerpt, shorten
+from autopar.base.files import write_atomic
+from autopar.costs.comm import COLLECTIVES, CollectiveModel, bus_bandwidth_factor
+from autopar.inputs.safe_yaml import load_mapping
 
 MIB_BYTES = 2**20
 SPANS: tuple[str, ...] = ("intra", "inter")
@@ -368,7 +369,8 @@ class SourceLog:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmPoint:
-    """Achieved throughput of one ``(m, k) @ (k, n)`` matmul (``autopar.bench.gemm``)."""
+    """Achieved throughput of one ``(m, k) @ (k, n)`` matmul
+    (``autopar.calibration.gemm_bench``)."""
 
     m: int
     n: int

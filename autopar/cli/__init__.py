@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+import autopar.base.startup  # noqa: F401, I001  (first: quiet Ctrl-C / SIGTERM while the CLI starts)
 from autopar.cli import calibrate, estimate_cmd, presets_cmd, schema_cmd, solve_cmd, sweep_cmd
 from autopar.cli.errors import run_guarded
 

@@ -13,6 +13,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from autopar.base.errors import InputError, excerpt, shorten
 from autopar.calibration.compare import LogComparison, compare_log, fitted_only
 from autopar.calibration.nccl import parse_nccl_log
 from autopar.calibration.profile import (
@@ -24,8 +25,7 @@ from autopar.calibration.profile import (
     save_profile,
 )
 from autopar.cli.errors import guarded
-from autopar.errors import InputError, excerpt, shorten
-from autopar.limits import MAX_GPUS, check_int
+from autopar.inputs.limits import MAX_GPUS, check_int
 
 MAX_BENCH_PROCS = 256
 MAX_BENCH_BYTES = 1 << 34
@@ -204,7 +204,7 @@ def bench_comm(
     backend: Annotated[str | None, typer.Option("--backend", help="gloo or nccl.")] = None,
 ) -> None:
     """Time the collectives on NPROC local processes; across nodes, use the torchrun command."""
-    from autopar.bench import comm
+    from autopar.calibration import comm_bench as comm
 
     def run() -> str:
         check_int(nproc, source="--nproc", maximum=MAX_BENCH_PROCS)
@@ -244,7 +244,7 @@ def bench_gemm(
     profile: Annotated[Path | None, typer.Option("--profile", help="Merge into this YAML.")] = None,
 ) -> None:
     """Achieved TFLOP/s of torch.matmul per GEMM shape; optionally merged into a profile."""
-    from autopar.bench import gemm
+    from autopar.calibration import gemm_bench as gemm
 
     def run() -> str:
         check_int(iters, source="--iters", maximum=MAX_BENCH_ITERS)
@@ -287,7 +287,7 @@ def _gemm_shapes(
     tp: int,
     tokens: int,
 ) -> tuple:
-    from autopar.bench import gemm
+    from autopar.calibration import gemm_bench as gemm
 
     if shape:
         return tuple(gemm.parse_shape(s) for s in shape)

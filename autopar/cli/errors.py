@@ -19,8 +19,8 @@ from typing import Any
 
 import typer
 
-from autopar.errors import InfeasibleError, InputError, OutputError, shorten
-from autopar.files import check_writable
+from autopar.base.errors import InfeasibleError, InputError, OutputError, shorten
+from autopar.base.files import check_writable
 
 # The parser's usage errors (``click.ClickException``: vendored as ``typer._click`` by recent
 # typer releases, the click package before); taken from typer's own ``BadParameter`` so that
@@ -102,7 +102,7 @@ def run_guarded(app: typer.Typer) -> None:
     escaping a command still ends as one line, not a traceback."""
     with contextlib.suppress(ValueError):  # not the main thread (embedded use): keep default
         signal.signal(signal.SIGTERM, _on_sigterm)
-        # Ctrl-C is a KeyboardInterrupt again (autopar.startup made it a quiet exit while the
+        # Ctrl-C is a KeyboardInterrupt again (autopar.base.startup made it a quiet exit while the
         # imports ran): commands stop cleanly, keeping what is done.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

@@ -1,5 +1,5 @@
 """Options shared by every command (``--gpus``, ``--model``, ...), declared once, and the layout
-options generated from the axes table (``autopar.axes``): ``solve``'s pins (``--tp 8``) and
+options generated from the axes table (``autopar.base.axes``): ``solve``'s pins (``--tp 8``) and
 limits (``--max-pp 16``), ``evaluate``'s layout values (``--tp 8 --recompute full``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from autopar.axes import AXES, GIVEN_AXES, Axis
+from autopar.base.axes import AXES, GIVEN_AXES, Axis
 
 Model = Annotated[
     str,

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from autopar.files import write_atomic
+from autopar.base.files import write_atomic
 
 
 def emit(text: str, output: str | None) -> None:

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from autopar.cli.errors import guarded
-from autopar.loading import load_gpu, load_model, load_stack, preset_names, preset_text
-from autopar.specs import GIB
-from autopar.stack import DEFAULT_STACK
+from autopar.inputs.loading import load_gpu, load_model, load_stack, preset_names, preset_text
+from autopar.inputs.specs import GIB
+from autopar.inputs.stack import DEFAULT_STACK
 
 
 def _model_line(name: str) -> str:

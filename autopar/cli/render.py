@@ -1,7 +1,7 @@
 """Choose the rendering of a result by ``--format``.
 
 ``table`` is for people, ``json`` is the machine contract (``autopar/schemas/*.schema.json``),
-``csv`` is one row per layout, and the formats of ``autopar.emit.FORMATS`` (``megatron``,
+``csv`` is one row per layout, and the formats of ``autopar.outputs.emit.FORMATS`` (``megatron``,
 ``megatron-bridge``, ``torchtitan``, ``torchtitan-0.2``, ``deepspeed``) emit the best layout as
 that framework's launch configuration.
 """
@@ -14,12 +14,12 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from autopar import emit as emitters
+from autopar.base.errors import InputError, excerpt
 from autopar.cli.output import to_json
-from autopar.errors import InputError, excerpt
-from autopar.plan import Estimate
-from autopar.report import estimate_text, explanation_text, flat_row, solve_text
-from autopar.specs import Problem
+from autopar.inputs.specs import Problem
+from autopar.layout.plan import Estimate
+from autopar.outputs import emit as emitters
+from autopar.outputs.report import estimate_text, explanation_text, flat_row, solve_text
 
 FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 
@@ -58,8 +58,9 @@ def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None
 
 
 def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:
-    """A per-stage plan: Megatron-LM expresses it (``autopar.stage_emit``), the others refuse."""
-    from autopar.stage_emit import megatron_plan_args, refuse
+    """A per-stage plan: Megatron-LM expresses it (``autopar.outputs.emit.megatron_stages``), the
+    others refuse."""
+    from autopar.outputs.emit.megatron_stages import megatron_plan_args, refuse
 
     if fmt != "megatron":
         raise refuse(fmt)

@@ -9,7 +9,7 @@ import typer
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
-from autopar.schema import schema
+from autopar.outputs.schema import schema
 
 
 def register(app: typer.Typer) -> None:

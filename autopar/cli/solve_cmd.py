@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 
 from autopar import api
+from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_solve
-from autopar.errors import one_line
 
 
 def register(app: typer.Typer) -> None:

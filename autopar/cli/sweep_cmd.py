@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 
 from autopar import api
-from autopar.axes import AXES
+from autopar.base.axes import AXES
+from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
 from autopar.cli.render import csv_text
-from autopar.errors import InputError, Interrupted, excerpt
-from autopar.sweep import SweepResult, SweepRow, check_jobs, sweep
+from autopar.sweeps.run import SweepResult, SweepRow, check_jobs, sweep
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
 
@@ -100,7 +100,7 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
     if fmt == "csv":
         return csv_text([row.to_dict() for row in result.rows])
     if fmt == "html":
-        from autopar.sweep_html import sweep_html
+        from autopar.sweeps.html import sweep_html
 
         return sweep_html(result)
     return sweep_table(result)
@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
         price = _number(gpu_hour_cost, "--gpu-hour-cost")
         common = o.common(locals(), skip=("gpus", "gpu", "seq_len"))
         if format == "html":
-            from autopar.sweep_html import require_plotly
+            from autopar.sweeps.html import require_plotly
 
             require_plotly()  # a missing extra fails before the solves, not after
         try:

@@ -181,8 +181,9 @@ def run_cli(case: Case, folder: Path, app) -> Outcome:
 def api_calls(case: Case, folder: Path) -> list[tuple[str, object]]:
     """(label, thunk) pairs calling the API on the case's files."""
     import autopar
-    from autopar.calibration import load_profile, parse_nccl_log
-    from autopar.loading import load_cluster, load_gpu, load_model, load_stack
+    from autopar.calibration.nccl import parse_nccl_log
+    from autopar.calibration.profile import load_profile
+    from autopar.inputs.loading import load_cluster, load_gpu, load_model, load_stack
 
     calls: list[tuple[str, object]] = []
     for name in case.files:
@@ -207,7 +208,7 @@ def api_calls(case: Case, folder: Path) -> list[tuple[str, object]]:
 
 def run_api(case: Case, folder: Path) -> list[str]:
     """Violations of the API contract on the case's files (already materialised)."""
-    from autopar.errors import InfeasibleError, InputError, OutputError
+    from autopar.base.errors import InfeasibleError, InputError, OutputError
 
     violations = []
     for label, call in api_calls(case, folder):

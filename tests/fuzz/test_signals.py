@@ -100,7 +100,7 @@ def test_time_limit_covers_building_a_large_model(runner, tmp_path) -> None:
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_start_up_is_an_exit_code_not_a_traceback(tmp_path, sig, code) -> None:
     """The imports take about a second; Python's default Ctrl-C handler printed a
-    KeyboardInterrupt traceback then (autopar.startup)."""
+    KeyboardInterrupt traceback then (autopar.base.startup)."""
     process = _start(["solve", "--model", "llama-8b", "--gpus", "8"], tmp_path)
     time.sleep(0.2)
     process.send_signal(sig)

@@ -34,11 +34,11 @@ def main() -> None:
     # as on a machine with Transformer Engine (CUDA): its probes answer "present, recent"
     transformer_config.is_te_min_version = lambda *a, **k: True
     rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
+    from autopar.errors import InputError
     from megatron.training.argument_utils import core_transformer_config_from_args
 
     import autopar
     from autopar import emit
-    from autopar.errors import InputError
     from tests.test_emit_consumers import PRESETS, _cases, _problem, layouts
 
     outcomes: Counter = Counter()

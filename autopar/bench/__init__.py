@@ -1,1 +1,0 @@
-"""Benchmarks producing calibration data (torch optional: ``pip install autopar[bench]``)."""

@@ -1,0 +1,263 @@
+"""Per-layer costs for per-stage pipeline plans (``autopar.layout.stages``), over the outer layout
+axes.
+
+The interface is ``StageCosts``: numpy arrays over the rows of a layout grid (one row per outer
+layout: tp, pp, cp, ep, etp, vpp, mbs, grad_accum, zero, sp), giving
+
+- for each layer kind, one micro-batch's forward + backward time of one layer and the activation
+  bytes it keeps, under each recompute mode (none, selective, full), and its static bytes
+  (weights, gradients, optimizer states);
+- what sits outside the layers: on every stage (pipeline send/receive, workspace), on the first
+  (input embedding: its parameters and its activations), on the last (output layer, loss, the
+  logits; MTP modules);
+- the step terms (DP gradient sync, optimizer), and the extra static bytes of a stage that
+  recomputes (one layer's full activations while it is recomputed).
+
+``probe_stage_costs`` builds it from any ``CostModel`` by probing: each term is evaluated on
+one-kind models of ``pp`` and ``2*pp`` layers (one and two layers per stage); the difference is
+the cost of one layer, the rest is placed on a stage by ``PLACEMENT`` (by term name; a term it
+does not name is charged to every stage, the conservative choice). With an even split this
+reproduces the uniform cost model exactly (``tests/test_stages.py``).
+
+Layer kinds: ``ModelSpec.layer_kinds`` when the model has one (per-layer-type costs: dense,
+MoE, MLA, sliding-window, Mamba, with MTP modules on the last stage); otherwise every layer is
+one kind, ``"layer"``. The probe of a kind is the model with every layer of that kind, so the
+per-type terms of the cost model price each kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.base.deadline import check_deadline
+from autopar.costs.terms import CostModel, TermContext
+
+NUM_RECOMPUTE_MODES = 3
+"""Grid codes of ``recompute``: 0 none, 1 selective, 2 full (``autopar.base.axes``)."""
+DEFAULT_KIND = "layer"
+
+PLACEMENT: Mapping[str, str] = {
+    # time per micro-batch
+    "logits_compute_s": "last",
+    # static bytes: the dense-parameter terms hold the input embedding beyond the layers
+    "dense_weights_bytes": "first",
+    "dense_gradients_bytes": "first",
+    "dense_optimizer_bytes": "first",
+    "logits_bytes": "last",
+    # activation bytes per micro-batch: the embedding's dropout mask and token ids
+    "layer_activations_bytes": "first",
+}
+"""Where the layer-independent part of a term lives; unnamed terms go on every stage."""
+LAST_AS_SINGLE_STAGE = frozenset({"logits_bytes"})
+"""Terms the cost model counts only with ``pp == 1`` because the first stage dominates there;
+the last stage holds them whatever ``pp`` is, so they are probed at ``pp = 1``."""
+EMBEDDING_TERMS = frozenset(
+    {"dense_weights_bytes", "dense_gradients_bytes", "dense_optimizer_bytes"}
+)
+"""Terms whose layer-free part is the input embedding (``pp > 1``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCosts:
+    """Costs over ``rows`` outer layouts (module docstring). ``(rows, 3)`` arrays are indexed by
+    the recompute code."""
+
+    layer_kinds: tuple[str, ...]
+    """The kind of every layer, in model order."""
+    time_s: Mapping[str, np.ndarray]
+    activation_bytes: Mapping[str, np.ndarray]
+    static_bytes: Mapping[str, np.ndarray]
+    every_time_s: np.ndarray
+    first_time_s: np.ndarray
+    last_time_s: np.ndarray
+    every_static_bytes: np.ndarray
+    first_static_bytes: np.ndarray
+    last_static_bytes: np.ndarray
+    first_activation_bytes: np.ndarray
+    last_activation_bytes: np.ndarray
+    every_activation_bytes: np.ndarray
+    full_workspace_bytes: np.ndarray
+    """Extra static bytes on a stage that recomputes some layer fully."""
+    selective_workspace_bytes: np.ndarray
+    step_time_s: np.ndarray
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.layer_kinds))
+
+    def row(self, i: int) -> StageCosts:
+        """The costs of one row (arrays of length 1)."""
+        pick = slice(i, i + 1)
+        return StageCosts(
+            layer_kinds=self.layer_kinds,
+            **{
+                f.name: (
+                    {k: v[pick] for k, v in getattr(self, f.name).items()}
+                    if isinstance(getattr(self, f.name), Mapping)
+                    else getattr(self, f.name)[pick]
+                )
+                for f in dataclasses.fields(self)
+                if f.name != "layer_kinds"
+            },
+        )
+
+
+def layer_kinds(model) -> tuple[str, ...]:
+    """The kind of every layer (``ModelSpec.layer_kinds`` where the model has per-layer types)."""
+    kinds = getattr(model, "layer_kinds", None)
+    return tuple(kinds) if kinds else (DEFAULT_KIND,) * model.num_layers
+
+
+def mtp_layers(model) -> tuple[int, str]:
+    """MTP modules on the last stage and their layer kind (none without per-layer types)."""
+    count = int(getattr(model, "num_mtp_layers", 0) or 0)
+    return count, (getattr(model, "mtp_layer_kind", DEFAULT_KIND) if count else DEFAULT_KIND)
+
+
+def _probe_model(model, kind: str, num_layers: int):
+    """``model`` with ``num_layers`` layers, all of ``kind`` (and no MTP modules)."""
+    changes: dict[str, object] = {"num_layers": num_layers}
+    names = {f.name for f in dataclasses.fields(model)}
+    if "layer_types" in names and kind != DEFAULT_KIND:
+        changes["layer_types"] = (kind,) * num_layers
+    if "num_mtp_layers" in names:
+        changes["num_mtp_layers"] = 0
+    return dataclasses.replace(model, **changes)
+
+
+def _sum_by(terms, grid, ctx, size, placement_of) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(sum of all terms, sum per placement)."""
+    total = np.zeros(size)
+    by: dict[str, np.ndarray] = {}
+    for term in terms:
+        value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+        total = total + value
+        where = placement_of(term)
+        by[where] = by.get(where, np.zeros(size)) + value
+    return total, by
+
+
+def _value(term, grid, ctx, size: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+
+
+def _place(term) -> str:
+    return PLACEMENT.get(term.name, "every")
+
+
+def probe_stage_costs(
+    cost_model: CostModel,
+    ctx: TermContext,
+    grid: Mapping[str, np.ndarray],
+    *,
+    deadline: float | None = None,
+) -> StageCosts:
+    """``StageCosts`` of ``cost_model`` over the rows of ``grid`` (every axis; ``recompute`` is
+    ignored: each mode is probed)."""
+    size = len(grid["pp"])
+    model = ctx.model
+    kinds_in_order = layer_kinds(model)
+    num_mtp, mtp_kind = mtp_layers(model)
+    kinds = tuple(dict.fromkeys((*kinds_in_order, *([mtp_kind] if num_mtp else []))))
+    time = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
+    act = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
+    static = {k: np.zeros(size) for k in kinds}
+    fixed = {
+        name: np.zeros(size)
+        for name in (
+            "every_time_s",
+            "first_time_s",
+            "last_time_s",
+            "every_static_bytes",
+            "first_static_bytes",
+            "last_static_bytes",
+            "first_activation_bytes",
+            "last_activation_bytes",
+            "every_activation_bytes",
+            "full_workspace_bytes",
+            "selective_workspace_bytes",
+        )
+    }
+    pp_all = np.asarray(grid["pp"], dtype=np.int64)
+    embedding_bytes = np.zeros(size)
+    static_terms = tuple(
+        t for t in cost_model.static_memory_terms if t.name not in LAST_AS_SINGLE_STAGE
+    )
+    single_terms = tuple(
+        t for t in cost_model.static_memory_terms if t.name in LAST_AS_SINGLE_STAGE
+    )
+    for p in np.unique(pp_all):
+        rows = np.flatnonzero(pp_all == p)
+        sub = {a: np.asarray(v)[rows] for a, v in grid.items()}
+        n = len(rows)
+        for kind in kinds:
+            check_deadline(deadline)  # --time-limit covers probing (autopar.base.deadline)
+            probes = [
+                dataclasses.replace(ctx, model=_probe_model(model, kind, int(p) * layers))
+                for layers in (1, 2)
+            ]
+            for code in range(NUM_RECOMPUTE_MODES):
+                g = {**sub, "recompute": np.full(n, code, dtype=np.int64)}
+                parts = {}
+                for label, terms in (
+                    ("time_s", cost_model.microbatch_terms),
+                    ("activation_bytes", cost_model.microbatch_memory_terms),
+                    ("static_bytes", static_terms),
+                ):
+                    v1, by1 = _sum_by(terms, g, probes[0], n, _place)
+                    v2, by2 = _sum_by(terms, g, probes[1], n, _place)
+                    # v(layers) = intercept + layers * slope, probed at 1 and 2 layers per stage
+                    parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
+                time[kind][rows, code] = parts["time_s"][0]
+                act[kind][rows, code] = parts["activation_bytes"][0]
+                if code == 0:
+                    static[kind][rows] = parts["static_bytes"][0]
+                if kind != kinds_in_order[0]:
+                    continue  # layer-independent parts from the first layer's kind
+                static_fixed = sum(parts["static_bytes"][1].values(), np.zeros(n))
+                if code == 0:
+                    for label, (_, intercepts) in parts.items():
+                        for where, value in intercepts.items():
+                            fixed[f"{where}_{label}"][rows] += value
+                    embedding_bytes[rows] = sum(
+                        (2.0 * one - two)
+                        for one, two in (
+                            (_value(t, g, probes[0], n), _value(t, g, probes[1], n))
+                            for t in static_terms
+                            if t.name in EMBEDDING_TERMS
+                        )
+                    )
+                    static_none = static_fixed
+                else:
+                    name = "full_workspace_bytes" if code == 2 else "selective_workspace_bytes"
+                    fixed[name][rows] = np.maximum(static_fixed - static_none, 0.0)
+        one = {**sub, "pp": np.ones(n, dtype=np.int64), "recompute": np.zeros(n, dtype=np.int64)}
+        for term in single_terms:
+            value = np.asarray(term.evaluate(one, ctx), dtype=np.float64)
+            fixed["last_static_bytes"][rows] += np.broadcast_to(value, (n,))
+    if not getattr(model, "tied_embeddings", True):
+        # The untied output layer has the input embedding's shape: the last stage holds its
+        # parameters (the cost model counts them only with pp == 1, on the first stage).
+        fixed["last_static_bytes"] += np.where(pp_all > 1, embedding_bytes, 0.0)
+    if num_mtp:
+        # each MTP module: one more layer and one more pass through the output layer and loss
+        fixed["last_time_s"] += num_mtp * (time[mtp_kind][:, 0] + fixed["last_time_s"])
+        fixed["last_static_bytes"] += num_mtp * static[mtp_kind]
+        fixed["last_activation_bytes"] += num_mtp * act[mtp_kind][:, 0]
+    step = np.zeros(size)
+    for term in cost_model.step_terms:
+        step = step + np.broadcast_to(
+            np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,)
+        )
+    return StageCosts(
+        layer_kinds=kinds_in_order,
+        time_s=time,
+        activation_bytes=act,
+        static_bytes=static,
+        step_time_s=step,
+        **fixed,
+    )

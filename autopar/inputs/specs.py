@@ -1,0 +1,472 @@
+"""Frozen input specs: the model, the GPU / cluster, the training job and the search options.
+
+Each spec is validated once, in ``__post_init__``, which raises ``InputError`` naming the field and
+the rule and mutates nothing; derived quantities are properties. Files are turned into specs by
+``autopar.inputs.loading`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.errors import InputError, excerpt
+from autopar.inputs.stack import StackSpec
+
+MlpKind = Literal["swiglu", "gelu", "squared_relu"]
+Precision = Literal["bf16", "fp8"]
+Framework = Literal["megatron", "torchtitan", "deepspeed"]
+
+MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
+LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
+"""Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
+attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
+LAYER_FFNS: tuple[str, ...] = ("dense", "moe", "none")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+GIB = 1024**3
+
+
+def _positive(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"must be a positive integer, got {excerpt(value)}", field=name)
+    if value < 1:
+        raise InputError(f"must be a positive integer, got {value}", field=name)
+
+
+def _non_negative(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"must be a non-negative integer, got {excerpt(value)}", field=name)
+
+
+def _positive_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, in Hugging Face ``config.json`` terms (DESIGN §1)."""
+
+    name: str
+    """Preset or file name, for reports."""
+    num_layers: int
+    """Transformer layers (HF ``num_hidden_layers``)."""
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    """Key/value heads = Megatron query groups (HF ``num_key_value_heads``); = heads for MHA."""
+    ffn_hidden_size: int
+    """Dense MLP inner size (HF ``intermediate_size``)."""
+    vocab_size: int
+    mlp_kind: MlpKind = "swiglu"
+    """``swiglu``: gated, 3 matrices; ``gelu``: 2; ``squared_relu``: 2 (Nemotron)."""
+    head_dim: int = 0
+    """Per-head size; 0 means ``hidden_size // num_attention_heads`` (Qwen3 sets it explicitly)."""
+    tied_embeddings: bool = False
+    """Output layer shares the input embedding (HF ``tie_word_embeddings``)."""
+    learned_position_embeddings: bool = False
+    """GPT-3-style learned absolute positions (adds ``max_position_embeddings * hidden`` params)."""
+    max_position_embeddings: int = 0
+    layernorm: bool = False
+    """LayerNorm (weight + bias) instead of RMSNorm (weight only)."""
+    linear_bias: bool = False
+    """Biases on the linear layers (GPT-3, Megatron GPT)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 for a dense model."""
+    experts_per_token: int = 0
+    """Top-k routing (HF ``num_experts_per_tok``)."""
+    moe_ffn_hidden_size: int = 0
+    """Per-expert MLP inner size; 0 means ``ffn_hidden_size`` (Mixtral)."""
+    shared_expert_ffn_hidden_size: int = 0
+    """Inner size of the always-active shared expert(s); 0 when there is none."""
+    moe_layer_freq: int = 1
+    """Every ``moe_layer_freq``-th layer is an MoE layer (HF ``decoder_sparse_step``)."""
+    layer_types: tuple[str, ...] = ()
+    """One ``"mixer/ffn"`` entry per layer (``LAYER_MIXERS`` x ``LAYER_FFNS``), e.g.
+    ``"mla/dense"``, ``"sliding/moe"``, ``"mamba/none"``; empty means attention in every layer and
+    an MoE MLP in every ``moe_layer_freq``-th one (``autopar.inputs.hf_families`` builds it from a
+    family's keys: DeepSeek dense-first layers, GPT-OSS sliding layers, Nemotron-H patterns)."""
+    num_mtp_layers: int = 0
+    """Multi-token-prediction modules after the last layer (DeepSeek-V3
+    ``num_nextn_predict_layers``; Megatron ``--mtp-num-layers``, ``multi_token_prediction.py``):
+    each one is a layer like the last, a ``2h x h`` projection, two norms, and one more logits
+    pass through the shared output layer, on the last pipeline stage."""
+    attention_window: int = 0
+    """Keys each query sees in a ``sliding`` layer (GPT-OSS ``sliding_window``, Llama 4
+    ``attention_chunk_size``); 0 when there are none."""
+    attention_sinks: bool = False
+    """A learned per-head sink logit in every attention layer (GPT-OSS)."""
+    q_lora_rank: int = 0
+    """MLA query compression rank (HF ``q_lora_rank``; 0 = null: a full query projection)."""
+    kv_lora_rank: int = 0
+    """MLA key/value latent rank (HF ``kv_lora_rank``); non-zero means multi-latent attention
+    (Megatron ``multi_latent_attention.py``; DeepSeek-V2 report §2.1)."""
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    moe_router_num_groups: int = 0
+    """Expert groups for node-limited routing (HF ``n_group``; ``--moe-router-num-groups``)."""
+    moe_router_group_topk: int = 0
+    """Groups a token may be routed to (HF ``topk_group``; Megatron ``--moe-router-group-topk``)."""
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state_size: int = 0
+    mamba_num_groups: int = 1
+    mamba_conv_kernel: int = 4
+    mamba_chunk_size: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
+            _positive(getattr(self, name), name)
+        for name in ("ffn_hidden_size", "vocab_size", "moe_layer_freq"):
+            _positive(getattr(self, name), name)
+        for name in ("head_dim", "num_experts", "experts_per_token", "moe_ffn_hidden_size"):
+            _non_negative(getattr(self, name), name)
+        _non_negative(self.shared_expert_ffn_hidden_size, "shared_expert_ffn_hidden_size")
+        _non_negative(self.max_position_embeddings, "max_position_embeddings")
+        if self.mlp_kind not in MLP_KINDS:
+            raise InputError(
+                f"must be one of {', '.join(MLP_KINDS)}, got {excerpt(self.mlp_kind)}",
+                field="mlp_kind",
+            )
+        if self.head_dim == 0 and self.hidden_size % self.num_attention_heads:
+            raise InputError(
+                f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                f"({self.hidden_size})",
+                field="num_attention_heads",
+            )
+        if self.num_attention_heads % self.num_kv_heads:
+            raise InputError(
+                f"num_key_value_heads ({self.num_kv_heads}) must divide num_attention_heads "
+                f"({self.num_attention_heads})",
+                field="num_key_value_heads",
+            )
+        if self.num_experts and not 1 <= self.experts_per_token <= self.num_experts:
+            raise InputError(
+                f"num_experts_per_tok must be in 1..{self.num_experts} for an MoE model, "
+                f"got {self.experts_per_token}",
+                field="num_experts_per_tok",
+            )
+        if not self.num_experts and self.experts_per_token:
+            raise InputError(
+                "num_experts_per_tok is set but the model has no experts",
+                field="num_experts_per_tok",
+            )
+        self._check_layer_types()
+
+    def _check_layer_types(self) -> None:
+        for name in (
+            "num_mtp_layers",
+            "attention_window",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "mamba_num_heads",
+            "mamba_head_dim",
+            "mamba_state_size",
+        ):
+            _non_negative(getattr(self, name), name)
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise InputError(
+                f"has {len(self.layer_types)} entries for {self.num_layers} layers",
+                field="layer_types",
+            )
+        for kind in self.layer_types:
+            mixer, _, ffn = kind.partition("/")
+            if mixer not in LAYER_MIXERS or ffn not in LAYER_FFNS:
+                raise InputError(
+                    f"entry {kind!r} must be mixer/ffn with mixer in {', '.join(LAYER_MIXERS)} "
+                    f"and ffn in {', '.join(LAYER_FFNS)}",
+                    field="layer_types",
+                )
+        kinds = self.layer_kinds
+        if any(k.endswith("/moe") for k in kinds) and not self.num_experts:
+            raise InputError("has MoE layers but the model has no experts", field="layer_types")
+        if any(k.startswith("mla/") for k in kinds) and not (
+            self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim
+        ):
+            raise InputError(
+                "mla layers need kv_lora_rank, qk_rope_head_dim and v_head_dim", field="layer_types"
+            )
+        if any(k.startswith("mamba/") for k in kinds) and not (
+            self.mamba_num_heads and self.mamba_head_dim and self.mamba_state_size
+        ):
+            raise InputError(
+                "mamba layers need mamba_num_heads, mamba_head_dim and ssm_state_size",
+                field="layer_types",
+            )
+        if any(k.startswith("sliding/") for k in kinds) and not self.attention_window:
+            raise InputError("sliding layers need a window size", field="layer_types")
+
+    @property
+    def kv_channels(self) -> int:
+        """Per-head dimension (Megatron ``kv_channels``)."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """``"mixer/ffn"`` of every layer: ``layer_types``, or attention everywhere with an MoE
+        MLP in every ``moe_layer_freq``-th layer (HF ``decoder_sparse_step``: layer ``i`` is
+        sparse when ``(i + 1) % step == 0``)."""
+        if self.layer_types:
+            return self.layer_types
+        return tuple(
+            "attention/moe"
+            if self.is_moe and (i + 1) % self.moe_layer_freq == 0
+            else "attention/dense"
+            for i in range(self.num_layers)
+        )
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (the main model; MTP layers excluded)."""
+        return sum(kind.endswith("/moe") for kind in self.layer_kinds)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with a dense MLP."""
+        return sum(kind.endswith("/dense") for kind in self.layer_kinds)
+
+    @property
+    def mtp_layer_kind(self) -> str:
+        """The kind of each MTP module's transformer layer: the last layer's (DeepSeek-V3 §2.2)."""
+        return self.layer_kinds[-1]
+
+    @property
+    def layer_summary(self) -> str:
+        """The layer structure in a few words (``autopar models``): mixers and MLPs by count,
+        when they are not one attention + MLP kind throughout, and the MTP modules."""
+        counts: dict[str, int] = {}
+        for kind in self.layer_kinds:
+            for part in kind.split("/"):
+                if part != "none":
+                    counts[part] = counts.get(part, 0) + 1
+        plain = set(self.layer_kinds) in ({"attention/dense"}, {"attention/moe"})
+        words = [] if plain else [f"{n} {part}" for part, n in counts.items()]
+        if self.num_mtp_layers:
+            words.append(f"{self.num_mtp_layers} MTP")
+        return ", ".join(words)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """Mamba-2 ``d_inner = nheads * headdim`` (Megatron ``mamba_mixer.py``)."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one MLP: 3 for gated (SwiGLU), 2 otherwise."""
+        return 3 if self.mlp_kind == "swiglu" else 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """One accelerator and its node, from the vendor datasheet (presets cite it)."""
+
+    name: str
+    memory_bytes: int
+    """Total device memory as the driver reports it."""
+    peak_bf16_flop_per_s: float
+    """Dense (no sparsity) BF16 tensor-core peak."""
+    peak_fp8_flop_per_s: float | None
+    """Dense FP8 peak; ``None`` where the GPU has no FP8 tensor cores."""
+    hbm_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    """Scale-up bandwidth per GPU, per direction."""
+    nic_bytes_per_s: float
+    """Scale-out (network) bandwidth per GPU, per direction."""
+    gpus_per_node: int
+    """GPUs that share the NVLink domain (8 on DGX/HGX, 72 on GB200 NVL72)."""
+    description: str = ""
+    gemm_efficiency: float | None = None
+    """Measured fraction of the BF16 peak that training GEMMs sustain (``None``: the cost model's
+    calibrated default); Hopper presets carry the value measured on an H200."""
+    fp8_gemm_efficiency: float | None = None
+    """The same for FP8 GEMMs against the FP8 peak."""
+
+    def __post_init__(self) -> None:
+        _positive(self.memory_bytes, "memory_gib")
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
+                raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
+        _positive(self.gpus_per_node, "gpus_per_node")
+        for name in (
+            "peak_bf16_flop_per_s",
+            "hbm_bytes_per_s",
+            "nvlink_bytes_per_s",
+            "nic_bytes_per_s",
+        ):
+            _positive_number(getattr(self, name), name)
+        if self.peak_fp8_flop_per_s is not None:
+            _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
+
+    def peak_flop_per_s(self, precision: str) -> float:
+        """Dense tensor-core peak for the training precision."""
+        if precision == "fp8":
+            if self.peak_fp8_flop_per_s is None:
+                raise InputError(
+                    f"{self.name} has no FP8 tensor cores; use --precision bf16", field="precision"
+                )
+            return self.peak_fp8_flop_per_s
+        return self.peak_bf16_flop_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """The GPUs of the job and how they are connected."""
+
+    gpu: GpuSpec
+    gpus_per_node: int
+    """NVLink domain size used for placement (defaults to the GPU preset's)."""
+    intra_node_latency_s: float = 5e-6
+    """Per-step latency of an NVLink collective (NCCL ring step order of magnitude)."""
+    inter_node_latency_s: float = 12e-6
+    """Per-step latency of a collective crossing the network (InfiniBand/RoCE magnitude)."""
+    comm_profile_path: str | None = None
+    """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
+    memory_reserve_bytes: int = 0
+    """Memory the user keeps free on each GPU, on top of the cost model's workspace term."""
+
+    def __post_init__(self) -> None:
+        _positive(self.gpus_per_node, "gpus_per_node")
+        _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
+        _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
+        _non_negative(self.memory_reserve_bytes, "memory_reserve_gib")
+        if self.memory_reserve_bytes > self.gpu.memory_bytes:
+            raise InputError(
+                f"must be at most the GPU's memory ({self.gpu.memory_bytes / GIB:.1f} GiB)",
+                field="memory_reserve_gib",
+            )
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        return self.gpu.memory_bytes - self.memory_reserve_bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """The training job: how many GPUs, what batch, what precision."""
+
+    num_gpus: int
+    global_batch_sequences: int
+    """Sequences per optimizer step (``--global-batch-size`` in Megatron)."""
+    seq_len: int
+    precision: Precision = "bf16"
+    optimizer: Literal["adam"] = "adam"
+    grad_precision: Literal["fp32", "bf16"] = "fp32"
+    """Gradient buffer and reduction: ``fp32`` is Megatron-LM's bf16 default (it forces
+    ``--accumulate-allreduce-grads-in-fp32``); ``bf16`` is NeMo's ``grad_reduce_in_fp32=False``
+    and torchtitan's FSDP ``reduce_dtype`` bf16: half the gradient memory and DP traffic."""
+    stack: StackSpec = field(default_factory=lambda: StackSpec(name="megatron-lm"))
+    """The software stack the job runs on (``autopar.inputs.stack``): overlaps, FP8 recipe,
+    dropout."""
+
+    def __post_init__(self) -> None:
+        _positive(self.num_gpus, "num_gpus")
+        _positive(self.global_batch_sequences, "global_batch")
+        _positive(self.seq_len, "seq_len")
+        if self.precision not in PRECISIONS:
+            raise InputError(
+                f"must be one of {', '.join(PRECISIONS)}, got {excerpt(self.precision)}",
+                field="precision",
+            )
+        if self.grad_precision not in ("fp32", "bf16"):
+            raise InputError(
+                f"must be fp32 or bf16, got {excerpt(self.grad_precision)}", field="grad_precision"
+            )
+        if not isinstance(self.stack, StackSpec):
+            raise InputError(f"must be a StackSpec, got {self.stack!r}", field="stack")
+        if self.optimizer != "adam":
+            raise InputError(
+                f"only 'adam' is modelled, got {excerpt(self.optimizer)}", field="optimizer"
+            )
+
+    @property
+    def global_batch_tokens(self) -> int:
+        return self.global_batch_sequences * self.seq_len
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of one gradient element (buffer and reduction)."""
+        return 4.0 if self.grad_precision == "fp32" else 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """What the solver may choose: allowed features, pins and limits (DESIGN §1, §3)."""
+
+    framework: Framework = "megatron"
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+    """Allowed recompute modes."""
+    zero_stages: tuple[int, ...] = (0, 1)
+    """Allowed optimizer sharding: 0 = none, 1 = distributed optimizer (Megatron) / ZeRO-1,
+    2 = also gradients, 3 = also parameters (FSDP / ZeRO-3)."""
+    sequence_parallel: bool | None = None
+    """Force SP on or off; ``None`` = on whenever tp > 1 (Megatron's recommendation)."""
+    allow_interleaving: bool = True
+    allow_cp: bool = True
+    allow_ep: bool = True
+    uneven_pipeline: bool = False
+    """Allow a pipeline size that does not divide the layers: the middle stages take
+    ``ceil(L/pp)`` layers and the first and last the rest, with or without interleaving
+    (Megatron ``--account-for-embedding/loss-in-pipeline-split`` or
+    ``--decoder-first/last-pipeline-num-layers``; ``autopar.layout.rules.uneven_split_ok``)."""
+    tp_within_node: bool = True
+    """Keep TP (and ETP·EP) inside one NVLink domain (``NVLink domain`` rules)."""
+    pins: tuple[tuple[str, int], ...] = ()
+    """Fixed values, e.g. ``(("tp", 8),)``, for axes in ``autopar.base.axes.SEARCH_AXES``."""
+    maxima: tuple[tuple[str, int], ...] = ()
+    """Upper limits, e.g. ``(("pp", 16),)``; a limit on an axis with a search cap
+    (``Axis.cap``: mbs 16) replaces the cap."""
+
+    def __post_init__(self) -> None:
+        if self.framework not in FRAMEWORKS:
+            raise InputError(
+                f"must be one of {', '.join(FRAMEWORKS)}, got {excerpt(self.framework)}",
+                field="framework",
+            )
+        for mode in self.recompute:
+            if mode not in RECOMPUTE_MODES:
+                raise InputError(
+                    f"must be among {', '.join(RECOMPUTE_MODES)}, got {excerpt(mode)}",
+                    field="recompute",
+                )
+        if not self.recompute:
+            raise InputError("at least one recompute mode must be allowed", field="recompute")
+        for stage in self.zero_stages:
+            if stage not in ZERO_STAGES:
+                raise InputError(f"must be among 0, 1, 2, 3, got {excerpt(stage)}", field="zero")
+        if not self.zero_stages:
+            raise InputError("at least one ZeRO stage must be allowed", field="zero")
+        for dim, value in (*self.pins, *self.maxima):
+            if dim not in SEARCH_AXES:
+                raise InputError(f"unknown layout dimension {excerpt(dim)}", field=dim)
+            _positive(value, dim)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """Everything the solver and the cost model need."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    options: SearchOptions = field(default_factory=SearchOptions)

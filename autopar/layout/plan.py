@@ -1,0 +1,104 @@
+"""Layouts and their estimates.
+
+``Layout`` is built from the axes table (``autopar.base.axes.AXES``, which also holds the glossary
+of the axes): one field per axis, under its ``Layout`` attribute name, with its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autopar.base.axes import AXES, GRID_AXES
+
+_FIELD_TYPES = {"size": int, "mode": object, "flag": bool}
+
+
+class _LayoutMethods:
+    """The methods of ``Layout`` (its fields come from ``AXES``)."""
+
+    __slots__ = ()
+
+    def grid_row(self) -> dict[str, int]:
+        """This layout as one row of a cost-term grid (integer codes for the modes)."""
+        return {axis.name: axis.encode(getattr(self, axis.layout_attr)) for axis in AXES}
+
+    @classmethod
+    def from_grid_row(cls, row: dict[str, Any]) -> Layout:
+        return cls(**{axis.layout_attr: axis.decode(row[axis.name]) for axis in AXES})
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    def text(self) -> str:
+        """The layout on one line, axes in table order (``TP=8 PP=4 VPP=5 CP=1 DP=32 ...``)."""
+        parts = []
+        for axis in AXES:
+            value = getattr(self, axis.layout_attr)
+            if axis.show == "always" or value != axis.default:
+                parts.append(axis.text(value))
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Layout = dataclasses.make_dataclass(
+    "Layout",
+    [
+        (axis.layout_attr, _FIELD_TYPES[axis.kind])
+        if axis.default is None
+        else (axis.layout_attr, _FIELD_TYPES[axis.kind], dataclasses.field(default=axis.default))
+        for axis in AXES
+    ],
+    bases=(_LayoutMethods,),
+    frozen=True,
+    slots=True,
+    kw_only=True,
+)
+Layout.__module__ = __name__  # make_dataclass takes module= only from Python 3.12
+Layout.__doc__ = "One parallel layout: a value for every axis of ``autopar.base.axes.AXES``."
+
+__all__ = ["GRID_AXES", "Estimate", "Layout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """The cost model's verdict on one layout (DESIGN §1 outputs; ``evaluate``'s JSON contract)."""
+
+    layout: Layout
+    fits: bool
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    """Model FLOPs (no recompute) per second over the GPUs' dense peak."""
+    hfu: float
+    """Executed FLOPs (with recompute) per second over the peak."""
+    memory_bytes: dict[str, float]
+    """``weights``, ``gradients``, ``optimizer``, ``activations``, ``other``, ``total``."""
+    capacity_bytes: float
+    time_s: dict[str, float]
+    """``compute``, ``bubble``, ``tp_comm``, ``pp_comm``, ``dp_comm``, ``cp_comm``, ``ep_comm``,
+    ``optimizer`` (and ``other`` if a cost model adds one)."""
+    inputs: dict[str, Any] | None = None
+    """The assumptions behind the estimate (``autopar.inputs.echo``), echoed in every output."""
+    choices: dict[str, str] = field(default_factory=dict)
+    """What the cost model chose inside its terms for this layout (``CostModel.decisions``),
+    e.g. ``{"moe_token_dispatcher": "allgather"}``; the launch configs set it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
+            "fits": self.fits,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_bytes": dict(self.memory_bytes),
+            "capacity_bytes": self.capacity_bytes,
+            "time_s": dict(self.time_s),
+            "layout": self.layout.to_dict(),
+            "choices": dict(self.choices),
+        }

@@ -1,0 +1,456 @@
+"""The layout rules (DESIGN §2), one table, each rule with its source and framework.
+
+A rule is a vectorised predicate over a few grid axes. ``autopar.layout.space`` folds the
+single-axis rules into the axes' domains and filters the cost tables' rows with the others; the
+CP-SAT model also states each rule as an allowed-assignments table over its axes (with one
+assumption literal per ``family`` when it explains infeasibility). The brute-force oracle and
+``evaluate`` apply the same predicates. The two product rules (``num_gpus = tp*pp*cp*dp`` and
+``global_batch = mbs*dp*grad_accum``) are not in this table: they live with the space
+(``autopar.layout.space.products``), which derives ``dp`` and ``grad_accum`` from them, and the
+model states them as tables of the allowed factorisations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopar.inputs.specs import Problem
+
+Grid = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    family: str
+    """Rule family reported when explaining infeasibility."""
+    text: str
+    """The rule as a user reads it."""
+    axes: tuple[str, ...]
+    check: Callable[[Grid], np.ndarray]
+    """Returns a boolean array: True where the rule holds."""
+    source: str
+
+
+def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    return np.asarray(b) % np.asarray(a) == 0
+
+
+def uneven_split_ok(num_layers: int, pp: np.ndarray, vpp: np.ndarray | int = 1) -> np.ndarray:
+    """Whether Megatron can split ``num_layers`` over ``pp`` ranks of ``vpp`` virtual stages with
+    the middle ranks holding ``m = ceil(L/pp)`` layers (``PipelineSplit`` for the flags).
+
+    - Even: ``L % (pp*vpp) == 0`` (``get_num_layers_to_build``, transformer_block.py L183-205).
+    - ``--account-for-embedding/loss-in-pipeline-split``: the embedding and/or the loss count as a
+      layer, ``L + k = pp*m`` with ``k`` in 1..2 and ``m % vpp == 0``; the first (last) virtual
+      stage builds one layer fewer (transformer_config.py L2370-2415; transformer_block.py
+      L185-201; with interleaving ``--num-virtual-stages-per-pipeline-rank``, arguments.py
+      L953-977).
+      With ``pp == 2`` and ``L`` even both ends account: ``(L/2 + 1) % vpp == 0``.
+    - ``--decoder-first/last-pipeline-num-layers F, Lst``: ``(L - F - Lst)`` over the ``pp - 2``
+      middle ranks, ``m`` each; ``F``, ``Lst`` and ``m`` divisible by ``vpp``, ``F, Lst >= 1``
+      (transformer_config.py L2294-2368): ``rest = L - (pp-2)*m`` with ``rest % vpp == 0`` and
+      ``2*vpp <= rest <= 2*m``.
+    """
+    pp = np.asarray(pp, dtype=np.int64)
+    vpp = np.broadcast_to(np.asarray(vpp, dtype=np.int64), pp.shape)
+    m = -(-num_layers // np.maximum(pp, 1))
+    whole = m % vpp == 0
+    extra = pp * m - num_layers
+    accounted = (extra >= 1) & (extra <= 2)
+    rest = num_layers - np.maximum(pp - 2, 0) * m
+    ends = (rest % vpp == 0) & (rest >= 2 * vpp) & (rest <= 2 * m)
+    even = num_layers % (pp * vpp) == 0
+    # pp = 2 and L even: both ends account for one slot, (L+2)/2 per rank, L/2 layers built.
+    two = (pp == 2) & (num_layers % 2 == 0) & ((m + 1) % vpp == 0)
+    # Every rank holds at least one layer (Megatron allows an embedding-only first stage; the
+    # axes never offer pp > L).
+    fits = pp <= num_layers
+    return np.where(pp == 1, vpp == 1, fits & (even | two | (whole & (accounted | ends))))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSplit:
+    """How Megatron-LM is told to split ``num_layers`` over ``pp`` ranks of ``vpp`` chunks (the
+    flags ``autopar.outputs.emit`` writes): nothing for an even split, else the embedding/loss
+    accounting flags, else first/last stage layer counts (``uneven_split_ok``)."""
+
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+    def megatron_flags(self, vpp: int) -> list[str]:
+        flags = []
+        if self.account_for_embedding:
+            flags.append("--account-for-embedding-in-pipeline-split")
+        if self.account_for_loss:
+            flags.append("--account-for-loss-in-pipeline-split")
+        if self.first_stage_layers is not None:
+            flags.append(f"--decoder-first-pipeline-num-layers {self.first_stage_layers}")
+            flags.append(f"--decoder-last-pipeline-num-layers {self.last_stage_layers}")
+        if vpp > 1:
+            flags.append(f"--num-virtual-stages-per-pipeline-rank {vpp}")
+        return flags
+
+
+def pipeline_split(num_layers: int, pp: int, vpp: int = 1) -> PipelineSplit | None:
+    """The Megatron split of ``uneven_split_ok`` for one ``(pp, vpp)``; ``None`` if there is none.
+    One extra slot goes to the embedding: the first stage holds the most activations in flight
+    (``cost_models.pipeline.first_stage_layers``)."""
+    if not bool(uneven_split_ok(num_layers, np.array([pp]), vpp)[0]):
+        return None
+    if pp == 1 or num_layers % (pp * vpp) == 0:
+        return PipelineSplit()
+    m = -(-num_layers // pp)
+    extra = pp * m - num_layers
+    if pp == 2 and num_layers % 2 == 0 and (m + 1) % vpp == 0:
+        return PipelineSplit(account_for_embedding=True, account_for_loss=True)
+    if m % vpp == 0 and extra in (1, 2):
+        return PipelineSplit(account_for_embedding=True, account_for_loss=extra == 2)
+    rest = num_layers - (pp - 2) * m
+    first = (rest // 2) // vpp * vpp
+    return PipelineSplit(first_stage_layers=first, last_stage_layers=rest - first)
+
+
+def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
+    if not uneven:
+        return [
+            Rule(
+                family="layers vs PP",
+                text=f"num_layers ({layers}) % pp == 0",
+                axes=("pp",),
+                check=lambda g: _divides(g["pp"], layers),
+                source="Megatron arguments.py",
+            ),
+            Rule(
+                family="layers vs PP",
+                text=f"num_layers ({layers}) % (pp*vpp) == 0",
+                axes=("pp", "vpp"),
+                check=lambda g: _divides(g["pp"] * g["vpp"], layers),
+                source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
+            ),
+        ]
+    return [
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) splits over pp: evenly, or ceil(L/pp) per middle stage",
+            axes=("pp",),
+            check=lambda g: uneven_split_ok(layers, g["pp"]),
+            source="Megatron transformer_config.py (uneven PP, account-for-embedding/loss)",
+        ),
+        Rule(
+            family="layers vs PP",
+            text=f"num_layers ({layers}) splits into whole layers per virtual stage (pp*vpp)",
+            axes=("pp", "vpp"),
+            check=lambda g: uneven_split_ok(layers, g["pp"], g["vpp"]),
+            source="Megatron transformer_block.py get_num_layers_to_build; arguments.py "
+            "(--num-virtual-stages-per-pipeline-rank)",
+        ),
+    ]
+
+
+def _model_rules(problem: Problem) -> list[Rule]:
+    m, framework = problem.model, problem.options.framework
+    heads, kv, layers = m.num_attention_heads, m.num_kv_heads, m.num_layers
+    rules = [
+        Rule(
+            family="attention heads vs TP",
+            text=f"num_attention_heads ({heads}) % tp == 0",
+            axes=("tp",),
+            check=lambda g: _divides(g["tp"], heads),
+            source="Megatron transformer_config.py",
+        ),
+        Rule(
+            family="FFN vs TP",
+            text=f"ffn_hidden_size ({m.ffn_hidden_size}) % tp == 0",
+            axes=("tp",),
+            check=lambda g: _divides(g["tp"], m.ffn_hidden_size),
+            source="Megatron tensor_parallel/layers.py divide()",
+        ),
+        *_pipeline_split_rules(layers, uneven=problem.options.uneven_pipeline),
+    ]
+    if framework == "torchtitan":
+        rules.append(
+            Rule(
+                family="KV heads vs TP",
+                text=f"num_key_value_heads ({kv}) % tp == 0",
+                axes=("tp",),
+                check=lambda g: _divides(g["tp"], kv),
+                source="torchtitan models/llama3 parallelize (tp must divide n_kv_heads)",
+            )
+        )
+    else:
+        rules.append(
+            Rule(
+                family="KV heads vs TP",
+                text=f"num_key_value_heads ({kv}) % tp == 0 or tp % num_key_value_heads == 0",
+                axes=("tp",),
+                check=lambda g: _divides(g["tp"], kv) | _divides(kv, g["tp"]),
+                source="Megatron PR #2565 (KV heads replicated when tp > query groups)",
+            )
+        )
+    if m.is_moe and m.linear_bias and framework == "megatron":
+        rules.append(
+            Rule(
+                family="expert bias vs ETP",
+                text="biased expert layers need etp == 1",
+                axes=("etp",),
+                check=lambda g: g["etp"] == 1,
+                source="Megatron transformer_config.py L2612-2615 (Bias in MoE only with ETP==1)",
+            )
+        )
+    if m.is_moe:
+        rules += [
+            Rule(
+                family="experts vs EP",
+                text=f"num_experts ({m.num_experts}) % ep == 0",
+                axes=("ep",),
+                check=lambda g: _divides(g["ep"], m.num_experts),
+                source="Megatron arguments.py",
+            ),
+            Rule(
+                family="expert FFN vs ETP",
+                text=f"moe_ffn_hidden_size ({m.expert_ffn_hidden_size}) % etp == 0",
+                axes=("etp",),
+                check=lambda g: _divides(g["etp"], m.expert_ffn_hidden_size),
+                source="Megatron moe/experts.py divide()",
+            ),
+            Rule(
+                family="expert TP",
+                text="etp == 1 or etp == tp",
+                axes=("etp", "tp"),
+                check=lambda g: (g["etp"] == 1) | (g["etp"] == g["tp"]),
+                source="autopar search restriction (issue 12): an expert TP other than 1 or TP "
+                "adds token all-gathers over more ranks for memory that EP saves without them",
+            ),
+            Rule(
+                family="expert grid",
+                text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
+                axes=("etp", "ep", "pp"),
+                check=lambda g: _divides(g["etp"] * g["ep"] * g["pp"], problem.training.num_gpus),
+                source="Megatron parallel_state.py (expert grid ETP x EP x expert-DP x PP)",
+            ),
+        ]
+    else:
+        rules.append(
+            Rule(
+                family="dense model",
+                text="ep == 1 and etp == 1 without experts",
+                axes=("ep", "etp"),
+                check=lambda g: (g["ep"] == 1) & (g["etp"] == 1),
+                source="no expert layers to shard",
+            )
+        )
+    return rules
+
+
+def sequence_parallel_on(problem: Problem, tp: np.ndarray | int) -> np.ndarray:
+    """Whether a layout with ``tp`` runs sequence parallelism: with TP, unless
+    ``--no-sequence-parallel`` says otherwise; DeepSpeed has no SP region, so there it is off
+    unless asked for (and then its framework rule rejects it)."""
+    option = problem.options.sequence_parallel
+    on = problem.options.framework != "deepspeed" if option is None else bool(option)
+    return (np.asarray(tp) > 1) & on
+
+
+def _sequence_rules(problem: Problem) -> list[Rule]:
+    seq = problem.training.seq_len
+
+    framework = problem.options.framework
+    tp_overlap = framework == "megatron" and problem.training.stack.tp_comm_overlap
+
+    def sp_choice(g: Grid) -> np.ndarray:
+        return g["sp"] == sequence_parallel_on(problem, g["tp"]).astype(np.int64)
+
+    rules = []
+    if framework == "deepspeed":
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: no Megatron-style sequence parallelism (sp == 0)",
+                axes=("sp",),
+                check=lambda g: g["sp"] == 0,
+                source="DeepSpeed pipe/ZeRO engines have no SP region; Ulysses is a CP scheme",
+            )
+        )
+    if tp_overlap:
+        rules.append(
+            Rule(
+                family="TP overlap",
+                text="the stack's --tp-comm-overlap needs sequence parallelism when tp > 1",
+                axes=("tp", "sp"),
+                check=lambda g: (g["tp"] == 1) | (g["sp"] == 1),
+                source="Megatron arguments.py L1441-1442 (asserts sequence_parallel)",
+            )
+        )
+    return [
+        *rules,
+        *_cp_comm_rules(problem),
+        Rule(
+            family="sequence vs CP",
+            text=f"seq_len ({seq}) % (2*cp) == 0 (cp > 1)",
+            axes=("cp",),
+            check=lambda g: (g["cp"] == 1) | _divides(2 * g["cp"], seq),
+            source="Megatron arguments.py; torchtitan seq_len_divisor (load-balanced CP)",
+        ),
+        Rule(
+            family="sequence vs TP",
+            text="(seq_len/cp) % tp == 0 with sequence parallelism",
+            axes=("cp", "tp", "sp"),
+            check=lambda g: (
+                (g["sp"] == 0) | (_divides(g["cp"], seq) & _divides(g["tp"], seq // g["cp"]))
+            ),
+            source="torchtitan parallel_dims.seq_len_divisor (PR #640)",
+        ),
+        Rule(
+            family="sequence parallel",
+            text="sp on iff tp > 1 (or as --sequence-parallel says; off by default on DeepSpeed)",
+            axes=("tp", "sp"),
+            check=sp_choice,
+            source="Megatron recommends --sequence-parallel with tp > 1",
+        ),
+    ]
+
+
+def _cp_comm_rules(problem: Problem) -> list[Rule]:
+    """All-to-all CP (``a2a``; the in-node part of ``a2a+p2p``) moves whole heads: the query and
+    key/value heads of a TP rank must divide over its all-to-all group (Transformer Engine
+    ``AttnFuncWithCPAndQKVOA2A`` asserts it). ``p2p`` has no such rule."""
+    kind = problem.training.stack.cp_comm_type
+    if kind == "p2p":
+        return []
+    heads, kv = problem.model.num_attention_heads, problem.model.num_kv_heads
+    node = problem.cluster.gpus_per_node
+
+    def ok(g: Grid) -> np.ndarray:
+        tp, cp = g["tp"], g["cp"]
+        a2a = cp if kind == "a2a" else np.maximum(np.minimum(cp, node // tp), 1)
+        local_kv = np.maximum(kv // tp, 1)
+        return (cp == 1) | (((heads // tp) % a2a == 0) & (local_kv % a2a == 0))
+
+    return [
+        Rule(
+            family="heads vs CP all-to-all",
+            text=f"heads/tp ({heads}/tp) and kv heads/tp ({kv}/tp) divide over the CP "
+            f"all-to-all ({kind})",
+            axes=("tp", "cp"),
+            check=ok,
+            source="Transformer Engine attention.py AttnFuncWithCPAndQKVOA2A",
+        )
+    ]
+
+
+def _schedule_rules(problem: Problem) -> list[Rule]:
+    rules = [
+        Rule(
+            family="interleaved schedule",
+            text="vpp > 1 needs pp > 1",
+            axes=("pp", "vpp"),
+            check=lambda g: (g["vpp"] == 1) | (g["pp"] > 1),
+            source="Megatron arguments.py",
+        ),
+    ]
+    if problem.options.framework == "megatron":
+        rules.append(
+            Rule(
+                family="interleaved schedule",
+                text="vpp > 1 needs grad_accum % pp == 0",
+                axes=("pp", "vpp", "grad_accum"),
+                check=lambda g: (g["vpp"] == 1) | _divides(g["pp"], g["grad_accum"]),
+                source="Megatron schedules.py forward_backward_pipelining_with_interleaving",
+            )
+        )
+    if problem.options.framework == "deepspeed":
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: no context parallelism or interleaved pipeline",
+                axes=("cp", "vpp"),
+                check=lambda g: (g["cp"] == 1) & (g["vpp"] == 1),
+                source="DeepSpeed pipe engine (1F1B only); Ulysses is not ring CP",
+            )
+        )
+        rules.append(
+            Rule(
+                family="framework features",
+                text="DeepSpeed: ZeRO-2/3 do not combine with pipeline parallelism",
+                axes=("pp", "zero"),
+                check=lambda g: (g["pp"] == 1) | (g["zero"] <= 1),
+                source="DeepSpeed runtime/pipe/engine.py (asserts zero stage < 2)",
+            )
+        )
+    if problem.options.framework == "torchtitan":
+        rules.append(
+            Rule(
+                family="framework features",
+                text="torchtitan: FSDP shards gradients too (no optimizer-only sharding, ZeRO-1)",
+                axes=("zero",),
+                check=lambda g: g["zero"] != 1,
+                source="torchtitan distributed/parallelize (FSDP2 fully_shard or DDP)",
+            )
+        )
+    return rules
+
+
+def _placement_rules(problem: Problem) -> list[Rule]:
+    """Performance advice the user can turn off (``SearchOptions.tp_within_node``). EP across
+    nodes is no rule: Megatron raises nothing, and ``EpCommTime`` prices its network share."""
+    node = problem.cluster.gpus_per_node
+    if not problem.options.tp_within_node:
+        return []
+    return [
+        Rule(
+            family="NVLink domain",
+            text=f"tp <= gpus_per_node ({node})",
+            axes=("tp",),
+            check=lambda g: g["tp"] <= node,
+            source="Megatron performance guide: TP inside the NVLink domain",
+        ),
+    ]
+
+
+def _option_rules(problem: Problem) -> list[Rule]:
+    """User pins and limits; a feature turned off pins its size to 1."""
+    opts = problem.options
+    pins = [(dim, value, f"{dim} == {value} (pinned)") for dim, value in opts.pins]
+    for allowed, dim, feature in (
+        (opts.allow_cp, "cp", "context parallelism"),
+        (opts.allow_ep, "ep", "expert parallelism"),
+        (opts.allow_interleaving, "vpp", "interleaving"),
+    ):
+        if not allowed:
+            pins.append((dim, 1, f"{dim} == 1 ({feature} off)"))
+    limits = [(dim, value, f"{dim} <= {value} (limit)") for dim, value in opts.maxima]
+    return [
+        Rule(
+            family="pins and limits",
+            text=text,
+            axes=(dim,),
+            source="user option",
+            check=lambda g, d=dim, v=value: g[d] == v,
+        )
+        for dim, value, text in pins
+    ] + [
+        Rule(
+            family="pins and limits",
+            text=text,
+            axes=(dim,),
+            source="user option",
+            check=lambda g, d=dim, v=value: g[d] <= v,
+        )
+        for dim, value, text in limits
+    ]
+
+
+def layout_rules(problem: Problem) -> tuple[Rule, ...]:
+    """Every rule of DESIGN §2 that applies to ``problem`` (products excepted)."""
+    return (
+        *_model_rules(problem),
+        *_sequence_rules(problem),
+        *_schedule_rules(problem),
+        *_placement_rules(problem),
+        *_option_rules(problem),
+    )

@@ -1,0 +1,166 @@
+"""Per-stage pipeline plans: how many layers each pipeline chunk holds and what each stage
+recomputes (the figures that price a plan: ``autopar.costs.stage_figures``).
+
+A plan for ``pp`` stages of ``vpp`` chunks lists the layers of every chunk in Megatron's virtual
+stage order (chunk ``c = j*pp + i`` is chunk ``j`` of stage ``i``; chunks hold consecutive layers
+in model order, ``--pipeline-model-parallel-layout``, Megatron
+``pipeline_parallel_layer_layout.py``). The input embedding sits on the first chunk, the output
+layer, the loss and the MTP modules on the last. Each stage recomputes nothing, the attention
+core of every layer (``selective``), or the first ``k`` layers of each of its chunks in full
+(``full:k``: ``--recompute-granularity full --recompute-method block --recompute-num-layers k``,
+Megatron ``transformer_config.py`` ``recompute_method``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.base.errors import InputError
+
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+PIPELINE_PLANS: tuple[str, ...] = ("uniform", "per-stage")
+
+
+@dataclass(frozen=True, slots=True)
+class StageRecompute:
+    """What one stage recomputes: ``none``, ``selective`` (attention core of every layer) or
+    ``full`` for the first ``num_layers`` layers of each of its chunks."""
+
+    mode: str = "none"
+    num_layers: int = 0
+
+    def text(self) -> str:
+        return f"full:{self.num_layers}" if self.mode == "full" else self.mode
+
+    @classmethod
+    def parse(cls, text: str, *, source: str) -> StageRecompute:
+        word, _, count = str(text).strip().partition(":")
+        if word in ("none", "selective") and not count:
+            return cls(word, 0)
+        if word == "full" and count.isdigit() and int(count) >= 0:
+            return cls("full", int(count)) if int(count) else cls("none", 0)
+        raise InputError(
+            f"each entry must be none, selective or full:K (K layers per chunk), got {text!r}",
+            source=source,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePlan:
+    """Layers of every chunk (virtual stage order) and each stage's recompute."""
+
+    pp: int
+    vpp: int
+    chunk_layers: tuple[int, ...]
+    recompute: tuple[StageRecompute, ...]
+
+    def chunks_of(self, stage: int) -> tuple[int, ...]:
+        """Chunk indices of ``stage`` in its own order (chunk ``j`` is ``j*pp + stage``)."""
+        return tuple(j * self.pp + stage for j in range(self.vpp))
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """``[start, end)`` layers of each chunk."""
+        out, start = [], 0
+        for n in self.chunk_layers:
+            out.append((start, start + n))
+            start += n
+        return out
+
+    def stage_layers(self, stage: int) -> int:
+        return sum(self.chunk_layers[c] for c in self.chunks_of(stage))
+
+    def recomputed_layers(self, chunk: int) -> int:
+        rec = self.recompute[chunk % self.pp]
+        return min(rec.num_layers, self.chunk_layers[chunk]) if rec.mode == "full" else 0
+
+    def is_even(self) -> bool:
+        return len(set(self.chunk_layers)) == 1 and len(set(self.recompute)) == 1
+
+    def text(self) -> str:
+        layers = ",".join(map(str, self.chunk_layers))
+        return f"layers {layers}; recompute {','.join(r.text() for r in self.recompute)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "chunk_layers": list(self.chunk_layers),
+            "recompute": [r.text() for r in self.recompute],
+        }
+
+
+def plan_recompute_mode(plan: StagePlan) -> str:
+    """The layout's ``recompute`` for a plan: full if any stage recomputes layers fully, else
+    selective if any stage does, else none."""
+    modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
+    return "full" if "full" in modes else "selective" if "selective" in modes else "none"
+
+
+def check_plan(plan: StagePlan, *, num_layers: int, recompute_modes: Sequence[str]) -> None:
+    """Raise ``InputError`` naming the rule an explicit plan breaks."""
+    chunks = plan.pp * plan.vpp
+    if len(plan.chunk_layers) != chunks:
+        raise InputError(
+            f"has {len(plan.chunk_layers)} entries; pp*vpp = {plan.pp}*{plan.vpp} = {chunks} "
+            "chunks need one each",
+            source="--stage-layers",
+            field="entries == pp*vpp",
+        )
+    if any(n < 0 for n in plan.chunk_layers):
+        raise InputError("layer counts must be >= 0", source="--stage-layers", field="counts")
+    if sum(plan.chunk_layers) != num_layers:
+        raise InputError(
+            f"sums to {sum(plan.chunk_layers)}, the model has {num_layers} layers",
+            source="--stage-layers",
+            field="sum == num_layers",
+        )
+    # A chunk may hold no decoder layer: Megatron's --pipeline-model-parallel-layout checks
+    # only the embedding first, the loss last and the layer counts
+    # (pipeline_parallel_layer_layout.py validate_layer_layout), and DeepSeek-V3's published
+    # layout "Et*3|(tt|)*29,m|L" gives its last two chunks the MTP module and the loss alone.
+    if len(plan.recompute) != plan.pp:
+        raise InputError(
+            f"has {len(plan.recompute)} entries for {plan.pp} stages (one, or one per stage)",
+            source="--stage-recompute",
+            field="entries == pp",
+        )
+    for rec in plan.recompute:
+        if rec.mode not in recompute_modes:
+            raise InputError(
+                f"{rec.text()} is not among the allowed modes ({', '.join(recompute_modes)})",
+                source="--stage-recompute",
+                field="recompute modes",
+            )
+
+
+def parse_plan(
+    *, pp: int, vpp: int, stage_layers: str | Sequence[int], stage_recompute: str | None
+) -> StagePlan:
+    """A plan from ``--stage-layers 15,16,...`` and ``--stage-recompute full:2,none,...`` (one
+    entry applies to every stage)."""
+    items = stage_layers.split(",") if isinstance(stage_layers, str) else list(stage_layers)
+    try:
+        layers = tuple(int(str(x).strip()) for x in items)
+    except ValueError:
+        raise InputError(
+            f"must be comma-separated layer counts, got {stage_layers!r}", source="--stage-layers"
+        ) from None
+    texts = (stage_recompute or "none").split(",")
+    recompute = tuple(StageRecompute.parse(t, source="--stage-recompute") for t in texts)
+    if len(recompute) == 1:
+        recompute = recompute * pp
+    return StagePlan(pp=pp, vpp=vpp, chunk_layers=layers, recompute=recompute)
+
+
+def even_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> StagePlan:
+    """Layers spread as evenly as the count allows, the extra ones on the middle chunks (the
+    first and last chunks also hold the embedding and the loss; Megatron's
+    ``--account-for-embedding/loss-in-pipeline-split`` idea)."""
+    chunks = pp * vpp
+    base, extra = divmod(num_layers, chunks)
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
+    layers = [base] * chunks
+    for c in order[:extra]:
+        layers[c] += 1
+    return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)

@@ -1,0 +1,76 @@
+"""Emitters: a layout as the launch configuration of a training framework (DESIGN §7).
+
+Pure functions, no printing. Each takes an ``Estimate`` (or a bare ``Layout``) and the
+``Problem`` it was solved for (the model, the sequence length, the global batch and the precision
+are not part of a layout). A format that cannot express part of a layout raises ``InputError``
+naming what and which format can; nothing is dropped silently. Each output names the version of
+its consumer it targets (``FORMATS``).
+
+One module per consumer: ``megatron`` (Megatron-LM arguments), ``bridge`` (Megatron-Bridge
+recipe overrides), ``torchtitan`` (0.3 command line, 0.2 TOML), ``deepspeed`` (JSON config).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autopar.inputs.specs import Problem
+from autopar.layout.plan import Estimate, Layout
+from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_overrides, bridge_text
+from autopar.outputs.emit.common import layout_of, uneven_end_layers
+from autopar.outputs.emit.deepspeed import DEEPSPEED_TARGET, deepspeed_json, deepspeed_notes
+from autopar.outputs.emit.megatron import (
+    MEGATRON_TARGET,
+    megatron_args,
+    megatron_flags,
+    megatron_text,
+)
+from autopar.outputs.emit.torchtitan import (
+    TORCHTITAN_02_TARGET,
+    TORCHTITAN_TARGET,
+    torchtitan_args,
+    torchtitan_config,
+    torchtitan_text,
+    torchtitan_toml,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One launch format: its text and the consumer version it targets."""
+
+    target: str
+    text: Callable[[Estimate | Layout, Problem], str]
+    notes: Callable[[Estimate | Layout, Problem], tuple[str, ...]] = lambda item, problem: ()
+
+
+def _deepspeed_text(item: Estimate | Layout, problem: Problem) -> str:
+    return json.dumps(deepspeed_json(item, problem), indent=2)
+
+
+FORMATS: dict[str, Format] = {
+    "megatron": Format(MEGATRON_TARGET, megatron_text),
+    "megatron-bridge": Format(BRIDGE_TARGET, bridge_text),
+    "torchtitan": Format(TORCHTITAN_TARGET, torchtitan_text),
+    "torchtitan-0.2": Format(TORCHTITAN_02_TARGET, lambda i, p: torchtitan_toml(i, p).rstrip()),
+    "deepspeed": Format(DEEPSPEED_TARGET, _deepspeed_text, deepspeed_notes),
+}
+EMITTERS: tuple[str, ...] = tuple(FORMATS)
+
+__all__ = [
+    "EMITTERS",
+    "FORMATS",
+    "Format",
+    "bridge_overrides",
+    "deepspeed_json",
+    "deepspeed_notes",
+    "layout_of",
+    "megatron_args",
+    "megatron_flags",
+    "torchtitan_args",
+    "torchtitan_config",
+    "torchtitan_toml",
+    "uneven_end_layers",
+]

@@ -1,0 +1,261 @@
+"""Megatron-Bridge (NeMo 2 successor): Hydra-style ``section.key=value`` overrides of its
+``ConfigContainer`` for a layout (DESIGN §7).
+
+Checked against megatron-bridge 0.3.1 (PyPI): ``megatron/bridge/training/config.py``
+``ConfigContainer`` (sections ``model``, ``train``, ``ddp``, ``optimizer``, ``checkpoint``,
+``dataset``, ``mixed_precision``), ``training/utils/omegaconf_utils.py``
+(``parse_hydra_overrides``), ``training/mixed_precision.py`` (recipe names) and
+``models/gpt_provider.py`` (``GPTModelProvider`` is megatron-core's ``TransformerConfig`` plus
+``seq_length``, ``vocab_size``, ...). Megatron-Bridge imports Transformer Engine, which does not
+install without CUDA, so the tests check ``model.*`` with megatron-core's own ``TransformerConfig``
+and the other sections against field lists read from the package source
+(``tests/data/megatron_bridge/``).
+
+The recipe chooses the model family and its activation function (a Python callable, which an
+override cannot set); these overrides set the sizes, bias, gating, normalization, position
+embedding, the layout, the batch, ZeRO and the precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
+from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
+from autopar.layout.plan import Estimate, Layout
+from autopar.outputs.emit.common import (
+    dispatcher_of,
+    ffn_pattern,
+    layout_of,
+    refuse,
+    split_of,
+    unsupported_layers,
+)
+
+BRIDGE_TARGET = "Megatron-Bridge 0.3.1 (megatron-core 0.16)"
+
+
+def _value(value: Any) -> str:
+    """A Hydra override value: ``true``/``false``/``null``, numbers and bare strings."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
+    sizes: dict[str, Any] = {
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "num_query_groups": model.num_kv_heads,
+        "kv_channels": model.kv_channels,
+        "vocab_size": model.vocab_size,
+        "seq_length": seq_len,
+        "share_embeddings_and_output_weights": model.tied_embeddings,
+        "add_bias_linear": model.linear_bias,
+        "gated_linear_unit": model.mlp_kind == "swiglu",
+        "normalization": "LayerNorm" if model.layernorm else "RMSNorm",
+        "position_embedding_type": "learned_absolute"
+        if model.learned_position_embeddings
+        else "rope",
+    }
+    missing = unsupported_layers(model)
+    if missing:
+        raise refuse(
+            "megatron-bridge",
+            f"{model.name}'s {', '.join(missing)}",
+            "start from its Megatron-Bridge recipe unchanged",
+        )
+    if model.is_mla:  # MLATransformerConfig fields (DeepSeek / Kimi providers)
+        sizes |= {
+            "multi_latent_attention": True,
+            "q_lora_rank": model.q_lora_rank or None,
+            "kv_lora_rank": model.kv_lora_rank,
+            "qk_head_dim": model.qk_nope_head_dim,
+            "qk_pos_emb_head_dim": model.qk_rope_head_dim,
+            "v_head_dim": model.v_head_dim,
+        }
+    if model.num_mtp_layers:
+        sizes["mtp_num_layers"] = model.num_mtp_layers
+    if model.is_moe:
+        sizes |= {
+            "num_moe_experts": model.num_experts,
+            "moe_router_topk": model.experts_per_token,
+            "moe_ffn_hidden_size": model.expert_ffn_hidden_size,
+            "moe_token_dispatcher_type": "alltoall",  # as the cost model times it
+            "moe_grouped_gemm": True,
+            "moe_router_dtype": "fp32",  # as Bridge's MoE recipes; BF16 routing warns at >= 32
+        }
+        if model.shared_expert_ffn_hidden_size:
+            sizes["moe_shared_expert_intermediate_size"] = model.shared_expert_ffn_hidden_size
+        if ffn_pattern(model) is not None:
+            sizes["moe_layer_freq"] = [int(k.endswith("/moe")) for k in model.layer_kinds]
+        if model.moe_router_num_groups:
+            sizes["moe_router_num_groups"] = model.moe_router_num_groups
+            sizes["moe_router_group_topk"] = model.moe_router_group_topk
+    return sizes
+
+
+def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "context_parallel_size": lay.cp,
+        "sequence_parallel": lay.sequence_parallel,
+    }
+    if model.is_moe:
+        if model.linear_bias and lay.etp > 1:
+            raise refuse(
+                "megatron-bridge",
+                f"etp={lay.etp} with biased experts (transformer_config.py asserts ETP == 1)",
+                "solve with --etp 1",
+            )
+        fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
+    if lay.pp > 1:  # the split the solver planned (autopar.layout.rules.pipeline_split)
+        split = split_of(model.num_layers, lay.pp, lay.vpp)
+        fields |= {
+            "account_for_embedding_in_pipeline_split": split.account_for_embedding,
+            "account_for_loss_in_pipeline_split": split.account_for_loss,
+        }
+        if split.first_stage_layers is not None:
+            fields |= {
+                "num_layers_in_first_pipeline_stage": split.first_stage_layers,
+                "num_layers_in_last_pipeline_stage": split.last_stage_layers,
+            }
+    if lay.recompute == "selective":
+        fields["recompute_granularity"] = "selective"
+    elif lay.recompute == "full":
+        fields |= {
+            "recompute_granularity": "full",
+            "recompute_method": "uniform",
+            "recompute_num_layers": 1,
+        }
+    return fields
+
+
+def _sharding(lay: Layout, stack: StackSpec) -> dict[str, dict[str, Any]]:
+    """ZeRO as megatron-core ``DistributedDataParallelConfig`` fields (ZeRO-2/3: Megatron-FSDP)
+    and the stack's DP overlaps (``overlap_param_gather`` needs a sharded optimizer)."""
+    ddp: dict[str, Any] = {
+        "use_distributed_optimizer": lay.zero >= 1,
+        "overlap_grad_reduce": stack.overlap_grad_reduce,
+        "overlap_param_gather": stack.overlap_grad_reduce
+        and stack.overlap_param_gather
+        and lay.zero >= 1,
+    }
+    sections: dict[str, dict[str, Any]] = {
+        "ddp": ddp,
+        "optimizer": {"use_distributed_optimizer": lay.zero >= 1},
+    }
+    if lay.zero >= 2:
+        ddp["use_megatron_fsdp"] = True
+        ddp["data_parallel_sharding_strategy"] = (
+            "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        )
+        sections["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
+    return sections
+
+
+def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[str, Any]]:
+    """The stack's switches: ``CommOverlapConfig`` (training/comm_overlap.py) and the
+    ``TransformerConfig`` fields behind Megatron's flags of the same names."""
+    if stack.tp_comm_overlap and lay.tp > 1 and not lay.sequence_parallel:
+        raise refuse(
+            "megatron-bridge",
+            "TP communication overlap without sequence parallelism",
+            "solve with --sequence-parallel",
+        )
+    overlap: dict[str, Any] = {"tp_comm_overlap": stack.tp_comm_overlap and lay.tp > 1}
+    if lay.vpp > 1:
+        overlap["overlap_p2p_comm"] = stack.pp_comm_overlap
+    if model.is_moe and lay.ep > 1:
+        overlap["overlap_moe_expert_parallel_comm"] = stack.ep_comm_overlap
+    fields: dict[str, Any] = {
+        "hidden_dropout": 0.1 if stack.dropout else 0.0,
+        "attention_dropout": 0.1 if stack.dropout else 0.0,
+        "cross_entropy_loss_fusion": stack.cross_entropy_fusion,
+    }
+    if lay.cp > 1:
+        fields["cp_comm_type"] = stack.cp_comm_type
+    if not stack.flash_attention:
+        fields["attention_backend"] = "unfused"  # AttnBackend member name
+    return {"comm_overlap": overlap, "model": fields}
+
+
+def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
+    """The overrides as ``{section: {field: value}}``."""
+    lay = layout_of(item)
+    model, training = problem.model, problem.training
+    if training.grad_precision == "bf16":
+        # the recipe's MixedPrecisionConfig overwrites ddp.grad_reduce_in_fp32 in setup()
+        raise refuse(
+            "megatron-bridge",
+            "BF16 gradient reduction: the bf16_mixed recipe sets grad_reduce_in_fp32=True "
+            "(training/mixed_precision.py); set it in your recipe",
+            "use --format megatron",
+        )
+    sections: dict[str, dict[str, Any]] = {
+        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model),
+        "train": {
+            "micro_batch_size": lay.mbs,
+            "global_batch_size": training.global_batch_sequences,
+        },
+        "dataset": {"sequence_length": training.seq_len},  # GPTDatasetConfig field
+    }
+    if model.is_moe:
+        sections["model"]["moe_token_dispatcher_type"] = dispatcher_of(item)
+        if dispatcher_of(item) == "flex":
+            sections["model"]["moe_flex_dispatcher_backend"] = "deepep"
+    sections |= _sharding(lay, training.stack)
+    stack = _stack(lay, model, training.stack)
+    sections["model"] |= stack["model"]
+    sections["comm_overlap"] = stack["comm_overlap"]
+    sections["mixed_precision"] = {"": _mixed_precision(training)}
+    return sections
+
+
+_FP8_RECIPES = {
+    "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "current": "bf16_with_fp8_current_scaling_mixed",
+    "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+}
+"""autopar FP8 recipe -> Megatron-Bridge mixed-precision recipe (training/mixed_precision.py)."""
+
+
+def _mixed_precision(training: TrainingSpec) -> str:
+    if training.precision != "fp8":
+        return "bf16_mixed"
+    if set(training.stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        raise refuse(
+            "megatron-bridge",
+            f"FP8 on the GEMMs {', '.join(training.stack.fp8_gemms)} (recipes cover the linear "
+            "layers)",
+            "use fp8_gemms qkv,proj,fc1,fc2",
+        )
+    return _FP8_RECIPES[training.stack.fp8_recipe]
+
+
+def bridge_args(item: Estimate | Layout, problem: Problem) -> list[str]:
+    """The overrides as ``section.key=value`` strings (``parse_hydra_overrides``)."""
+    out = []
+    for section, fields in bridge_overrides(item, problem).items():
+        for key, value in fields.items():
+            name = f"{section}.{key}" if key else section
+            out.append(f"{name}={_value(value)}")
+    return out
+
+
+def bridge_text(item: Estimate | Layout, problem: Problem) -> str:
+    """A header naming the target, then one override per line."""
+    header = (
+        f"# autopar: {BRIDGE_TARGET} recipe overrides for {problem.model.name}, stack "
+        f"{problem.training.stack.name}; start from the recipe of this model family"
+    )
+    return "\n".join([header, *bridge_args(item, problem)])

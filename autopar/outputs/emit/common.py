@@ -1,0 +1,105 @@
+"""What every emitter shares: the layout of an estimate, the uneven pipeline split, refusals."""
+
+from __future__ import annotations
+
+from autopar.base.errors import InputError
+from autopar.inputs.specs import ModelSpec
+from autopar.layout.plan import Estimate, Layout
+from autopar.layout.rules import PipelineSplit, pipeline_split
+
+
+def layout_of(item: Estimate | Layout) -> Layout:
+    return item.layout if isinstance(item, Estimate) else item
+
+
+def dispatcher_of(item: Estimate | Layout) -> str:
+    """The MoE token dispatcher the cost model priced for this layout (``Estimate.choices``);
+    Megatron's ``alltoall`` when it made no choice (a bare ``Layout``)."""
+    choices = item.choices if isinstance(item, Estimate) else {}
+    return choices.get("moe_token_dispatcher", "alltoall")
+
+
+def uneven_end_layers(num_layers: int, pp: int) -> tuple[int, int]:
+    """Layers of the first and last stage when ``pp`` does not divide ``num_layers``: the middle
+    stages take ``ceil(L/pp)`` each (``autopar.layout.rules.uneven_split_ok``), the ends share the
+    rest, the first stage (which also holds the embedding) the smaller half."""
+    middle = -(-num_layers // pp)
+    rest = num_layers - (pp - 2) * middle
+    return rest // 2, rest - rest // 2
+
+
+def split_of(num_layers: int, pp: int, vpp: int) -> PipelineSplit:
+    """The pipeline split the solver planned (``autopar.layout.rules.pipeline_split``), or an error
+    for a layout with none."""
+    split = pipeline_split(num_layers, pp, vpp)
+    if split is None:
+        raise InputError(
+            f"{num_layers} layers do not split over pp={pp} ranks of vpp={vpp} stages",
+            source="layout",
+            field="vpp" if vpp > 1 else "pp",
+        )
+    return split
+
+
+def virtual_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
+    """Transformer layers of each virtual stage (stage ``c*pp + r`` is chunk ``c`` of rank
+    ``r``, Megatron's interleaving) under ``split_of``: first/last-stage layer counts shrink every
+    chunk of the first and last rank; embedding/loss accounting takes one slot of the first and
+    the last virtual stage (Megatron ``transformer_block.py`` ``get_num_layers_to_build``)."""
+    split = split_of(num_layers, pp, vpp)
+    stages = pp * vpp
+    if split.first_stage_layers is not None:
+        middle = -(-num_layers // pp)
+        rank = [split.first_stage_layers, *[middle] * (pp - 2), split.last_stage_layers]
+        return [rank[s % pp] // vpp for s in range(stages)]
+    slots = num_layers + split.account_for_embedding + split.account_for_loss
+    sizes = [slots // stages] * stages
+    sizes[0] -= split.account_for_embedding
+    sizes[-1] -= split.account_for_loss
+    return sizes
+
+
+def refuse(fmt: str, what: str, instead: str) -> InputError:
+    """The one-line refusal of a format that cannot express part of a layout."""
+    return InputError(f"cannot express {what}; {instead}", source=f"--format {fmt}")
+
+
+def _runs(flags: list[int]) -> str:
+    """``[0, 0, 1]`` -> ``"[0]*2+[1]*1"``."""
+    runs: list[list[int]] = []
+    for flag in flags:
+        if runs and runs[-1][0] == flag:
+            runs[-1][1] += 1
+        else:
+            runs.append([flag, 1])
+    return "+".join(f"[{flag}]*{count}" for flag, count in runs)
+
+
+def ffn_pattern(model: ModelSpec) -> str | None:
+    """Which layers hold an MoE MLP, as the list expression Megatron's ``--moe-layer-freq``
+    evaluates (arguments.py ``moe_freq_type``; 1 = MoE): a repeated unit where the layers
+    repeat one (HF ``decoder_sparse_step``), else run lengths (DeepSeek's dense-first layers);
+    None when every layer is MoE (Megatron's default)."""
+    flags = [int(kind.endswith("/moe")) for kind in model.layer_kinds]
+    if all(flags):
+        return None
+    n = len(flags)
+    for period in range(1, n // 2 + 1):
+        unit = flags[:period]
+        if (unit * (n // period + 1))[:n] == flags:
+            whole, rest = divmod(n, period)
+            tail = f"+{_runs(unit[:rest])}" if rest else ""
+            return f"({_runs(unit)})*{whole}{tail}"
+    return _runs(flags)
+
+
+def unsupported_layers(model: ModelSpec) -> list[str]:
+    """Layer features the Megatron-style emitters do not write (sliding-window and Mamba mixers,
+    MLP-less layers, attention sinks): they refuse rather than drop them."""
+    mixers = {kind.split("/")[0] for kind in model.layer_kinds}
+    missing = sorted(mixers & {"sliding", "mamba", "none"})
+    if any(kind.endswith("/none") for kind in model.layer_kinds):
+        missing.append("MLP-less layers")
+    if model.attention_sinks:
+        missing.append("attention sinks")
+    return missing

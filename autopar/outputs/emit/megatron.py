@@ -1,0 +1,331 @@
+"""Megatron-LM: the complete ``pretrain_gpt.py`` argument list for a layout (DESIGN §7).
+
+Flag names, value counts and choices were read from Megatron-LM ``megatron/training/arguments.py``
+at main ``d98e8a6`` (2026-08-22; Megatron-Core 0.20.0). The transformer flags there are generated
+from ``TransformerConfig`` fields (``ArgumentGroupFactory``, arguments.py:2373), so
+``--num-query-groups``, ``--normalization``, ``--moe-token-dispatcher-type``, ``--fp8-recipe`` are
+those fields' names. ``tests/data/megatron/`` holds that parser's flag list; the tests also build
+megatron-core's own ``TransformerConfig`` from these flags.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from autopar.base.errors import InputError
+from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
+from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
+from autopar.layout.plan import Estimate, Layout
+from autopar.layout.rules import PipelineSplit
+from autopar.outputs.emit.common import (
+    dispatcher_of,
+    ffn_pattern,
+    layout_of,
+    refuse,
+    split_of,
+    unsupported_layers,
+)
+
+MEGATRON_TARGET = "Megatron-LM main d98e8a6 (2026-08-22), Megatron-Core 0.20.0"
+
+Flag = tuple[str, str | None]
+
+# Megatron's default vocabulary padding unit (arguments.py --make-vocab-size-divisible-by 128);
+# the embedding is padded to a multiple of this times TP (build_tokenizer.vocab_size_with_padding).
+_VOCAB_DIVISOR = 128
+
+
+def padded_vocab_size(vocab_size: int, tp: int) -> int:
+    """Megatron's padded vocabulary (``megatron/core/tokenizers/utils/build_tokenizer.py``)."""
+    multiple = _VOCAB_DIVISOR * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def _architecture(model: ModelSpec, seq_len: int, tp: int) -> list[Flag]:
+    flags: list[Flag] = [
+        ("--num-layers", str(model.num_layers)),
+        ("--hidden-size", str(model.hidden_size)),
+        ("--ffn-hidden-size", str(model.ffn_hidden_size)),
+        ("--num-attention-heads", str(model.num_attention_heads)),
+        ("--kv-channels", str(model.kv_channels)),
+    ]
+    if model.num_kv_heads != model.num_attention_heads:
+        flags += [
+            ("--group-query-attention", None),
+            ("--num-query-groups", str(model.num_kv_heads)),
+        ]
+    # arguments.py:1354 asserts max_position_embeddings >= seq_length
+    flags.append(("--max-position-embeddings", str(max(model.max_position_embeddings, seq_len))))
+    flags.append(
+        (
+            "--position-embedding-type",
+            "learned_absolute" if model.learned_position_embeddings else "rope",
+        )
+    )
+    flags.append(("--normalization", "LayerNorm" if model.layernorm else "RMSNorm"))
+    if model.mlp_kind == "swiglu":
+        flags.append(("--swiglu", None))
+    elif model.mlp_kind == "squared_relu":
+        flags.append(("--squared-relu", None))  # gelu is Megatron's default activation
+    if not model.linear_bias:
+        flags.append(("--disable-bias-linear", None))
+    if not model.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    # NullTokenizer (eod = vocab_size - 1) for mock-data runs; the header says to swap in yours.
+    flags += [
+        ("--tokenizer-type", "NullTokenizer"),
+        ("--vocab-size", str(model.vocab_size)),
+        ("--padded-vocab-size", str(padded_vocab_size(model.vocab_size, tp))),
+    ]
+    return flags
+
+
+def _attention_variants(model: ModelSpec) -> list[Flag]:
+    """Multi-latent attention (``multi_latent_attention.py``) and MTP modules; layer kinds the
+    emitter cannot write are refused (``unsupported_layers``)."""
+    missing = unsupported_layers(model)
+    if missing:
+        raise refuse(
+            "megatron",
+            f"{model.name}'s {', '.join(missing)}",
+            "start from its Megatron-Bridge recipe",
+        )
+    flags: list[Flag] = []
+    if model.is_mla:
+        flags.append(("--multi-latent-attention", None))
+        if model.q_lora_rank:
+            flags.append(("--q-lora-rank", str(model.q_lora_rank)))
+        flags += [
+            ("--kv-lora-rank", str(model.kv_lora_rank)),
+            ("--qk-head-dim", str(model.qk_nope_head_dim)),
+            ("--qk-pos-emb-head-dim", str(model.qk_rope_head_dim)),
+            ("--v-head-dim", str(model.v_head_dim)),
+        ]
+    if model.num_mtp_layers:
+        flags.append(("--mtp-num-layers", str(model.num_mtp_layers)))
+    return flags
+
+
+def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Flag]:
+    if not model.is_moe:
+        return []
+    if model.linear_bias and lay.etp > 1:
+        raise refuse(
+            "megatron",
+            f"etp={lay.etp} with biased experts (transformer_config.py "
+            "asserts ETP == 1 for MoE biases)",
+            "solve with --etp 1",
+        )
+    flags: list[Flag] = [
+        ("--num-experts", str(model.num_experts)),
+        ("--moe-router-topk", str(model.experts_per_token)),
+        ("--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size)),
+        # the dispatcher the cost model priced (Estimate.choices; cost_models/communication.py
+        # EpCommTime), which Megatron would otherwise leave at its allgather default
+        ("--moe-token-dispatcher-type", dispatcher),
+        ("--moe-grouped-gemm", None),
+        # FP32 router: megatron-core warns against BF16 routing with >= 32 experts
+        # (transformer_config.py moe_router_dtype), and Megatron-Bridge's MoE recipes set it
+        ("--moe-router-dtype", "fp32"),
+        ("--moe-router-load-balancing-type", "aux_loss"),
+        ("--expert-model-parallel-size", str(lay.ep)),
+        ("--expert-tensor-parallel-size", str(lay.etp)),
+    ]
+    if dispatcher == "flex":  # DeepEP behind the flex dispatcher (the stack allowed it)
+        flags.append(("--moe-flex-dispatcher-backend", "deepep"))
+    if model.shared_expert_ffn_hidden_size:
+        size = str(model.shared_expert_ffn_hidden_size)
+        flags.append(("--moe-shared-expert-intermediate-size", size))
+    if (pattern := ffn_pattern(model)) is not None:
+        flags.append(("--moe-layer-freq", pattern))
+    if model.moe_router_num_groups:
+        flags += [
+            ("--moe-router-num-groups", str(model.moe_router_num_groups)),
+            ("--moe-router-group-topk", str(model.moe_router_group_topk)),
+        ]
+    return flags
+
+
+def _pipeline(model: ModelSpec, lay: Layout, *, with_split: bool = True) -> list[Flag]:
+    """The split the solver planned (``autopar.layout.rules.pipeline_split``): even, embedding/loss
+    accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
+    even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
+    flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
+    if lay.pp == 1 or not with_split:
+        return flags
+    split = split_of(model.num_layers, lay.pp, lay.vpp)
+    if split.account_for_embedding:
+        flags.append(("--account-for-embedding-in-pipeline-split", None))
+    if split.account_for_loss:
+        flags.append(("--account-for-loss-in-pipeline-split", None))
+    if split.first_stage_layers is not None:
+        flags += [
+            ("--decoder-first-pipeline-num-layers", str(split.first_stage_layers)),
+            ("--decoder-last-pipeline-num-layers", str(split.last_stage_layers)),
+        ]
+    if lay.vpp > 1:
+        if split == PipelineSplit():
+            per_stage = model.num_layers // (lay.pp * lay.vpp)
+            flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
+        else:
+            flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))
+    return flags
+
+
+def _zero(lay: Layout, stack: StackSpec) -> list[Flag]:
+    """ZeRO-1 is the distributed optimizer; ZeRO-2/3 are Megatron-FSDP (arguments.py:1118-1170:
+    v1 needs the distributed optimizer and ``--ckpt-format fsdp_dtensor``). The DP overlaps are
+    the stack's; ``--overlap-param-gather`` needs a sharded optimizer and the grad overlap
+    (arguments.py:1024-1029)."""
+    flags: list[Flag] = []
+    if lay.zero >= 1:
+        flags.append(("--use-distributed-optimizer", None))
+    if lay.zero >= 2:
+        strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        flags = [
+            ("--use-megatron-fsdp", None),
+            *flags,
+            ("--data-parallel-sharding-strategy", strategy),
+            ("--ckpt-format", "fsdp_dtensor"),
+        ]
+    if stack.overlap_grad_reduce:
+        flags.append(("--overlap-grad-reduce", None))
+        if stack.overlap_param_gather and lay.zero >= 1:
+            flags.append(("--overlap-param-gather", None))
+    return flags
+
+
+_FP8_RECIPES = {
+    "delayed": "delayed",
+    "current": "tensorwise",
+    "blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
+"""autopar stack recipe -> Megatron ``--fp8-recipe`` (arguments.py choices)."""
+
+
+def _precision(training: TrainingSpec) -> list[Flag]:
+    flags: list[Flag] = [("--bf16", None)]
+    if training.grad_precision == "bf16":
+        flags.append(("--grad-reduce-in-bf16", None))  # else FP32 gradient accumulation
+    if training.stack.optimizer_state_dtype == "bf16":  # arguments.py L3667-3684
+        flags.append(("--use-precision-aware-optimizer", None))
+        flags.append(("--exp-avg-dtype", "bf16"))
+        flags.append(("--exp-avg-sq-dtype", "bf16"))
+    if training.precision != "fp8":
+        return flags
+    stack = training.stack
+    if set(stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        raise refuse(
+            "megatron",
+            f"FP8 on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
+            "linear layers in FP8 (no flag for the attention core or the logits)",
+            "use fp8_gemms qkv,proj,fc1,fc2",
+        )
+    return [*flags, ("--fp8-format", "hybrid"), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+
+
+def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
+    """The stack's switches that Megatron-LM takes as flags (``autopar/inputs/stack.py`` names
+    them)."""
+    flags: list[Flag] = []
+    if lay.cp > 1:
+        if stack.cp_comm_type == "a2a+p2p":
+            raise refuse(
+                "megatron",
+                "cp_comm_type a2a+p2p without its --hierarchical-context-parallel-sizes",
+                "use cp_comm_type p2p or a2a",
+            )
+        flags.append(("--cp-comm-type", stack.cp_comm_type))
+    if stack.tp_comm_overlap and lay.tp > 1:
+        if not lay.sequence_parallel:  # arguments.py:1442 asserts it
+            raise refuse(
+                "megatron",
+                "TP communication overlap without sequence parallelism",
+                "solve with --sequence-parallel",
+            )
+        flags.append(("--tp-comm-overlap", None))
+    if lay.vpp > 1 and not stack.pp_comm_overlap and lay.pp > 2:
+        flags.append(("--no-overlap-p2p-communication", None))  # Megatron overlaps by default
+    if stack.ep_comm_overlap and model.is_moe and lay.ep > 1:
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
+    if stack.cross_entropy_fusion:
+        flags.append(("--cross-entropy-loss-fusion", None))
+    if not stack.dropout:
+        flags += [("--hidden-dropout", "0"), ("--attention-dropout", "0")]
+    if not stack.flash_attention:
+        flags.append(("--attention-backend", "unfused"))
+    return flags
+
+
+def _recompute(lay: Layout) -> list[Flag]:
+    if lay.recompute == "selective":
+        return [("--recompute-granularity", "selective")]
+    if lay.recompute == "full":
+        return [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", "1"),
+        ]
+    return []
+
+
+def megatron_flags(
+    item: Estimate | Layout, problem: Problem, *, with_split: bool = True
+) -> list[Flag]:
+    """The arguments as (flag, value) pairs; value ``None`` for a switch. ``with_split=False``
+    leaves the pipeline split out, for a caller that writes its own
+    (``autopar.outputs.emit.megatron_stages``)."""
+    lay = layout_of(item)
+    model, training = problem.model, problem.training
+    if lay.vpp > 1 and lay.pp == 1:
+        raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
+    flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
+    flags += _moe(model, lay, dispatcher_of(item))
+    flags += [
+        ("--tensor-model-parallel-size", str(lay.tp)),
+        *_pipeline(model, lay, with_split=with_split),
+    ]
+    flags.append(("--context-parallel-size", str(lay.cp)))
+    if lay.sequence_parallel:
+        flags.append(("--sequence-parallel", None))
+    flags += [
+        ("--micro-batch-size", str(lay.mbs)),
+        ("--global-batch-size", str(training.global_batch_sequences)),
+        ("--seq-length", str(training.seq_len)),
+    ]
+    flags += _zero(lay, training.stack) + _recompute(lay) + _stack(model, lay, training.stack)
+    return flags + _precision(training)
+
+
+def megatron_args(item: Estimate | Layout, problem: Problem, *, with_split: bool = True) -> str:
+    """The arguments as one shell-pasteable line."""
+    flags = megatron_flags(item, problem, with_split=with_split)
+    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *
+    return " ".join(
+        flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in flags
+    )
+
+
+def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
+    """The arguments with a header naming the version targeted and what to add."""
+    lay = layout_of(item)
+    stack = problem.training.stack
+    notes = [
+        f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, stack {stack.name}, "
+        f"{MEGATRON_TARGET}.",
+        "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
+    ]
+    if lay.vpp > 1 and lay.pp == 2 and not stack.pp_comm_overlap:
+        notes.append(
+            "# PP 2 interleaved: Megatron overlaps P2P here (arguments.py:1006); unplanned."
+        )
+    if lay.zero >= 2:
+        notes.append(
+            "# Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (arguments.py:1167)."
+        )
+    elif lay.tp > 1 or lay.cp > 1:
+        notes.append(
+            "# export CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1477, before Blackwell)."
+        )
+    return "\n".join([*notes, megatron_args(item, problem)])

@@ -1,0 +1,192 @@
+"""Estimates and solve results as text tables, JSON-ready dicts and pandas frames.
+
+Bytes become GiB only here. Library code returns strings; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autopar.base.axes import AXES
+from autopar.inputs.echo import inputs_text
+from autopar.inputs.specs import GIB
+from autopar.layout.plan import Estimate, Layout
+
+
+def flat_row(estimate: Estimate) -> dict[str, Any]:
+    """One estimate as a flat record (layout, figures, memory in GiB, time per category)."""
+    layout = estimate.layout
+    row: dict[str, Any] = dict(estimate.to_dict()["layout"])
+    row.update(
+        fits=estimate.fits,
+        step_time_s=estimate.step_time_s,
+        tokens_per_s=estimate.tokens_per_s,
+        tokens_per_s_per_gpu=estimate.tokens_per_s / layout.num_gpus,
+        mfu=estimate.mfu,
+        hfu=estimate.hfu,
+        memory_gib=estimate.memory_bytes["total"] / GIB,
+    )
+    for category in _memory_categories(estimate):
+        row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB
+    for category, value in estimate.time_s.items():
+        row[f"time_{category}_s"] = value
+    return row
+
+
+def _memory_categories(estimate: Estimate) -> list[str]:
+    """Every memory category the cost model filled, ``total`` excepted."""
+    return [c for c in estimate.memory_bytes if c != "total"]
+
+
+def estimates_frame(estimates: Sequence[Estimate]):
+    """A pandas DataFrame, one row per estimate, best first."""
+    import pandas as pd
+
+    return pd.DataFrame([flat_row(e) for e in estimates])
+
+
+def layout_text(estimate: Estimate) -> str:
+    return estimate.layout.text()
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "#" * filled + "." * (width - filled)
+
+
+def estimate_text(estimate: Estimate) -> str:
+    """The layout, headline figures, and memory and time breakdowns."""
+    lines = [f"inputs       {inputs_text(estimate.inputs)}"] if estimate.inputs else []
+    lines.append(f"layout       {layout_text(estimate)}")
+    if estimate.choices:
+        chosen = " ".join(f"{k}={v}" for k, v in estimate.choices.items())
+        lines.append(f"chosen       {chosen}")
+    lines += [
+        f"step time    {estimate.step_time_s:.3f} s   tokens/s {estimate.tokens_per_s:,.0f}"
+        f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
+        f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",
+        "",
+        f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
+    ]
+    capacity = estimate.capacity_bytes
+    for category in (*_memory_categories(estimate), "total"):
+        value = estimate.memory_bytes[category]
+        lines.append(f"  {category:<12} {value / GIB:8.2f} GiB  {_bar(value / capacity)}")
+    reserve = (estimate.inputs or {}).get("memory_reserve_bytes") or 0
+    kept = f"  (after {reserve / GIB:.2f} GiB reserve)" if reserve else ""
+    lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB{kept}")
+    lines.append("")
+    lines.append("time per step")
+    step = estimate.step_time_s
+    for category, value in estimate.time_s.items():
+        lines.append(f"  {category:<12} {value:8.3f} s  {value / step:6.1%}  {_bar(value / step)}")
+    lines.append("  (communication shown is what is not hidden behind compute)")
+    stages = getattr(estimate, "stages", None)
+    if stages:
+        lines += ["", stages_text(estimate)]
+    return "\n".join(lines)
+
+
+def stages_text(estimate) -> str:
+    """The per-stage pipeline plan of an estimate (``autopar.costs.stage_estimate.StagedEstimate``):
+    layers per chunk and their kinds, what the stage also holds, recompute, one micro-batch's
+    time, peak memory, and micro-batches in flight per chunk."""
+    cells = [
+        ["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]
+    ]
+    for stage in estimate.stages:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in stage.layer_kinds.items())
+        cells.append(
+            [
+                str(stage.stage),
+                str(sum(stage.chunk_layers)),
+                "+".join(map(str, stage.chunk_layers)),
+                kinds or "-",
+                "+".join(stage.holds) or "-",
+                stage.recompute,
+                f"{stage.time_s * 1e3:.1f}",
+                f"{stage.memory_bytes / GIB:.1f}",
+                "+".join(map(str, stage.in_flight)),
+            ]
+        )
+    widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
+    rows = [" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(["pipeline plan (per stage)", *rows, estimate.schedule_text()])
+
+
+def runners_up_text(estimates: Sequence[Estimate]) -> str:
+    """One row per layout: every axis that varies or is not at its default, then the figures."""
+    axes = [
+        axis
+        for axis in AXES
+        if axis.show == "always"
+        or any(getattr(e.layout, axis.layout_attr) != axis.default for e in estimates)
+    ]
+    cells = [
+        ["#", *(axis.title for axis in axes), "step s", "tok/s/GPU", "MFU", "GiB"],
+        *(
+            [
+                str(i),
+                *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
+                f"{e.step_time_s:.3f}",
+                f"{e.tokens_per_s / e.layout.num_gpus:,.0f}",
+                f"{e.mfu:.1%}",
+                f"{e.memory_bytes['total'] / GIB:.1f}",
+            ]
+            for i, e in enumerate(estimates, 1)
+        ),
+    ]
+    widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
+    return "\n".join(
+        " ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells
+    )
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def solve_text(result) -> str:
+    """A solve result for people: status, the chosen layout in full, then the runners-up."""
+    status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
+        result.status, result.status
+    )
+    if getattr(result.best, "formula_step_time_s", None) is not None:
+        # per-stage plans: the search ranks by the schedule formula; the figures are the
+        # simulated schedule (the notes say both)
+        status += " for the schedule formula"
+    head = f"status       {status} in {result.solve_time_s:.2f} s"
+    if result.status == "feasible" and result.gap is not None:
+        head += f" (gap to the proven bound {result.gap:.1%})"
+    notes = [f"note         {note}" for note in getattr(result, "notes", ())]
+    parts = [head, *notes, estimate_text(result.best)]
+    if len(result.layouts) > 1:
+        parts += ["", "best layouts", runners_up_text(result.layouts)]
+    return "\n".join(parts)
+
+
+def explanation_text(result) -> str:
+    """Why nothing fits: the conflicting rule families, the nearest miss, the changes that fit."""
+    explanation = result.explanation or {}
+    lines = [f"status       {result.status}"]
+    if getattr(result, "inputs", None):
+        lines.append(f"inputs       {inputs_text(result.inputs)}")
+    for family in explanation.get("families", []):
+        lines.append(f"conflict     {family['family']}: {'; '.join(family['rules'])}")
+    miss = explanation.get("nearest_miss")
+    if miss:
+        lines.append(
+            f"nearest miss {miss['min_memory_bytes'] / GIB:.1f} GiB per GPU at best, "
+            f"{Layout(**miss['layout']).text()} "
+            f"(capacity {miss['capacity_bytes'] / GIB:.1f} GiB)"
+        )
+    suggestions = explanation.get("suggestions", [])
+    if suggestions:
+        lines.append("would fit:")
+        lines += [f"  - {change}" for change in suggestions]
+    elif not explanation.get("families"):
+        lines.append(explanation.get("summary", ""))
+    return "\n".join(lines)

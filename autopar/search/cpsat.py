@@ -1,0 +1,368 @@
+"""Build the CP-SAT model (layout variables, rules, products and the cost model as tables) and
+the solver settings every solve uses.
+
+The objective is the cost model (DESIGN §3): every term is tabulated in numpy over its own axes
+(``Space.pruned_grid``) and enters the model as a table: one boolean per allowed row, channelled
+to the axes' value indicators (``_table``; the rules and products, which carry no values, are
+plain ``add_allowed_assignments`` tables). The step time is
+``sum(step terms) + slots * sum(micro-batch terms)`` and the memory constraint
+``sum(static) + in_flight * sum(per micro-batch) <= capacity`` (``autopar.costs.terms``). Each
+product
+``slots * term`` is tabulated as one table over the union of both axes, and ``dp`` and
+``grad_accum`` are derived from the free axes (``Space.key_axes``), so the model holds only tables
+and linear sums: no multiplication of variables, which CP-SAT relaxes poorly. Floats become
+integers only here: times in microseconds (``_us``), memory in KiB (``_kib``, rounded up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from autopar.base.axes import GRID_AXES
+from autopar.base.deadline import check_deadline
+from autopar.costs.terms import CostModel, TermContext
+from autopar.layout.space import Space
+
+SEED = 20240607
+US_PER_S = 1_000_000
+MAX_STEP_US = 10**15
+"""Upper end of the step-time variable (31 years): any real layout is far below it."""
+MAX_TABLE_INT = 10**16
+"""Largest value of one table row once scaled (microseconds, KiB): sums of a few tables stay
+within CP-SAT's 64-bit integers."""
+MERGE_MAX_ROWS = 300_000
+"""Tables merged from several terms grow to at most this many rows (see ``_merge``): 300k keeps
+Qwen3-30B-A3B @ 256 GPUs to one time table (7.8 s proven vs 20 s at 150k) and halves the other
+MoE solves (benchmarks/solve_scaling.py)."""
+BYTES_PER_KIB = 1024
+CHECK_EVERY_ROWS = 8192
+"""Building a table checks the deadline after every this many rows (a few ms of work)."""
+
+
+@dataclass(slots=True)
+class VarMap:
+    """The model's variables by name, and the assumption literal of each rule family."""
+
+    axes: dict[str, cp_model.IntVar]
+    objective: cp_model.LinearExpr
+    """Step time in microseconds (``step_us``)."""
+    memory_kib: cp_model.LinearExpr
+    """Memory of the most loaded rank in KiB."""
+    capacity_kib: int
+    families: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
+    deadline: float | None = None
+    """``time.perf_counter()`` by which the build must be done (``TimeLimitReached``)."""
+
+
+def make_solver(
+    *, time_limit_s: float, num_workers: int = 1, probing: bool = False
+) -> cp_model.CpSolver:
+    """A CP-SAT solver with autopar's settings: fixed seed; no presolve, since the tables arrive
+    reduced to their allowed rows and presolve spends seconds on the row booleans that the linear
+    relaxation does not need (benchmarks/solve_scaling.py has the before/after figures); probing
+    off for optimisation and on (``probing``) for proving infeasibility, which leans on it
+    (5-10x faster on the oracle's infeasible cases)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = num_workers
+    solver.parameters.random_seed = SEED
+    solver.parameters.max_time_in_seconds = max(0.0, time_limit_s)
+    solver.parameters.cp_model_presolve = False
+    # Ctrl-C is autopar's, not CP-SAT's: it stops the run (autopar.search.interrupt), where CP-SAT
+    # would end the search as if the time limit had run out and the run would carry on.
+    solver.parameters.catch_sigint_signal = False
+    if not probing:
+        solver.parameters.cp_model_probing_level = 0
+    return solver
+
+
+def _int_table(values: np.ndarray, scale: float, *, ceil: bool) -> np.ndarray:
+    scaled = values * scale
+    return (np.ceil(scaled) if ceil else np.round(scaled)).astype(np.int64)
+
+
+def _family_literal(model: cp_model.CpModel, vm: VarMap, family: str | None):
+    if family is None:
+        return None
+    if family not in vm.families:
+        vm.families[family] = model.new_bool_var(f"rule[{family}]")
+    return vm.families[family]
+
+
+class _Grids:
+    """``Space.pruned_grid`` memoised by axis set, for one model build; every lookup (one per
+    term evaluation) checks the build's deadline."""
+
+    def __init__(self, space: Space, deadline: float | None = None) -> None:
+        self.space = space
+        self.deadline = deadline
+        self._cache: dict[frozenset[str], dict[str, np.ndarray]] = {}
+
+    def grid(self, axes: tuple[str, ...]) -> dict[str, np.ndarray]:
+        check_deadline(self.deadline)
+        key = frozenset(axes)
+        if key not in self._cache:
+            self._cache[key] = self.space.pruned_grid(axes)
+        return self._cache[key]
+
+    def rows(self, axes: tuple[str, ...]) -> int:
+        grid = self.grid(axes)
+        return len(next(iter(grid.values()))) if grid else 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A summand of the objective or of the memory: ``values_of(grid)`` over ``axes``."""
+
+    name: str
+    axes: tuple[str, ...]
+    values_of: Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+def _table(
+    model: cp_model.CpModel,
+    grids: _Grids,
+    vm: VarMap,
+    *,
+    part: _Part,
+    scale: float,
+    ceil: bool,
+    hint: bool = False,
+):
+    """A linear expression equal to ``part.values_of(grid) * scale`` (integers) on the chosen row.
+
+    Encoding (the local-marginal extended formulation of a table constraint): one boolean per
+    allowed row, exactly one chosen, and for every key axis and value, the rows with that value
+    sum to the axis's value indicator. Its linear relaxation links the tables through the shared
+    indicators, which gives CP-SAT a far tighter bound than ``add_allowed_assignments``.
+    With ``hint``, the row of smallest value is the solver's hint (the greedy start that
+    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum.
+    """
+    grid = grids.grid(part.axes)
+    key = grids.space.key_axes(part.axes)
+    size = len(next(iter(grid.values()))) if grid else 1
+    values = np.broadcast_to(np.asarray(part.values_of(grid), dtype=np.float64), (size,))
+    # A row whose value is not finite, or too large for CP-SAT's 64-bit integers once scaled
+    # (a step of centuries, exabytes of memory: a broken profile's figures), is impossible.
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = np.isfinite(values) & (np.abs(values * scale) <= MAX_TABLE_INT)
+    if not key and size == 1:
+        if not ok[0]:
+            model.add_bool_or([])  # the only combination is impossible
+            return 0
+        return int(_int_table(values, scale, ceil=ceil)[0])
+    ints = _int_table(np.where(ok, values, 0.0), scale, ceil=ceil)[ok]
+    if len(ints) == 0:
+        model.add_bool_or([])  # no allowed row: this term makes the problem infeasible
+        return 0
+    rows = []
+    for start in range(0, len(ints), CHECK_EVERY_ROWS):
+        check_deadline(vm.deadline)
+        stop = min(start + CHECK_EVERY_ROWS, len(ints))
+        rows += [model.new_bool_var(f"{part.name}#{i}") for i in range(start, stop)]
+    model.add_exactly_one(rows)
+    if hint:
+        best = int(np.argmin(ints))
+        model.add_hint(rows[best], 1)
+        for axis in key:
+            model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
+    for axis in key:
+        check_deadline(vm.deadline)
+        column = grid[axis][ok]
+        for value, indicator in vm.indicators[axis].items():
+            members = [rows[i] for i in np.flatnonzero(column == value)]
+            model.add(cp_model.LinearExpr.sum(members) == indicator)
+    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
+
+
+def _term_part(term, ctx: TermContext, times=None) -> _Part:
+    """One term, or ``times * term`` over the union of both terms' axes."""
+    if times is None:
+        return _Part(term.name, tuple(term.depends_on), lambda g: term.evaluate(g, ctx))
+    return _Part(
+        f"{times.name}*{term.name}",
+        (*term.depends_on, *times.depends_on),
+        lambda g: times.evaluate(g, ctx) * term.evaluate(g, ctx),
+    )
+
+
+def _merge(grids: _Grids, parts: list[_Part], *, max_rows: int) -> list[_Part]:
+    """Sum parts into fewer tables: a part joins a table when the table over the union of their
+    axes has at most ``max(max_rows, rows of the larger)`` rows (always when one's free axes
+    contain the other's). Fewer, exact tables give CP-SAT a tight linear relaxation; a sum of
+    many small tables leaves it to branch (benchmarks/solve_scaling.py)."""
+    merged: list[_Part] = []
+    for part in sorted(parts, key=lambda p: -grids.rows(p.axes)):
+        for i, group in enumerate(merged):
+            axes = (*group.axes, *part.axes)
+            if grids.rows(axes) <= max(max_rows, grids.rows(group.axes)):
+                merged[i] = _Part(
+                    f"{group.name}+{part.name}",
+                    axes,
+                    lambda g, a=group, b=part: a.values_of(g) + b.values_of(g),
+                )
+                break
+        else:
+            merged.append(part)
+    return merged
+
+
+def _fold_constants(grids: _Grids, parts: list[_Part]) -> list[_Part]:
+    """Parts whose value is the same on every allowed row of their grid (a ZeRO-2/3 term when
+    only ZeRO 0-1 are allowed, an expert term of a dense model) become one constant part with
+    no axes, which ``_merge`` adds to any table: a table of identical rows would only give
+    CP-SAT more booleans and a weaker link between the tables that matter."""
+    varying, constant = [], 0.0
+    for part in parts:
+        grid = grids.grid(part.axes)
+        values = np.asarray(part.values_of(grid), dtype=np.float64).ravel()
+        same = values.size and np.isfinite(values[0]) and np.all(values == values[0])
+        if grids.rows(part.axes) and same:
+            constant += float(values[0])
+            continue
+        varying.append(part)
+    if constant or not varying:
+        varying.append(_Part("constants", (), lambda g, c=constant: np.asarray(c)))
+    return varying
+
+
+def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: bool) -> None:
+    for axis in GRID_AXES:
+        domain = list(space.domains[axis])
+        vm.axes[axis] = model.new_int_var_from_domain(cp_model.Domain.from_values(domain), axis)
+        vm.indicators[axis] = {v: model.new_bool_var(f"{axis}=={v}") for v in domain}
+        model.add_exactly_one(vm.indicators[axis].values())
+        model.add(vm.axes[axis] == sum(v * b for v, b in vm.indicators[axis].items()))
+    # Each product rule (GPU count, global batch): the allowed factorisations of its total.
+    for product in space.products:
+        check_deadline(vm.deadline)
+        rows = _factorisations(space, product.axes, product.total)
+        constraint = model.add_allowed_assignments(
+            [vm.axes[a] for a in product.axes], rows.tolist()
+        )
+        if explain:
+            constraint.only_enforce_if(_family_literal(model, vm, product.family))
+    # Every other rule: an allowed-assignments table over its axes.
+    for rule in space.rules:
+        check_deadline(vm.deadline)
+        grid = _full_grid(space, rule.axes)
+        rows = np.column_stack([grid[a] for a in rule.axes])[rule.check(grid)]
+        constraint = model.add_allowed_assignments([vm.axes[a] for a in rule.axes], rows.tolist())
+        if explain:
+            constraint.only_enforce_if(_family_literal(model, vm, rule.family))
+
+
+def _factorisations(space: Space, axes: Sequence[str], total: int) -> np.ndarray:
+    """Rows of ``axes`` values (from their domains) whose product is ``total``: joined one axis
+    at a time keeping only partial products that divide ``total``, the last axis being
+    ``total / partial`` when its domain holds it. The full Cartesian product of four axes of
+    240 divisors each (831600 GPUs) would be 3.3e9 rows; the factorisations are about 1e5."""
+    rows = np.ones((1, 0), dtype=np.int64)
+    partial = np.ones(1, dtype=np.int64)
+    for axis in axes[:-1]:
+        values = np.array(space.domains[axis], dtype=np.int64)
+        partial = np.repeat(partial, len(values)) * np.tile(values, len(partial))
+        rows = np.column_stack([np.repeat(rows, len(values), axis=0), np.tile(values, len(rows))])
+        keep = total % partial == 0
+        rows, partial = rows[keep], partial[keep]
+    last = total // partial
+    keep = np.isin(last, np.array(space.domains[axes[-1]], dtype=np.int64))
+    return np.column_stack([rows[keep], last[keep]])
+
+
+def _full_grid(space: Space, axes: Sequence[str]) -> dict[str, np.ndarray]:
+    mesh = np.meshgrid(*(np.array(space.domains[a], dtype=np.int64) for a in axes), indexing="ij")
+    return {a: m.ravel() for a, m in zip(axes, mesh, strict=True)}
+
+
+def _add_cost(
+    model: cp_model.CpModel,
+    space: Space,
+    cost_model: CostModel,
+    ctx: TermContext,
+    vm: VarMap,
+    *,
+    fuse_memory: bool,
+) -> bool:
+    """Objective and memory as sums of tables; each per-micro-batch term is tabulated already
+    multiplied by its multiplier (``slots`` or ``in_flight``), over the union of their axes,
+    so CP-SAT sees no product of variables.
+
+    With ``fuse_memory``, when time and memory each merge into one table and their union stays
+    small, the capacity becomes a row filter of that single table ("resource terms become
+    allowed-row tables", DESIGN §3); returns whether it did.
+    """
+    time_parts = [_term_part(t, ctx) for t in cost_model.step_terms]
+    time_parts += [_term_part(t, ctx, cost_model.slots) for t in cost_model.microbatch_terms]
+    memory_parts = [_term_part(t, ctx) for t in cost_model.static_memory_terms]
+    memory_parts += [
+        _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
+    ]
+    grids = _Grids(space, vm.deadline)
+    times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
+    memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
+    if fuse_memory and len(times) == 1 and len(memories) == 1:
+        axes = (*times[0].axes, *memories[0].axes)
+        if grids.rows(axes) <= max(MERGE_MAX_ROWS, grids.rows(times[0].axes)):
+            capacity_bytes = vm.capacity_kib * BYTES_PER_KIB
+            time_of, memory_of = times[0].values_of, memories[0].values_of
+            fused = _Part(
+                "step_time_within_memory",
+                axes,
+                lambda g: np.where(memory_of(g) <= capacity_bytes, time_of(g), np.inf),
+            )
+            vm.objective = _table(
+                model, grids, vm, part=fused, scale=US_PER_S, ceil=False, hint=True
+            )
+            return True
+    vm.objective = sum(
+        _table(model, grids, vm, part=p, scale=US_PER_S, ceil=False, hint=i == 0)
+        for i, p in enumerate(times)
+    )
+    vm.memory_kib = sum(
+        _table(model, grids, vm, part=p, scale=1 / BYTES_PER_KIB, ceil=True) for p in memories
+    )
+    return False
+
+
+def build_model(
+    space: Space,
+    cost_model: CostModel,
+    ctx: TermContext,
+    *,
+    explain: bool = False,
+    memory_limit: bool = True,
+    deadline: float | None = None,
+) -> tuple[cp_model.CpModel, VarMap]:
+    """The CP-SAT model of ``space`` with ``cost_model`` as objective.
+
+    ``explain`` builds the rules alone, each family guarded by an assumption literal, for
+    ``sufficient_assumptions_for_infeasibility`` (no cost tables: their rows are pre-filtered by
+    every rule, which would hide the conflict from the literals). Past ``deadline``
+    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``.
+    """
+    model = cp_model.CpModel()
+    vm = VarMap(
+        axes={},
+        objective=0,
+        memory_kib=0,
+        capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
+        deadline=deadline,
+    )
+    _add_layout(model, space, vm, explain=explain)
+    if explain:
+        model.add_assumptions(list(vm.families.values()))
+        return model, vm
+    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit)
+    # One variable for the step time, so that solution callbacks read it in O(1).
+    step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
+    model.add(step_us == vm.objective)
+    vm.objective = step_us
+    if memory_limit and not fused:
+        # The most loaded rank fits in the GPU's usable memory.
+        model.add(vm.memory_kib <= vm.capacity_kib)
+    return model, vm
