@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ResourceTerm": "autopar.costs.terms",
     "TermContext": "autopar.costs.terms",
     "load_cost_model": "autopar.costs.plugin",
-    "SolveResult": "autopar.search.solver",
+    "SolveResult": "autopar.layout.results",
 }
 """Public name -> the module that defines it."""
 

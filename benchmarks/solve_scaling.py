@@ -19,9 +19,8 @@ import time
 
 import numpy as np
 
-from autopar.api import make_problem
+from autopar.api import make_context, make_problem
 from autopar.base.axes import GRID_AXES
-from autopar.costs.context import make_context
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.terms import memory_bytes, step_time_s
 from autopar.layout.space import build_space

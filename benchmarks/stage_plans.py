@@ -26,8 +26,8 @@ import math
 import time
 
 from autopar import api
+from autopar.api import make_context
 from autopar.base.axes import GRID_AXES
-from autopar.costs.context import make_context
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.stage_costs import probe_stage_costs
 from autopar.costs.stage_estimate import estimate_plan

@@ -17,7 +17,8 @@ from autopar.cli import app
 from autopar.costs.plugin import cost_model_names, load_cost_model
 from autopar.costs.terms import CostModel
 from autopar.layout.plan import Layout
-from autopar.outputs.report import estimate_text, flat_row, runners_up_text
+from autopar.layout.results import flat_row
+from autopar.outputs.report import estimate_text, runners_up_text
 
 REPO = Path(__file__).resolve().parents[1]
 

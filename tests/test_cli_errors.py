@@ -68,7 +68,7 @@ CASES = [
     (
         "bad grad precision",
         lambda p: ["--model", "llama-8b", "--grad-precision", "fp16"],
-        ["--grad-precision", "fp32 or bf16"],
+        ["--grad-precision", "fp32, bf16"],
     ),
     ("zero gpus", lambda p: ["--model", "llama-8b", "--gpus", "0"], ["--gpus", "positive"]),
     ("bad precision", lambda p: ["--model", "llama-8b", "--precision", "fp4"], ["precision"]),

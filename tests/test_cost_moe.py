@@ -8,8 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autopar.api import load_cost_model, make_problem
-from autopar.costs.context import make_context
+from autopar.api import load_cost_model, make_context, make_problem
 from autopar.costs.terms import grid_of, memory_bytes, step_time_s
 from autopar.inputs.loading import load_model
 from autopar.layout.plan import GRID_AXES, Layout

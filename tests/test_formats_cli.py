@@ -17,8 +17,8 @@ import autopar
 from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.cli.render import FORMATS, render_estimate, render_solve
+from autopar.layout.results import Explanation, SolveResult
 from autopar.outputs.schema import schema
-from autopar.search.solver import SolveResult
 
 # Pins make the solve take well under a second.
 SOLVE = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2 --top 2"
@@ -62,7 +62,10 @@ def test_evaluate_json_matches_schema():
 
 def test_infeasible_solve_json_matches_schema():
     data = SolveResult(
-        status="infeasible", solve_time_s=0.1, layouts=(), explanation={"summary": "too big"}
+        status="infeasible",
+        solve_time_s=0.1,
+        layouts=(),
+        explanation=Explanation(summary="too big"),
     ).to_dict()
     _validator("solve").validate(data)
     with pytest.raises(jsonschema.ValidationError):

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autopar.costs.context import make_context
+from autopar.api import make_context
 from autopar.costs.plugin import load_cost_model
 from autopar.inputs.specs import (
     GIB,
@@ -148,10 +148,10 @@ def test_infeasible_problem_explains_what_binds() -> None:
     result = _solve(problem)
     assert result.status == "infeasible" and not result.layouts
     explanation = result.explanation
-    assert "memory" in [f["family"] for f in explanation["families"]]
-    miss = explanation["nearest_miss"]
-    assert miss["min_memory_bytes"] > miss["capacity_bytes"]
-    assert any("GPUs" in s for s in explanation["suggestions"])
+    assert "memory" in [f.family for f in explanation.families]
+    miss = explanation.nearest_miss
+    assert miss.min_memory_bytes > miss.capacity_bytes
+    assert any("GPUs" in s for s in explanation.suggestions)
 
 
 def test_uneven_pipeline_makes_405b_fit_where_even_splits_cannot() -> None:

@@ -76,16 +76,27 @@ def test_stack_file_overrides_a_preset_key(tmp_path) -> None:
     assert autopar.evaluate(**LAYOUT, stack=str(path)).inputs["stack"] == "mine"
 
 
-def test_every_switch_is_an_api_argument_and_a_cli_flag(runner) -> None:
+def test_every_switch_is_an_api_argument_a_cli_flag_and_a_stacks_row(runner) -> None:
+    """Each switch is declared once (``autopar.inputs.stack.switch``); its flag, its API keyword,
+    its YAML key and its row of ``autopar stacks`` all follow from that declaration."""
     help_text = runner.invoke(app, ["solve", "--help"], terminal_width=200).output
+    table = runner.invoke(app, ["stacks"]).output.splitlines()
     for switch in SWITCHES:
-        flag = (
-            "--grad-precision" if switch == "grad_reduce_dtype" else f"--{switch.replace('_', '-')}"
-        )
-        assert flag in help_text, flag
-    for switch in SWITCHES:
-        if switch != "grad_reduce_dtype":
-            autopar.make_problem(model="llama-3-8b", gpus=8, **{switch: None})
+        assert switch.flag in help_text, switch.flag
+        autopar.make_problem(model="llama-3-8b", gpus=8, **{switch.keyword: None})
+        assert any(line.startswith(switch.label + " ") for line in table), switch.label
+    flag = {s.name: s.flag for s in SWITCHES}
+    assert flag["grad_reduce_dtype"] == "--grad-precision"  # the keyword differs from the key
+    assert flag["flash_attention"] == "--flash-attention"
+
+
+def test_a_switch_value_is_checked_from_its_declaration(tmp_path) -> None:
+    for key, value in (("fp8_recipe", "bogus"), ("kernel_efficiency", 9.0), ("dropout", "maybe")):
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(f"name: mine\n{key}: {value}\n")
+        with pytest.raises(InputError) as err:
+            load_stack(str(path))
+        assert key in str(err.value)
 
 
 def test_switches_change_the_estimate() -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from autopar import api
+from autopar.api import make_context
 from autopar.base.errors import InputError
 from autopar.cli import app
-from autopar.costs.context import make_context
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule import simulate_step_s
 from autopar.costs.stage_costs import probe_stage_costs
@@ -486,9 +486,9 @@ def test_no_plan_fits_names_the_stage():
         gpu="h100", limits={"pp": 2},
     )  # fmt: skip
     assert result.status == "infeasible"
-    summary = result.explanation["summary"]
+    summary = result.explanation.summary
     assert "stage 0" in summary and "GiB over" in summary
-    assert result.explanation["nearest_miss"]["stage"] == 0
+    assert result.explanation.nearest_miss.stage == 0
 
 
 def test_per_stage_json_matches_the_schemas(runner):
@@ -540,7 +540,7 @@ def test_megatron_recompute_flags_cover_the_plan():
 def test_rule_conflicts_are_explained_with_a_per_stage_plan():
     result = api.solve(**LLAMA, tp=3, pipeline_plan="per-stage")
     assert result.status == "infeasible"
-    assert any(f["family"] == "pins and limits" for f in result.explanation["families"])
+    assert any(f.family == "pins and limits" for f in result.explanation.families)
 
 
 def test_deepseek_v3_published_layout_is_expressible():

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import autopar
 from autopar import api
 from autopar.cli import app
-from autopar.search.solver import SolveResult
+from autopar.layout.results import SolveResult
 from autopar.sweeps.run import COLUMNS, SweepResult
 
 FRAME_COLUMNS = [

@@ -29,7 +29,6 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        grad_precision: o.GradPrecision = None,
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from autopar.base.axes import AXES, GIVEN_AXES, Axis
+from autopar.inputs.stack import SWITCHES, Switch
 
 Model = Annotated[
     str,
@@ -48,97 +49,11 @@ GlobalBatchTokens = Annotated[
 ]
 SeqLen = Annotated[int, typer.Option("--seq-len", help="Sequence length in tokens.")]
 Precision = Annotated[str, typer.Option("--precision", help="bf16 or fp8.")]
-GradPrecision = Annotated[
-    str | None,
-    typer.Option(
-        "--grad-precision",
-        help="Gradient buffer/reduction: fp32 (Megatron-LM default) or bf16 (NeMo default); "
-        "default: the stack's.",
-    ),
-]
 Stack = Annotated[
     str | None,
     typer.Option(
         "--stack",
         help="Training stack preset (autopar stacks) or YAML file; default megatron-lm.",
-    ),
-]
-FlashAttention = Annotated[
-    bool | None,
-    typer.Option("--flash-attention/--no-flash-attention", help="Fused attention (stack)."),
-]
-TpCommOverlap = Annotated[
-    bool | None,
-    typer.Option(
-        "--tp-comm-overlap/--no-tp-comm-overlap", help="TE userbuffers TP overlap (stack)."
-    ),
-]
-OverlapGradReduce = Annotated[
-    bool | None,
-    typer.Option(
-        "--overlap-grad-reduce/--no-overlap-grad-reduce", help="DP gradient-reduce overlap."
-    ),
-]
-OverlapParamGather = Annotated[
-    bool | None,
-    typer.Option(
-        "--overlap-param-gather/--no-overlap-param-gather", help="DP parameter-gather overlap."
-    ),
-]
-PpCommOverlap = Annotated[
-    bool | None,
-    typer.Option("--pp-comm-overlap/--no-pp-comm-overlap", help="PP send/recv overlap."),
-]
-CpCommType = Annotated[
-    str | None, typer.Option("--cp-comm-type", help="CP communication: p2p, a2a or a2a+p2p.")
-]
-EpCommOverlap = Annotated[
-    bool | None,
-    typer.Option("--ep-comm-overlap/--no-ep-comm-overlap", help="EP all-to-all overlap."),
-]
-Fp8Recipe = Annotated[
-    str | None,
-    typer.Option("--fp8-recipe", help="delayed, current (tensorwise), blockwise or mxfp8."),
-]
-Fp8Gemms = Annotated[
-    str | None,
-    typer.Option(
-        "--fp8-gemms", help="GEMMs in FP8: comma list of qkv,proj,fc1,fc2,attention,logits."
-    ),
-]
-CrossEntropyFusion = Annotated[
-    bool | None,
-    typer.Option(
-        "--cross-entropy-fusion/--no-cross-entropy-fusion", help="Fused cross entropy (stack)."
-    ),
-]
-Dropout = Annotated[
-    bool | None, typer.Option("--dropout/--no-dropout", help="Dropout masks stored (stack).")
-]
-MemoryReserveGib = Annotated[
-    float | None,
-    typer.Option("--memory-reserve-gib", help="GPU memory kept free per GPU (GiB)."),
-]
-KernelEfficiency = Annotated[
-    float | None,
-    typer.Option(
-        "--kernel-efficiency",
-        help="Fraction of the GPU's GEMM / attention efficiency the stack's kernels reach (stack).",
-    ),
-]
-OptimizerStateDtype = Annotated[
-    str | None,
-    typer.Option(
-        "--optimizer-state-dtype",
-        help="Adam moments in fp32 or bf16 (Megatron --use-precision-aware-optimizer) (stack).",
-    ),
-]
-MoeDispatchers = Annotated[
-    str | None,
-    typer.Option(
-        "--moe-dispatchers",
-        help="Token dispatchers the MoE layers may use, comma-separated: alltoall,allgather"
-        " (default), flex (DeepEP); the fastest per layout is chosen (stack).",
     ),
 ]
 Framework = Annotated[
@@ -168,26 +83,23 @@ Output = Annotated[
 
 COMMON_KEYS: tuple[str, ...] = (
     "model", "gpus", "gpu", "gpus_per_node", "cluster", "comm_profile", "global_batch",
-    "global_batch_tokens", "seq_len", "precision", "grad_precision", "framework",
+    "global_batch_tokens", "seq_len", "precision", "framework",
 )  # fmt: skip
+
+def _switch_option(item: Switch) -> Any:
+    """The typer annotation of one stack switch, from its declaration (``autopar.inputs.stack``):
+    ``--x/--no-x`` for a boolean, the values it takes in the help of the others."""
+    values = f" ({', '.join(item.choices)})" if item.choices and item.kind is str else ""
+    listed = f" (comma list of {','.join(item.choices)})" if item.kind is tuple else ""
+    flag = f"{item.flag}/--no-{item.flag[2:]}" if item.kind is bool else item.flag
+    kind = {bool: bool, float: float}.get(item.kind, str)
+    help_text = f"{item.help}{values}{listed} [stack]"
+    return Annotated[kind | None, typer.Option(flag, help=help_text)]
+
 
 STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("stack", Stack),
-    ("flash_attention", FlashAttention),
-    ("tp_comm_overlap", TpCommOverlap),
-    ("overlap_grad_reduce", OverlapGradReduce),
-    ("overlap_param_gather", OverlapParamGather),
-    ("pp_comm_overlap", PpCommOverlap),
-    ("cp_comm_type", CpCommType),
-    ("ep_comm_overlap", EpCommOverlap),
-    ("fp8_recipe", Fp8Recipe),
-    ("fp8_gemms", Fp8Gemms),
-    ("cross_entropy_fusion", CrossEntropyFusion),
-    ("dropout", Dropout),
-    ("memory_reserve_gib", MemoryReserveGib),
-    ("kernel_efficiency", KernelEfficiency),
-    ("optimizer_state_dtype", OptimizerStateDtype),
-    ("moe_dispatchers", MoeDispatchers),
+    *((item.keyword, _switch_option(item)) for item in SWITCHES),
 )
 """The training-stack options every problem-building command takes (``--stack`` and each
 switch of it), all defaulting to the stack's own value; ``with_stack_options`` adds them."""

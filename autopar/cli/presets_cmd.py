@@ -10,7 +10,7 @@ import typer
 from autopar.cli.errors import guarded
 from autopar.inputs.loading import load_gpu, load_model, load_stack, preset_names, preset_text
 from autopar.inputs.specs import GIB
-from autopar.inputs.stack import DEFAULT_STACK
+from autopar.inputs.stack import DEFAULT_STACK, SWITCHES
 
 
 def _model_line(name: str) -> str:
@@ -35,27 +35,33 @@ def _gpu_line(name: str) -> str:
     )
 
 
-def _stack_line(name: str) -> str:
-    st = load_stack(name)
-    default = " (default)" if name == DEFAULT_STACK else ""
-    overlaps = [
-        label
-        for label, on in (
-            ("tp", st.tp_comm_overlap),
-            ("grad", st.overlap_grad_reduce),
-            ("param", st.overlap_param_gather),
-            ("pp", st.pp_comm_overlap),
-            ("ep", st.ep_comm_overlap),
-        )
-        if on
+def _switch_cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def stacks_table(names: list[str]) -> str:
+    """Every switch (``autopar.inputs.stack.SWITCHES``) against every preset: one row per
+    switch, one column per stack, the default stack marked, then each stack's description."""
+    specs = [load_stack(name) for name in names]
+    header = ["switch", *(f"{n}*" if n == DEFAULT_STACK else n for n in names)]
+    rows = [header] + [
+        [item.label, *(_switch_cell(getattr(spec, item.name)) for spec in specs)]
+        for item in SWITCHES
     ]
-    return (
-        f"{name:<22} flash={'on' if st.flash_attention else 'off':<3} "
-        f"overlap={','.join(overlaps) or '-':<18} cp={st.cp_comm_type:<7} "
-        f"fp8={st.fp8_recipe:<9} grads={st.grad_reduce_dtype} "
-        f"dropout={'on' if st.dropout else 'off':<3} kernels={st.kernel_efficiency:<4g} "
-        f"{st.description}{default}"
-    )
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.append("")
+    lines += [
+        f"{name}{' (default)' if name == DEFAULT_STACK else ''}: {spec.description}"
+        for name, spec in zip(names, specs, strict=True)
+    ]
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
@@ -98,5 +104,4 @@ def register(app: typer.Typer) -> None:
         if show:
             typer.echo(preset_text("stacks", show), nl=False)
             return
-        for name in preset_names("stacks"):
-            typer.echo(_stack_line(name))
+        typer.echo(stacks_table(preset_names("stacks")))

@@ -18,8 +18,9 @@ from autopar.base.errors import InputError, excerpt
 from autopar.cli.output import to_json
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Estimate
+from autopar.layout.results import flat_row
 from autopar.outputs import emit as emitters
-from autopar.outputs.report import estimate_text, explanation_text, flat_row, solve_text
+from autopar.outputs.report import estimate_text, explanation_text, solve_text
 
 FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 

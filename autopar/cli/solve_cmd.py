@@ -13,6 +13,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_solve
+from autopar.layout.results import Explanation
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +32,6 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        grad_precision: o.GradPrecision = None,
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
@@ -94,12 +94,12 @@ def register(app: typer.Typer) -> None:
         for note in framework_notes(result.best if result.layouts else None, format, problem):
             typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):
-            explanation = result.explanation or {}
+            explanation = result.explanation or Explanation(summary="no layout found")
             if format == "table":
-                families = [f["family"] for f in explanation.get("families", [])]
+                families = [f.family for f in explanation.families]
                 binds = f"binding: {', '.join(families)}" if families else "no layout found"
                 line = f"{binds} (explanation above)"
             else:
-                line = explanation.get("summary", "no layout found")
+                line = explanation.summary
             typer.echo(f"autopar: {result.status}: {one_line(line)}", err=True)
             raise typer.Exit(EXIT_INFEASIBLE)

@@ -170,7 +170,6 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
         ] = str(api.DEFAULT_SEQ_LEN),
         precision: o.Precision = "bf16",
-        grad_precision: o.GradPrecision = None,
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,

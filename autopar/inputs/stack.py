@@ -4,15 +4,22 @@ A ``StackSpec`` names the switches of a Megatron-LM / NeMo / Megatron-Bridge rel
 step time or memory: fused attention, the communication overlaps, the context-parallel
 communication, the FP8 recipe and which GEMMs run in FP8, the gradient-reduction dtype, whether
 dropout masks are stored, and the memory the user keeps free. Presets live in
-``autopar/presets/stacks/*.yaml`` (``autopar stacks``); every switch is also a CLI flag and an API
-argument that overrides the preset. ``DEFAULT_STACK`` is what ``solve`` and ``evaluate`` use when
-no stack is named.
+``autopar/presets/stacks/*.yaml`` (``autopar stacks``). ``DEFAULT_STACK`` is what ``solve`` and
+``evaluate`` use when no stack is named.
+
+Each switch is declared once, as a ``StackSpec`` field made by ``switch()``: its metadata (help,
+the values it takes, the API keyword and CLI flag when they differ from the field name) is what
+the YAML loader checks, what ``Switch`` hands on, and what generates the CLI options
+(``autopar.cli.options``), the API keywords (``autopar.inputs.problem``) and the ``autopar
+stacks`` table, the way Megatron-Core generates its arguments from ``TransformerConfig`` field
+metadata (``ArgumentGroupFactory``, ``megatron/training/arguments.py``). Adding a switch is one
+field here, plus the cost terms and emitters that read it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autopar.base.errors import InputError, excerpt
@@ -39,104 +46,151 @@ DeepEP / HybridEP, which a cluster must have installed."""
 GRAD_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 
 
+def switch(
+    default: Any,
+    *,
+    help: str,
+    choices: tuple[str, ...] = (),
+    aliases: dict[str, str] | None = None,
+    bounds: tuple[float, float] | None = None,
+    keyword: str = "",
+    label: str = "",
+) -> Any:
+    """A ``StackSpec`` field that users may override one by one (module docstring): ``help`` for
+    ``--help`` and ``autopar stacks``; ``choices`` the values a text switch (or each entry of a
+    list switch) takes, with ``aliases`` for other spellings; ``bounds`` the closed range of a
+    number; ``keyword`` the API keyword and CLI flag when not the field name; ``label`` the
+    short name in ``autopar stacks``."""
+    metadata = {
+        "help": help,
+        "choices": choices,
+        "aliases": aliases or {},
+        "bounds": bounds,
+        "keyword": keyword,
+        "label": label,
+    }
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackSpec:
-    """A training software stack (module docstring). Field names are the YAML keys, the API
-    arguments and, with ``-`` for ``_``, the CLI flags."""
+    """A training software stack (module docstring). Field names are the YAML keys; each
+    switch's API keyword and CLI flag are its ``Switch``'s."""
 
     name: str
     description: str = ""
-    flash_attention: bool = True
-    """Fused attention (FlashAttention / cuDNN): scores never stored, causal half skipped."""
-    tp_comm_overlap: bool = False
-    """Megatron ``--tp-comm-overlap`` (Transformer Engine userbuffers)."""
-    overlap_grad_reduce: bool = True
-    """Megatron ``--overlap-grad-reduce``: gradient buckets reduce during the backward."""
-    overlap_param_gather: bool = True
-    """Megatron ``--overlap-param-gather``: distributed-optimizer gathers during the forward."""
-    pp_comm_overlap: bool = False
-    """Pipeline send/recv overlapped with compute (Megatron ``overlap_p2p_comm`` with
-    interleaving, ``--overlap-p2p-communication``)."""
-    cp_comm_type: str = "p2p"
-    ep_comm_overlap: bool = False
-    """Expert all-to-all overlapped with the other micro-batch's compute (Megatron
-    ``--overlap-moe-expert-parallel-comm``, 1F1B A2A overlap)."""
-    fp8_recipe: str = "delayed"
-    fp8_gemms: tuple[str, ...] = DEFAULT_FP8_GEMMS
-    moe_dispatchers: tuple[str, ...] = ("alltoall", "allgather")
-    """Token dispatchers the MoE layers may use; the cost model prices the fastest for each
-    layout, so the search chooses it, and the output sets it (``--moe-token-dispatcher-type``).
-    Megatron ships ``alltoall`` and ``allgather``; ``flex`` needs DeepEP and is opt-in."""
-    grad_reduce_dtype: str = "fp32"
-    """Gradient buffer and reduction dtype: Megatron-LM's default keeps FP32 ``main_grad``;
-    NeMo's recipes reduce in BF16 (``grad_reduce_in_fp32=False``)."""
-    optimizer_state_dtype: str = "fp32"
-    """Adam moments' dtype: ``fp32`` (Megatron's default) or ``bf16`` (Megatron
-    ``--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``,
-    arguments.py L3667-3684; Megatron-Bridge 25.09's MoE recipes: "Precision-aware optimizer
-    update to support BF16 states", its changelog). FP32 master weights stay."""
-    cross_entropy_fusion: bool = False
-    """Fused vocab-parallel cross entropy (Megatron ``--cross-entropy-loss-fusion``; Megatron-Bridge
-    recipes use Transformer Engine's): the logits are read once forward and the gradient written
-    once, instead of the FP32 softmax passes of ``cross_entropy.py``."""
-    dropout: bool = True
-    """Hidden and attention dropout on (Megatron's 0.1 default: masks stored for backward);
-    NeMo / Megatron-Bridge pretraining recipes set both to 0."""
-    memory_reserve_gib: float = 0.0
-    """GPU memory kept free on top of the cost model's workspace term."""
-    kernel_efficiency: float = 1.0
-    """Fraction of the GPU preset's tensor-core efficiency (GEMMs and fused attention) the stack's
-    kernels reach. The Hopper presets' efficiencies are measured with 2026 libraries
-    (``benchmarks/data/``); a mid-2024 release (cuBLAS 12.5, Transformer Engine 1.8, Megatron-Core
-    0.8) ran the same models slower on the same H100s: Llama-3 8B on 8 GPUs gave 12,273
-    tokens/s/GPU in NeMo 24.07 and 14,079 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524
-    and 1,619 (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for
-    the 2021 A100 stack, whose GPU efficiency was calibrated on its own runs)."""
+    flash_attention: bool = switch(
+        True,
+        help="Fused attention (FlashAttention / cuDNN): scores never stored, causal half skipped.",
+        label="flash",
+    )
+    tp_comm_overlap: bool = switch(
+        False,
+        help="TP communication overlapped (Megatron --tp-comm-overlap, TE userbuffers).",
+        label="tp overlap",
+    )
+    overlap_grad_reduce: bool = switch(
+        True,
+        help="DP gradient buckets reduce during the backward (Megatron --overlap-grad-reduce).",
+        label="grad overlap",
+    )
+    overlap_param_gather: bool = switch(
+        True,
+        help="Distributed-optimizer gathers during the forward (Megatron --overlap-param-gather).",
+        label="param overlap",
+    )
+    pp_comm_overlap: bool = switch(
+        False,
+        help="Pipeline send/recv overlapped with compute (Megatron --overlap-p2p-communication, "
+        "with interleaving).",
+        label="pp overlap",
+    )
+    cp_comm_type: str = switch(
+        "p2p",
+        help="CP communication (Megatron --cp-comm-type).",
+        choices=CP_COMM_TYPES,
+        label="cp comm",
+    )
+    ep_comm_overlap: bool = switch(
+        False,
+        help="Expert all-to-all overlapped with the other micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm, 1F1B A2A overlap).",
+        label="ep overlap",
+    )
+    fp8_recipe: str = switch(
+        "delayed",
+        help="FP8 scaling recipe (Megatron --fp8-recipe; tensorwise = current).",
+        choices=FP8_RECIPES,
+        aliases=FP8_RECIPE_ALIASES,
+        label="fp8 recipe",
+    )
+    fp8_gemms: tuple[str, ...] = switch(
+        DEFAULT_FP8_GEMMS,
+        help="GEMMs that run in FP8 when the precision is FP8.",
+        choices=FP8_GEMMS,
+        label="fp8 gemms",
+    )
+    moe_dispatchers: tuple[str, ...] = switch(
+        ("alltoall", "allgather"),
+        help="Token dispatchers the MoE layers may use; the cost model prices the fastest for "
+        "each layout, so the search chooses it, and the output sets it "
+        "(--moe-token-dispatcher-type). flex needs DeepEP and is opt-in.",
+        choices=MOE_DISPATCHERS,
+        label="dispatchers",
+    )
+    grad_reduce_dtype: str = switch(
+        "fp32",
+        help="Gradient buffer and reduction dtype: fp32 (Megatron-LM's main_grad) or bf16 "
+        "(NeMo's grad_reduce_in_fp32=False).",
+        choices=GRAD_DTYPES,
+        keyword="grad_precision",
+        label="grads",
+    )
+    optimizer_state_dtype: str = switch(
+        "fp32",
+        help="Adam moments in fp32 or bf16 (Megatron --use-precision-aware-optimizer); FP32 "
+        "master weights stay.",
+        choices=GRAD_DTYPES,
+        label="adam states",
+    )
+    """BF16 moments: Megatron ``--use-precision-aware-optimizer --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16`` (arguments.py L3667-3684); Megatron-Bridge 25.09's MoE recipes
+    ("Precision-aware optimizer update to support BF16 states", its changelog)."""
+    cross_entropy_fusion: bool = switch(
+        False,
+        help="Fused vocab-parallel cross entropy (Megatron --cross-entropy-loss-fusion): logits "
+        "read once forward and the gradient written once.",
+        label="fused CE",
+    )
+    dropout: bool = switch(
+        True,
+        help="Hidden and attention dropout on, masks stored for backward (Megatron's 0.1); "
+        "NeMo / Megatron-Bridge pretraining recipes set both to 0.",
+        label="dropout",
+    )
+    memory_reserve_gib: float = switch(
+        0.0,
+        help="GPU memory kept free per GPU (GiB), on top of the cost model's workspace.",
+        bounds=(0.0, float(1 << 20)),
+        label="reserve GiB",
+    )
+    kernel_efficiency: float = switch(
+        1.0,
+        help="Fraction of the GPU's GEMM / fused-attention efficiency the stack's kernels reach "
+        "(0.85 for the mid-2024 stacks, 1.0 for current ones).",
+        bounds=(0.1, 1.5),
+        label="kernels",
+    )
+    """The Hopper presets' efficiencies are measured with 2026 libraries (``benchmarks/data/``);
+    a mid-2024 release (cuBLAS 12.5, Transformer Engine 1.8, Megatron-Core 0.8) ran the same
+    models slower on the same H100s: Llama-3 8B on 8 GPUs gave 12,273 tokens/s/GPU in NeMo
+    24.07 and 14,079 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524 and 1,619
+    (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for the 2021
+    A100 stack, whose GPU efficiency was calibrated on its own runs)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "flash_attention",
-            "tp_comm_overlap",
-            "overlap_grad_reduce",
-            "overlap_param_gather",
-            "pp_comm_overlap",
-            "ep_comm_overlap",
-            "cross_entropy_fusion",
-            "dropout",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                got = excerpt(getattr(self, name))
-                raise InputError(f"must be true or false, got {got}", field=name)
-        _choice(self.cp_comm_type, CP_COMM_TYPES, "cp_comm_type")
-        _choice(self.fp8_recipe, FP8_RECIPES, "fp8_recipe")
-        for name in ("grad_reduce_dtype", "optimizer_state_dtype"):
-            if getattr(self, name) not in GRAD_DTYPES:
-                raise InputError(
-                    f"must be fp32 or bf16, got {excerpt(getattr(self, name))}", field=name
-                )
-        if not isinstance(self.fp8_gemms, tuple):
-            raise InputError("must be a list of GEMM names", field="fp8_gemms")
-        for gemm in self.fp8_gemms:
-            _choice(gemm, FP8_GEMMS, "fp8_gemms")
-        if not isinstance(self.moe_dispatchers, tuple) or not self.moe_dispatchers:
-            raise InputError("must be a non-empty list of dispatchers", field="moe_dispatchers")
-        for dispatcher in self.moe_dispatchers:
-            _choice(dispatcher, MOE_DISPATCHERS, "moe_dispatchers")
-        reserve = self.memory_reserve_gib
-        number = isinstance(reserve, int | float) and not isinstance(reserve, bool)
-        if not (number and math.isfinite(reserve) and 0 <= reserve <= 1 << 20):
-            raise InputError(
-                f"must be a number in 0..1048576, got {excerpt(reserve)}",
-                field="memory_reserve_gib",
-            )
-
-        efficiency = self.kernel_efficiency
-        number = isinstance(efficiency, int | float) and not isinstance(efficiency, bool)
-        if not (number and math.isfinite(efficiency) and 0.1 <= efficiency <= 1.5):
-            raise InputError(
-                f"must be a number in 0.1..1.5, got {excerpt(efficiency)}",
-                field="kernel_efficiency",
-            )
+        for item in SWITCHES:
+            item.check(getattr(self, item.name))
 
     def fp8(self, gemm: str) -> bool:
         """Whether ``gemm`` runs in FP8 when the training precision is FP8."""
@@ -144,14 +198,91 @@ class StackSpec:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["fp8_gemms"] = list(self.fp8_gemms)
-        out["moe_dispatchers"] = list(self.moe_dispatchers)
-        return out
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switch:
+    """One stack switch as users meet it, from its ``StackSpec`` field (``switch()``)."""
+
+    name: str
+    """The field name and YAML key."""
+    kind: type
+    """``bool``, ``str`` (one of ``choices``), ``tuple`` (a list of ``choices``) or ``float``."""
+    default: Any
+    help: str
+    choices: tuple[str, ...]
+    aliases: dict[str, str]
+    bounds: tuple[float, float] | None
+    keyword: str
+    """The API keyword (``grad_precision`` for ``grad_reduce_dtype``); the CLI flag is
+    ``--`` + it with ``-`` for ``_``."""
+    label: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.keyword.replace("_", "-")
+
+    def normalise(self, value: Any) -> Any:
+        """``value`` as ``StackSpec`` holds it: aliases resolved, lists as tuples (a
+        comma-separated string is accepted), whole numbers as floats."""
+        if self.kind is str and isinstance(value, str):
+            value = value.strip().lower()
+            return self.aliases.get(value, value)
+        if self.kind is tuple:
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v.strip()]
+            if isinstance(value, list | tuple):
+                return tuple(str(v).strip() for v in value)
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        """``InputError`` naming the field unless ``value`` is of the switch's kind and range."""
+        if self.kind is bool and not isinstance(value, bool):
+            raise InputError(f"must be true or false, got {excerpt(value)}", field=self.name)
+        if self.kind is str:
+            _choice(value, self.choices, self.name)
+        if self.kind is tuple:
+            if not isinstance(value, tuple) or not value and self.name == "moe_dispatchers":
+                raise InputError(f"must be a non-empty list of {self.name}", field=self.name)
+            for item in value:
+                _choice(item, self.choices, self.name)
+        if self.kind is float:
+            low, high = self.bounds or (-math.inf, math.inf)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and low <= value <= high):
+                raise InputError(
+                    f"must be a number in {_number(low)}..{_number(high)}, got {excerpt(value)}",
+                    field=self.name,
+                )
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _switch_of(spec_field: Any) -> Switch:
+    meta = spec_field.metadata
+    kind = {bool: bool, str: str, float: float}.get(type(spec_field.default), tuple)
+    return Switch(
+        name=spec_field.name,
+        kind=kind,
+        default=spec_field.default,
+        help=meta["help"],
+        choices=meta["choices"],
+        aliases=meta["aliases"],
+        bounds=meta["bounds"],
+        keyword=meta["keyword"] or spec_field.name,
+        label=meta["label"] or spec_field.name,
+    )
+
+
+SWITCHES: tuple[Switch, ...] = tuple(_switch_of(f) for f in fields(StackSpec) if f.metadata)
+"""The switches a user may override one by one (CLI flags, API keywords), in field order."""
+SWITCH: dict[str, Switch] = {s.name: s for s in SWITCHES}
 STACK_KEYS: tuple[str, ...] = tuple(f.name for f in fields(StackSpec))
-SWITCHES: tuple[str, ...] = tuple(k for k in STACK_KEYS if k not in ("name", "description"))
-"""The keys a user may override one by one (CLI flags, API arguments)."""
 
 
 def _choice(value: object, choices: tuple[str, ...], name: str) -> None:
@@ -160,19 +291,8 @@ def _choice(value: object, choices: tuple[str, ...], name: str) -> None:
 
 
 def normalise_switch(key: str, value: Any) -> Any:
-    """A switch value as ``StackSpec`` holds it: FP8 recipe aliases resolved, GEMM lists as
-    tuples (a comma-separated string is accepted)."""
-    if key == "fp8_recipe" and isinstance(value, str):
-        return FP8_RECIPE_ALIASES.get(value.strip().lower(), value.strip().lower())
-    if key in ("fp8_gemms", "moe_dispatchers"):
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()]
-        if isinstance(value, list | tuple):
-            return tuple(str(v).strip() for v in value)
-    numeric = key in ("memory_reserve_gib", "kernel_efficiency")
-    if numeric and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
+    """A switch value (by field name) as ``StackSpec`` holds it (``Switch.normalise``)."""
+    return SWITCH[key].normalise(value) if key in SWITCH else value
 
 
 def stack_from_mapping(data: dict[str, Any], *, name: str) -> StackSpec:
@@ -196,7 +316,7 @@ def with_overrides(stack: StackSpec, overrides: dict[str, Any]) -> StackSpec:
     import dataclasses
 
     given = {k: normalise_switch(k, v) for k, v in overrides.items() if v is not None}
-    unknown = set(given) - set(SWITCHES)
+    unknown = set(given) - set(SWITCH)
     if unknown:
         raise InputError(f"unknown stack switch(es): {', '.join(sorted(unknown))}")
     return dataclasses.replace(stack, **given) if given else stack

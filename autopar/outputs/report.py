@@ -6,44 +6,12 @@ Bytes become GiB only here. Library code returns strings; the CLI prints them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from autopar.base.axes import AXES
 from autopar.inputs.echo import inputs_text
 from autopar.inputs.specs import GIB
 from autopar.layout.plan import Estimate, Layout
-
-
-def flat_row(estimate: Estimate) -> dict[str, Any]:
-    """One estimate as a flat record (layout, figures, memory in GiB, time per category)."""
-    layout = estimate.layout
-    row: dict[str, Any] = dict(estimate.to_dict()["layout"])
-    row.update(
-        fits=estimate.fits,
-        step_time_s=estimate.step_time_s,
-        tokens_per_s=estimate.tokens_per_s,
-        tokens_per_s_per_gpu=estimate.tokens_per_s / layout.num_gpus,
-        mfu=estimate.mfu,
-        hfu=estimate.hfu,
-        memory_gib=estimate.memory_bytes["total"] / GIB,
-    )
-    for category in _memory_categories(estimate):
-        row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB
-    for category, value in estimate.time_s.items():
-        row[f"time_{category}_s"] = value
-    return row
-
-
-def _memory_categories(estimate: Estimate) -> list[str]:
-    """Every memory category the cost model filled, ``total`` excepted."""
-    return [c for c in estimate.memory_bytes if c != "total"]
-
-
-def estimates_frame(estimates: Sequence[Estimate]):
-    """A pandas DataFrame, one row per estimate, best first."""
-    import pandas as pd
-
-    return pd.DataFrame([flat_row(e) for e in estimates])
+from autopar.layout.results import Explanation, SolveResult, memory_categories
 
 
 def layout_text(estimate: Estimate) -> str:
@@ -70,7 +38,7 @@ def estimate_text(estimate: Estimate) -> str:
         f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
     ]
     capacity = estimate.capacity_bytes
-    for category in (*_memory_categories(estimate), "total"):
+    for category in (*memory_categories(estimate), "total"):
         value = estimate.memory_bytes[category]
         lines.append(f"  {category:<12} {value / GIB:8.2f} GiB  {_bar(value / capacity)}")
     reserve = (estimate.inputs or {}).get("memory_reserve_bytes") or 0
@@ -149,7 +117,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def solve_text(result) -> str:
+def solve_text(result: SolveResult) -> str:
     """A solve result for people: status, the chosen layout in full, then the runners-up."""
     status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
         result.status, result.status
@@ -161,32 +129,31 @@ def solve_text(result) -> str:
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
-    notes = [f"note         {note}" for note in getattr(result, "notes", ())]
+    notes = [f"note         {note}" for note in result.notes]
     parts = [head, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
         parts += ["", "best layouts", runners_up_text(result.layouts)]
     return "\n".join(parts)
 
 
-def explanation_text(result) -> str:
+def explanation_text(result: SolveResult) -> str:
     """Why nothing fits: the conflicting rule families, the nearest miss, the changes that fit."""
-    explanation = result.explanation or {}
+    explanation = result.explanation or Explanation(summary="no layout found")
     lines = [f"status       {result.status}"]
-    if getattr(result, "inputs", None):
+    if result.inputs:
         lines.append(f"inputs       {inputs_text(result.inputs)}")
-    for family in explanation.get("families", []):
-        lines.append(f"conflict     {family['family']}: {'; '.join(family['rules'])}")
-    miss = explanation.get("nearest_miss")
+    for family in explanation.families:
+        lines.append(f"conflict     {family.family}: {'; '.join(family.rules)}")
+    miss = explanation.nearest_miss
     if miss:
         lines.append(
-            f"nearest miss {miss['min_memory_bytes'] / GIB:.1f} GiB per GPU at best, "
-            f"{Layout(**miss['layout']).text()} "
-            f"(capacity {miss['capacity_bytes'] / GIB:.1f} GiB)"
+            f"nearest miss {miss.min_memory_bytes / GIB:.1f} GiB per GPU at best, "
+            f"{Layout(**miss.layout).text()} "
+            f"(capacity {miss.capacity_bytes / GIB:.1f} GiB)"
         )
-    suggestions = explanation.get("suggestions", [])
-    if suggestions:
+    if explanation.suggestions:
         lines.append("would fit:")
-        lines += [f"  - {change}" for change in suggestions]
-    elif not explanation.get("families"):
-        lines.append(explanation.get("summary", ""))
+        lines += [f"  - {change}" for change in explanation.suggestions]
+    elif not explanation.families:
+        lines.append(explanation.summary)
     return "\n".join(lines)

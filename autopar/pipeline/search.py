@@ -51,6 +51,7 @@ from autopar.costs.stage_figures import in_flight, pipeline_time_s, stage_figure
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Layout
+from autopar.layout.results import Explanation, NearestMiss, SolveResult
 from autopar.layout.rules import layout_rules
 from autopar.layout.space import Space, space_of
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan
@@ -1175,7 +1176,6 @@ def solve_result(
     with its best plan, best first), with an explanation naming the stage that cannot fit when
     nothing does."""
     from autopar.costs.stage_estimate import estimate_plan
-    from autopar.search.solver import SolveResult
 
     start = time.perf_counter()
     solutions = solve_stages_top(
@@ -1285,7 +1285,7 @@ def schedule_notes(status: str, best, evens: Sequence) -> list[str]:
     return notes
 
 
-def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict:
+def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> Explanation:
     """Why no per-stage plan fits: the outer layout and plan whose fullest stage comes closest,
     which stage that is, and what it would need."""
     cand = solution.candidates
@@ -1296,7 +1296,7 @@ def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict
             if solution.status == "unknown"
             else "the layout rules leave no outer layout (see the uniform explanation)"
         )
-        return {"summary": text, "families": [], "nearest_miss": None, "suggestions": []}
+        return Explanation(summary=text, cut_short=solution.status == "unknown")
     row = int(np.argmin(cand.even_peak_bytes))
     plan = cand.even_peak_plans[row]
     layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
@@ -1314,18 +1314,14 @@ def explain(solution: StageSolution, problem: Problem, ctx: TermContext) -> dict
         f"and needs {need / gib:.1f} GiB, "
         f"{(need - capacity) / gib:.1f} GiB over the {capacity / gib:.1f} GiB capacity"
     )
-    return {
-        "summary": summary,
-        "families": [],
-        "nearest_miss": {
-            "min_memory_bytes": need,
-            "capacity_bytes": capacity,
-            "layout": with_plan_recompute(layout, plan).to_dict(),
-            "stage": stage,
-            "stage_layers": plan.stage_layers(stage),
-        },
-        "suggestions": [],
-    }
+    miss = NearestMiss(
+        min_memory_bytes=need,
+        capacity_bytes=capacity,
+        layout=with_plan_recompute(layout, plan).to_dict(),
+        stage=stage,
+        stage_layers=plan.stage_layers(stage),
+    )
+    return Explanation(summary=summary, nearest_miss=miss)
 
 
 # --- one layer kind: the plan is the layer count of every stage ------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -22,6 +21,7 @@ from autopar.base.errors import InputError
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Layout
+from autopar.layout.results import Explanation, NearestMiss, RuleFamily
 from autopar.layout.space import Space, build_space
 from autopar.search import interrupt
 from autopar.search.cpsat import BYTES_PER_KIB, build_model, make_solver
@@ -45,7 +45,7 @@ def _family_texts(space: Space, ctx: TermContext) -> dict[str, list[str]]:
 
 def conflicting_families(
     space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
-) -> list[dict[str, Any]]:
+) -> list[RuleFamily]:
     """The rule families in an infeasible core of the rules alone (memory capacity lifted),
     each with its rules as the user reads them."""
     try:
@@ -60,7 +60,7 @@ def conflicting_families(
     }
     texts = _family_texts(space, ctx)
     return [
-        {"family": family, "rules": texts.get(family, [])}
+        RuleFamily(family=family, rules=tuple(texts.get(family, [])))
         for family, literal in vm.families.items()
         if literal.name in core
     ]
@@ -68,7 +68,7 @@ def conflicting_families(
 
 def nearest_memory_miss(
     space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
-) -> dict[str, Any] | None:
+) -> NearestMiss | None:
     """The smallest per-GPU footprint over all layouts the other rules allow."""
     if not all(space.domains.values()):
         return None
@@ -82,31 +82,31 @@ def nearest_memory_miss(
         return None
     layout = Layout.from_grid_row({a: int(solver.value(v)) for a, v in vm.axes.items()})
     need = solver.objective_value * BYTES_PER_KIB
-    return {
-        "min_memory_bytes": need,
-        "capacity_bytes": float(ctx.cluster.usable_memory_bytes),
-        "layout": layout.to_dict(),
-    }
+    return NearestMiss(
+        min_memory_bytes=need,
+        capacity_bytes=float(ctx.cluster.usable_memory_bytes),
+        layout=layout.to_dict(),
+    )
 
 
 def _with_training(problem: Problem, **changes: int) -> Problem:
     return dataclasses.replace(problem, training=dataclasses.replace(problem.training, **changes))
 
 
-def _gpu_counts(problem: Problem, miss: dict[str, Any] | None) -> list[int]:
+def _gpu_counts(problem: Problem, miss: NearestMiss | None) -> list[int]:
     """GPU counts worth trying: the nearest multiples of a node, and, when memory binds, the
     power-of-two multiples of the current count that would spread the nearest miss thin enough
     (model states shrink about linearly with the GPUs that share them)."""
     num_gpus, node = problem.training.num_gpus, problem.cluster.gpus_per_node
     counts = {max(node, num_gpus // node * node), (num_gpus // node + 1) * node, 2 * num_gpus}
     if miss is not None:
-        ratio = miss["min_memory_bytes"] / miss["capacity_bytes"]
+        ratio = miss.min_memory_bytes / miss.capacity_bytes
         first = int(np.ceil(np.log2(max(ratio, 1.0))))
         counts |= {num_gpus * 2**k for k in range(max(first, 1), first + 3)}
     return sorted(counts - {num_gpus})
 
 
-def _candidates(problem: Problem, miss: dict[str, Any] | None) -> list[tuple[str, Problem]]:
+def _candidates(problem: Problem, miss: NearestMiss | None) -> list[tuple[str, Problem]]:
     """Changes a user could make, smallest first."""
     t, o = problem.training, problem.options
     out: list[tuple[str, Problem]] = []
@@ -218,14 +218,14 @@ def explain_infeasible(
     cost_model: CostModel,
     *,
     deadline: float | None = None,
-) -> dict[str, Any]:
+) -> Explanation:
     """Why ``space`` (of ``problem``) has no layout that fits, within ``deadline``
     (``time.perf_counter()`` seconds; ``cut_short`` says when it ran out)."""
     deadline = time.perf_counter() + 60.0 if deadline is None else deadline
     # With the capacity lifted, a layout exists: memory alone binds. Else the rules conflict.
     miss = nearest_memory_miss(space, ctx, cost_model, deadline=deadline)
     if miss is not None:
-        families = [{"family": "memory", "rules": _family_texts(space, ctx)["memory"]}]
+        families = [RuleFamily(family="memory", rules=tuple(_family_texts(space, ctx)["memory"]))]
     else:
         families = conflicting_families(space, ctx, cost_model, deadline=deadline)
     candidates = _candidates(problem, miss)
@@ -238,25 +238,24 @@ def explain_infeasible(
     ]
     cut_short = time.perf_counter() >= deadline
     summary = (
-        "no layout satisfies: "
-        + "; ".join(f"{f['family']} ({', '.join(f['rules'])})" for f in families)
+        "no layout satisfies: " + "; ".join(f"{f.family} ({', '.join(f.rules)})" for f in families)
         if families
         else ("no layout satisfies the rules")
     )
     if miss is not None:
-        layout = Layout(**miss["layout"])
+        layout = Layout(**miss.layout)
         summary += (
-            f". The smallest per-GPU footprint is {miss['min_memory_bytes'] / GIB:.1f} GiB"
-            f" ({layout.text()}), above {miss['capacity_bytes'] / GIB:.1f} GiB"
+            f". The smallest per-GPU footprint is {miss.min_memory_bytes / GIB:.1f} GiB"
+            f" ({layout.text()}), above {miss.capacity_bytes / GIB:.1f} GiB"
         )
     if suggestions:
         summary += ". Would fit: " + "; or ".join(suggestions[:3])
     if cut_short:
         summary += ". The time limit cut this explanation short (raise --time-limit)"
-    return {
-        "summary": summary,
-        "families": families,
-        "nearest_miss": miss,
-        "suggestions": suggestions,
-        "cut_short": cut_short,
-    }
+    return Explanation(
+        summary=summary,
+        families=tuple(families),
+        nearest_miss=miss,
+        suggestions=tuple(suggestions),
+        cut_short=cut_short,
+    )

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -24,7 +22,8 @@ from autopar.base.axes import tie_key
 from autopar.base.deadline import TimeLimitReached
 from autopar.costs.estimate import estimate_many
 from autopar.costs.terms import CostModel, TermContext
-from autopar.layout.plan import Estimate, Layout
+from autopar.layout.plan import Layout
+from autopar.layout.results import SolveResult
 from autopar.layout.space import Space
 from autopar.search import interrupt
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
@@ -35,51 +34,6 @@ TOP_K_SLACK = 0.005
 """First enumeration bound for the runners-up: objective <= optimum * (1 + 0.5%)."""
 TOP_K_MAX_SLACK = 64.0
 """Runners-up slower than 65x the optimum are not looked for."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SolveResult:
-    """What ``autopar.solve`` returns: status, timing and the best layouts, best first."""
-
-    status: str
-    """``optimal`` (proven), ``feasible`` (time limit hit; see ``gap``), ``infeasible``."""
-    solve_time_s: float
-    layouts: tuple[Estimate, ...]
-    best_bound_step_time_s: float | None = None
-    """Lower bound on the best step time proven by the solver."""
-    explanation: dict[str, Any] | None = None
-    num_workers: int = 1
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    inputs: dict[str, Any] | None = None
-    """The assumptions behind the answer (``autopar.inputs.echo``)."""
-
-    @property
-    def best(self) -> Estimate:
-        return self.layouts[0]
-
-    @property
-    def gap(self) -> float | None:
-        if not self.layouts or self.best_bound_step_time_s is None:
-            return None
-        best = self.layouts[0].step_time_s
-        return max(0.0, (best - self.best_bound_step_time_s) / best)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "solve_time_s": self.solve_time_s,
-            "best_bound_step_time_s": self.best_bound_step_time_s,
-            "gap": self.gap,
-            "layouts": [estimate.to_dict() for estimate in self.layouts],
-            "explanation": self.explanation,
-            "notes": list(self.notes),
-            **({"inputs": self.inputs} if self.inputs is not None else {}),
-        }
-
-    def to_frame(self):
-        from autopar.outputs.report import estimates_frame
-
-        return estimates_frame(self.layouts)
 
 
 def default_num_workers() -> int:

@@ -202,7 +202,7 @@ def _solve_point(job: _PointJob) -> Solved:
         job.gpus, name, job.seq_len, result.status, best, job.train_tokens, job.gpu_hour_cost
     )
     if best is None and result.explanation:
-        row = dataclasses.replace(row, reason=one_line(result.explanation.get("summary", "")))
+        row = dataclasses.replace(row, reason=one_line(result.explanation.summary))
     memory = None
     if best is not None:
         memory = {k: v / GIB for k, v in best.memory_bytes.items() if k != "total"}

@@ -1,0 +1,345 @@
+"""The options of a problem, grouped, and the ``Problem`` they build.
+
+A problem is asked for in one vocabulary, the CLI's (``--gpus`` is ``gpus=``, ``--max-pp`` is
+``max_pp=``), in three frozen groups:
+
+- ``JobOptions``: what to train where: the model, the GPUs, the batch, the sequence, the
+  precision;
+- ``StackOptions``: the training stack and the switches that override it (``autopar.inputs.stack``
+  declares each switch once; its keyword comes from there);
+- ``SearchRequest``: what the search may choose: the framework's rules, allowed modes and
+  features, pins (``tp=8``) and limits (``max_pp=16``).
+
+``ProblemOptions.from_keywords`` sorts flat keywords into the groups (an unknown one is a
+``TypeError`` with a did-you-mean); ``build_problem`` checks them and builds the frozen specs.
+``make_problem(**keywords)`` is both in one call, the API's entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.errors import InputError, excerpt
+from autopar.inputs import limits as bounds
+from autopar.inputs.loading import load_cluster, load_model, load_stack
+from autopar.inputs.specs import (
+    GIB,
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    Problem,
+    SearchOptions,
+    TrainingSpec,
+)
+from autopar.inputs.stack import SWITCHES, StackSpec, with_overrides
+
+DEFAULT_SEQ_LEN = 4096
+DEFAULT_GLOBAL_BATCH_TOKENS = 4 * 1024 * 1024
+"""4 Mi tokens per step when no batch is given (1024 sequences of 4096 tokens)."""
+AXIS_MAXIMA: dict[str, int] = {"vpp": bounds.MAX_VPP, "mbs": bounds.MAX_MBS}
+"""Pins, limits and evaluated values of an axis are bounded by ``bounds.MAX_GPUS`` unless
+listed here (``autopar.inputs.limits``)."""
+FIELD_FLAGS: dict[str, str] = {
+    # spec field -> the flag a user types, for errors raised by the frozen specs
+    "num_gpus": "--gpus",
+    "grad_reduce_dtype": "--grad-precision",
+    "global_batch": "--global-batch",
+    "seq_len": "--seq-len",
+    "grad_precision": "--grad-precision",
+    "zero": "--zero",
+    "recompute": "--recompute",
+}
+PRE_BLACKWELL_GPUS: tuple[str, ...] = ("a100", "h100", "h200", "mi300")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """What to train, on what: the model, the GPUs, the batch and the precision."""
+
+    model: str | ModelSpec
+    """A preset name (``autopar models``) or a YAML / JSON file of Hugging Face keys."""
+    gpus: int
+    """GPUs in the job (``--gpus``)."""
+    gpu: str | GpuSpec | None = None
+    """A GPU preset (``autopar gpus``) or file; h100 unless the cluster file names one."""
+    gpus_per_node: int | None = None
+    cluster: str | None = None
+    comm_profile: str | None = None
+    global_batch: int | None = None
+    """Sequences per step; or ``global_batch_tokens`` (default 4 Mi tokens)."""
+    global_batch_tokens: int | None = None
+    seq_len: int = DEFAULT_SEQ_LEN
+    precision: str = "bf16"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackOptions:
+    """The training stack (a preset, a file or a ``StackSpec``; ``None`` is the default stack)
+    and the switches given one by one, by field name (``Switch.name``)."""
+
+    stack: str | StackSpec | None = None
+    switches: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchRequest:
+    """What the search may choose, as the user asked for it (``SearchOptions`` once checked)."""
+
+    framework: str = "megatron"
+    recompute: str | Sequence[str] | None = None
+    """Allowed recompute modes (``none,selective,full`` or ``any``; default all)."""
+    zero: str | Sequence[int] | None = None
+    """Allowed ZeRO stages (``0,1`` ... or ``any``; default per framework)."""
+    sequence_parallel: bool | None = None
+    allow_interleaving: bool = True
+    allow_cp: bool = True
+    allow_ep: bool = True
+    tp_within_node: bool = True
+    uneven_pipeline: bool = False
+    pins: tuple[tuple[str, int], ...] = ()
+    """Fixed axis values (``tp=8``)."""
+    limits: tuple[tuple[str, int], ...] = ()
+    """Upper limits (``max_pp=16``; a limit on ``mbs`` replaces its search cap)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProblemOptions:
+    """Everything that makes a ``Problem``, in its three groups (module docstring)."""
+
+    job: JobOptions
+    stack: StackOptions = field(default_factory=StackOptions)
+    search: SearchRequest = field(default_factory=SearchRequest)
+
+    @classmethod
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> ProblemOptions:
+        """The groups from flat keywords in the CLI's vocabulary: the fields of ``JobOptions``
+        and ``SearchRequest``, ``stack`` and each switch's keyword, an axis name as a pin
+        (``tp=8``), ``max_<axis>`` or ``limits={axis: value}`` as a limit."""
+        unknown = sorted(set(keywords) - set(KEYWORDS))
+        if unknown:
+            raise TypeError(_unknown_text(unknown))
+        if "model" not in keywords or "gpus" not in keywords:
+            missing = [k for k in ("model", "gpus") if k not in keywords]
+            raise TypeError(f"missing option(s): {', '.join(missing)}")
+        job = JobOptions(**{k: keywords[k] for k in JOB_KEYS if k in keywords})
+        switches = tuple(
+            (s.name, keywords[s.keyword]) for s in SWITCHES if keywords.get(s.keyword) is not None
+        )
+        stack = StackOptions(stack=keywords.get("stack"), switches=switches)
+        limits = keywords.get("limits") or {}
+        if not isinstance(limits, dict):
+            raise InputError(f"must map axes to limits, got {excerpt(limits)}", source="limits")
+        limits = {**limits, **{k[4:]: v for k, v in keywords.items() if k in LIMIT_KEYS}}
+        search = SearchRequest(
+            **{k: keywords[k] for k in SEARCH_KEYS if k in keywords},
+            pins=tuple((k, v) for k, v in keywords.items() if k in SEARCH_AXES and v is not None),
+            limits=tuple((k, v) for k, v in limits.items() if v is not None),
+        )
+        return cls(job=job, stack=stack, search=search)
+
+
+JOB_KEYS: tuple[str, ...] = tuple(f.name for f in fields(JobOptions))
+SEARCH_KEYS: tuple[str, ...] = tuple(
+    f.name for f in fields(SearchRequest) if f.name not in ("pins", "limits")
+)
+LIMIT_KEYS: tuple[str, ...] = tuple(f"max_{axis}" for axis in SEARCH_AXES)
+KEYWORDS: tuple[str, ...] = (
+    *JOB_KEYS,
+    "stack",
+    *(s.keyword for s in SWITCHES),
+    *SEARCH_KEYS,
+    *SEARCH_AXES,
+    *LIMIT_KEYS,
+    "limits",
+)
+"""Every keyword ``make_problem`` takes: the API's vocabulary, the CLI's flags with ``_``."""
+
+
+def _unknown_text(unknown: list[str]) -> str:
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, KEYWORDS, n=1, cutoff=0.6)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return f"unknown option(s): {', '.join(parts)}"
+
+
+def make_problem(**keywords: Any) -> Problem:
+    """A ``Problem`` from the CLI's options as keywords (``ProblemOptions.from_keywords``):
+    ``make_problem(model="llama-70b", gpus=1024, tp=8, max_pp=16, stack="nemo-24.07")``."""
+    return build_problem(ProblemOptions.from_keywords(keywords))
+
+
+def build_problem(options: ProblemOptions) -> Problem:
+    """The frozen specs of ``options``, each number checked against its documented maximum
+    before anything is loaded or enumerated; ``InputError`` names the flag and the rule."""
+    job, search = options.job, options.search
+    _check_sizes(job.gpus, job.seq_len, dict(search.pins), dict(search.limits))
+    _check_names(precision=job.precision, framework=search.framework)
+    stack = options.stack.stack
+    if stack is not None and not isinstance(stack, str | StackSpec):
+        raise InputError(f"must be a stack name or file, got {excerpt(stack)}", source="--stack")
+    for name, value in options.stack.switches:
+        if name == "grad_reduce_dtype":
+            _check_names(grad_precision=value)
+    model = load_model(job.model)
+    cluster = load_cluster(
+        gpu=job.gpu,
+        cluster_file=job.cluster,
+        gpus_per_node=job.gpus_per_node,
+        comm_profile=job.comm_profile,
+    )
+    try:
+        spec_stack = with_overrides(load_stack(stack), dict(options.stack.switches))
+        reserve_given = dict(options.stack.switches).get("memory_reserve_gib")
+        cluster = _with_reserve(cluster, spec_stack, flag_given=reserve_given)
+        training = TrainingSpec(
+            num_gpus=job.gpus,
+            grad_precision=spec_stack.grad_reduce_dtype,
+            seq_len=job.seq_len,
+            precision=job.precision,
+            global_batch_sequences=_global_batch(
+                job.global_batch, job.global_batch_tokens, job.seq_len
+            ),
+            stack=spec_stack,
+        )
+        cluster.gpu.peak_flop_per_s(job.precision)
+        _check_fp8_recipe(spec_stack, cluster.gpu, job.precision)
+        search_options = _search_options(search)
+    except InputError as err:
+        flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")
+        raise InputError(err.rule, source=err.source or flag) from None
+    return Problem(model=model, cluster=cluster, training=training, options=search_options)
+
+
+def _search_options(search: SearchRequest) -> SearchOptions:
+    framework = search.framework
+    return SearchOptions(
+        framework=framework,
+        recompute=_modes(search.recompute, RECOMPUTE_MODES, "recompute", RECOMPUTE_MODES),
+        zero_stages=_modes(search.zero, ZERO_STAGES, "zero", default_zero(framework)),
+        sequence_parallel=search.sequence_parallel,
+        allow_interleaving=search.allow_interleaving,
+        allow_cp=search.allow_cp,
+        allow_ep=search.allow_ep,
+        tp_within_node=search.tp_within_node,
+        uneven_pipeline=search.uneven_pipeline,
+        pins=search.pins,
+        maxima=tuple(sorted(search.limits)),
+    )
+
+
+def _modes(value: str | Sequence[str] | None, allowed: tuple, name: str, default: tuple) -> tuple:
+    if value is None:
+        return default
+    if not isinstance(value, str | list | tuple):
+        raise InputError(
+            f"must be a comma-separated list, got {excerpt(value)}", source=f"--{name}"
+        )
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items[:16]:
+        if not isinstance(item, str | int) or isinstance(item, bool):
+            raise InputError(f"must be a list of names, got {excerpt(item)}", source=f"--{name}")
+        item = str(item).strip()
+        if item == "any":
+            return allowed
+        parsed = int(item) if allowed == ZERO_STAGES and item.isdigit() else item
+        if parsed not in allowed:
+            choices = ", ".join(map(str, allowed))
+            raise InputError(
+                f"must be among {choices} or 'any', got {excerpt(item)}", source=f"--{name}"
+            )
+        out.append(parsed)
+    return tuple(out)
+
+
+def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int) -> int:
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError(
+            "give --global-batch or --global-batch-tokens, not both", source="--global-batch"
+        )
+    if global_batch is not None:
+        return bounds.check_int(
+            global_batch, source="--global-batch", maximum=bounds.MAX_GLOBAL_BATCH
+        )
+    tokens = DEFAULT_GLOBAL_BATCH_TOKENS if global_batch_tokens is None else global_batch_tokens
+    tokens = bounds.check_int(
+        tokens, source="--global-batch-tokens", maximum=bounds.MAX_GLOBAL_BATCH_TOKENS
+    )
+    if tokens % seq_len:
+        raise InputError(
+            f"{tokens} tokens is not a whole number of {seq_len}-token sequences",
+            source="--global-batch-tokens",
+        )
+    return bounds.check_int(
+        tokens // seq_len, source="--global-batch-tokens", maximum=bounds.MAX_GLOBAL_BATCH
+    )
+
+
+def _check_sizes(gpus: object, seq_len: object, pins: dict, lims: dict) -> None:
+    """Every number that sizes an enumeration, against its documented maximum
+    (``autopar.inputs.limits``), before anything is enumerated."""
+    bounds.check_int(gpus, source="--gpus", maximum=bounds.MAX_GPUS)
+    bounds.check_int(seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
+    for axis, value in pins.items():
+        if value is not None:
+            maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+            bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum)
+    for axis, value in lims.items():
+        flag = f"--max-{str(axis).replace('_', '-')}"
+        if axis not in SEARCH_AXES:
+            raise InputError(f"unknown layout axis {excerpt(axis)}", source="limits")
+        if value is not None:
+            bounds.check_int(value, source=flag, maximum=AXIS_MAXIMA.get(axis, bounds.MAX_GPUS))
+
+
+def _check_names(**names: object) -> None:
+    for flag, value in names.items():
+        if not isinstance(value, str):
+            raise InputError(
+                f"must be a name, got {excerpt(value)}", source=f"--{flag.replace('_', '-')}"
+            )
+
+
+def _check_fp8_recipe(stack: StackSpec, gpu: GpuSpec, precision: str) -> None:
+    """MXFP8 needs Blackwell's block-scaled tensor cores (Megatron ``--fp8-recipe mxfp8``, TE
+    ``MXFP8BlockScaling``); on an earlier preset it is bad input. Without FP8 it has no effect
+    and is accepted."""
+    if (
+        precision == "fp8"
+        and stack.fp8_recipe == "mxfp8"
+        and gpu.name.startswith(PRE_BLACKWELL_GPUS)
+    ):
+        raise InputError(
+            f"mxfp8 needs Blackwell tensor cores, {gpu.name} has none; use delayed, current "
+            "or blockwise",
+            field="fp8_recipe",
+        )
+
+
+def _with_reserve(
+    cluster: ClusterSpec, stack: StackSpec, *, flag_given: float | None
+) -> ClusterSpec:
+    """The memory each GPU keeps free: ``--memory-reserve-gib``, else the cluster file's
+    ``memory_reserve_gib``, else the stack's. Below 0 or above the GPU's memory is bad input."""
+    if flag_given is None and cluster.memory_reserve_bytes:
+        return cluster
+    reserve_gib = stack.memory_reserve_gib
+    if reserve_gib * GIB > cluster.gpu.memory_bytes:
+        raise InputError(
+            f"must be at most the GPU's memory ({cluster.gpu.memory_bytes / GIB:.1f} GiB), "
+            f"got {reserve_gib:g}",
+            field="memory_reserve_gib",
+        )
+    return dataclasses.replace(cluster, memory_reserve_bytes=int(round(reserve_gib * GIB)))
+
+
+def default_zero(framework: str) -> tuple[int, ...]:
+    """Megatron: plain DDP or the distributed optimizer; torchtitan: FSDP (ZeRO-3) or DDP;
+    DeepSpeed: ZeRO 0-1 (stages 2-3 do not combine with its pipeline engine)."""
+    return {"megatron": (0, 1), "torchtitan": (0, 3), "deepspeed": (0, 1)}.get(framework, (0, 1))

@@ -1,0 +1,154 @@
+"""What a search answers: ``SolveResult`` (the best layouts, the status, the bound) and, when
+nothing fits, its ``Explanation``; and the flat rows of estimates that CSV, sweeps and pandas
+frames share. One type for the uniform and the per-stage search alike; the JSON contract is
+``to_dict()`` (``autopar/schemas/solve.schema.json``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopar.base.axes import AXES
+from autopar.inputs.specs import GIB
+from autopar.layout.plan import Estimate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleFamily:
+    """A family of layout rules in an infeasible core, with its rules as the user reads them."""
+
+    family: str
+    rules: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "rules": list(self.rules)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NearestMiss:
+    """The layout (and, for a per-stage plan, the stage) that comes closest to fitting."""
+
+    min_memory_bytes: float
+    capacity_bytes: float
+    layout: dict[str, Any]
+    """``Layout.to_dict()`` of the smallest footprint."""
+    stage: int | None = None
+    """The fullest stage of the closest per-stage plan."""
+    stage_layers: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "min_memory_bytes": self.min_memory_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "layout": self.layout,
+        }
+        if self.stage is not None:
+            out.update(stage=self.stage, stage_layers=self.stage_layers)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Explanation:
+    """Why no layout fits (DESIGN §3, "Infeasibility"): the binding rule families, the nearest
+    miss when memory binds, the changes that were checked to fit, in one summary line."""
+
+    summary: str
+    families: tuple[RuleFamily, ...] = ()
+    nearest_miss: NearestMiss | None = None
+    suggestions: tuple[str, ...] = ()
+    cut_short: bool = False
+    """The time limit ended the explanation before every check ran."""
+
+    @classmethod
+    def time_ran_out(cls) -> Explanation:
+        return cls(
+            summary="the time limit ran out before any layout was found; raise --time-limit",
+            cut_short=True,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary,
+            "families": [f.to_dict() for f in self.families],
+            "nearest_miss": self.nearest_miss.to_dict() if self.nearest_miss else None,
+            "suggestions": list(self.suggestions),
+            "cut_short": self.cut_short,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolveResult:
+    """What ``autopar.solve`` returns: status, timing and the best layouts, best first."""
+
+    status: str
+    """``optimal`` (proven), ``feasible`` (time limit hit; see ``gap``), ``infeasible``,
+    ``unknown`` (nothing found within the time limit)."""
+    solve_time_s: float
+    layouts: tuple[Estimate, ...]
+    best_bound_step_time_s: float | None = None
+    """Lower bound on the best step time proven by the solver."""
+    explanation: Explanation | None = None
+    num_workers: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    inputs: dict[str, Any] | None = None
+    """The assumptions behind the answer (``autopar.inputs.echo``)."""
+
+    @property
+    def best(self) -> Estimate:
+        return self.layouts[0]
+
+    @property
+    def gap(self) -> float | None:
+        if not self.layouts or self.best_bound_step_time_s is None:
+            return None
+        best = self.layouts[0].step_time_s
+        return max(0.0, (best - self.best_bound_step_time_s) / best)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "solve_time_s": self.solve_time_s,
+            "best_bound_step_time_s": self.best_bound_step_time_s,
+            "gap": self.gap,
+            "layouts": [estimate.to_dict() for estimate in self.layouts],
+            "explanation": self.explanation.to_dict() if self.explanation else None,
+            "notes": list(self.notes),
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
+        }
+
+    def to_frame(self):
+        return estimates_frame(self.layouts)
+
+
+def flat_row(estimate: Estimate) -> dict[str, Any]:
+    """One estimate as a flat record (layout, figures, memory in GiB, time per category)."""
+    layout = estimate.layout
+    row: dict[str, Any] = {axis.layout_attr: getattr(layout, axis.layout_attr) for axis in AXES}
+    row.update(
+        fits=estimate.fits,
+        step_time_s=estimate.step_time_s,
+        tokens_per_s=estimate.tokens_per_s,
+        tokens_per_s_per_gpu=estimate.tokens_per_s / layout.num_gpus,
+        mfu=estimate.mfu,
+        hfu=estimate.hfu,
+        memory_gib=estimate.memory_bytes["total"] / GIB,
+    )
+    for category in memory_categories(estimate):
+        row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB
+    for category, value in estimate.time_s.items():
+        row[f"time_{category}_s"] = value
+    return row
+
+
+def memory_categories(estimate: Estimate) -> list[str]:
+    """Every memory category the cost model filled, ``total`` excepted."""
+    return [c for c in estimate.memory_bytes if c != "total"]
+
+
+def estimates_frame(estimates: Sequence[Estimate]):
+    """A pandas DataFrame, one row per estimate, best first."""
+    import pandas as pd
+
+    return pd.DataFrame([flat_row(e) for e in estimates])
