@@ -86,6 +86,7 @@ COMMON_KEYS: tuple[str, ...] = (
     "global_batch_tokens", "seq_len", "precision", "framework",
 )  # fmt: skip
 
+
 def _switch_option(item: Switch) -> Any:
     """The typer annotation of one stack switch, from its declaration (``autopar.inputs.stack``):
     ``--x/--no-x`` for a boolean, the values it takes in the help of the others."""
