@@ -10,7 +10,7 @@ Public API (keyword arguments mirror the CLI flags)::
 
 The package is built in floors, each a sub-package that imports only the floors below it
 (``docs/DESIGN.md``, "Floors"; ``tests/test_architecture.py`` keeps it so):
-``cli`` -> ``api``, ``sweeps`` -> ``pipeline`` -> ``search``, ``outputs``, ``calibration`` ->
+``cli`` -> ``sweeps`` -> ``api`` -> ``pipeline`` -> ``search``, ``outputs``, ``calibration`` ->
 ``costs`` -> ``layout`` -> ``inputs`` -> ``base``.
 
 The names below are loaded on first use (PEP 562), so ``import autopar.base.axes`` or one cost

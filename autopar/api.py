@@ -17,7 +17,7 @@ from typing import Any
 
 from autopar.base.axes import GIVEN_AXES
 from autopar.base.errors import InputError
-from autopar.costs.comm import CollectiveModel, DatasheetCollectives
+from autopar.costs.comm import CollectiveModel, DatasheetCollectives, collective_sources
 from autopar.costs.estimate import estimate
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.terms import CostModel, TermContext
@@ -97,7 +97,8 @@ def solve_problem(
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
     ctx = make_context(problem)
-    inputs = inputs_dict(problem.model, problem.cluster, problem.training, comm=ctx.comm)
+    sources = collective_sources(ctx.comm)
+    inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
     if pipeline_plan == "per-stage":
         from autopar.pipeline.search import solve_result
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,99 @@ def test_the_core_never_imports_the_cost_models() -> None:
         for module, names in _imports("autopar").items()
     }
     assert {m: n for m, n in offenders.items() if n} == {}
+
+
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("base",),
+    ("inputs",),
+    ("layout",),
+    ("costs",),
+    ("search", "outputs", "calibration"),
+    ("pipeline",),
+    ("api",),
+    ("sweeps",),
+    ("cli",),
+)
+"""The floors of ``autopar`` from the ground up (``docs/DESIGN.md``, "Floors"): a sub-package
+imports only floors below its own, and never a neighbour on its own floor."""
+FLOOR = {package: level for level, floor in enumerate(FLOORS, 1) for package in floor}
+COST_MODELS_MAY_IMPORT = ("base", "inputs", "layout", "costs")
+
+
+def _floor(module: str) -> int:
+    """The floor of an ``autopar`` module (``autopar`` itself and ``__main__`` stand on top)."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return len(FLOORS) + 1
+    assert parts[1] in FLOOR, f"{module} stands on no floor: add its package to FLOORS"
+    return FLOOR[parts[1]]
+
+
+def test_every_import_runs_down_the_floors() -> None:
+    """No import upwards and none sideways (``autopar.search`` never imports
+    ``autopar.outputs``): each floor is understood from the floors below it."""
+    wrong = []
+    for module, names in _imports("autopar").items():
+        here = _floor(module)
+        for name in names:
+            if not name.startswith("autopar.") or name.split(".")[1] == module.split(".")[1]:
+                continue
+            if name.split(".")[1] not in FLOOR and name.split(".")[1] != "__main__":
+                continue  # a name imported from the package face (``from autopar import x``)
+            there = _floor(name)
+            if there >= here:
+                wrong.append(f"{module} (floor {here}) imports {name} (floor {there})")
+    assert wrong == []
+
+
+def test_the_cost_models_import_only_the_floors_they_build_on() -> None:
+    wrong = [
+        f"{module} imports {name}"
+        for module, names in _imports("cost_models").items()
+        for name in names
+        if name.startswith("autopar.") and name.split(".")[1] not in COST_MODELS_MAY_IMPORT
+    ]
+    assert wrong == []
+
+
+GETATTR_ALLOWED: dict[tuple[str, str], str] = {
+    ("autopar/costs/plugin.py", "__module__"): "checks a user's plug-in object",
+    ("autopar/costs/terms.py", "name"): "reports a plug-in term that lacks the protocol",
+    ("autopar/costs/terms.py", "depends_on"): "reports a plug-in term that lacks the protocol",
+    ("autopar/costs/comm.py", "provenance"): "an optional method of the floor's own protocol",
+    ("autopar/base/startup.py", "orig_argv"): "sys, Python < 3.10 has none",
+    ("autopar/inputs/safe_yaml.py", "CSafeLoader"): "PyYAML built without libyaml",
+    ("autopar/inputs/safe_yaml.py", "strerror"): "an OSError's message",
+    ("autopar/inputs/safe_yaml.py", "problem_mark"): "a PyYAML error's position",
+    ("autopar/inputs/safe_yaml.py", "problem"): "a PyYAML error's text",
+    ("autopar/outputs/report.py", "stages"): "per-stage estimates (to go with the pipeline fold)",
+    ("autopar/outputs/report.py", "formula_step_time_s"): "per-stage estimates (ditto)",
+    ("autopar/cli/render.py", "pipeline_plan"): "per-stage estimates (ditto)",
+}
+"""``getattr(obj, "literal")``: duck typing on autopar's own types is not allowed (import the
+type, or give it the field); these read objects from outside autopar, each for its reason."""
+
+
+def test_no_duck_typing_of_autopar_types() -> None:
+    found = set()
+    for path in sorted((REPO / "autopar").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr"
+            if call and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                found.add((str(path.relative_to(REPO)), node.args[1].value))
+    assert found - set(GETATTR_ALLOWED) == set()
+
+
+def test_importing_one_floor_loads_neither_ortools_nor_pandas() -> None:
+    """``import autopar.base.axes`` or one cost term is cheap: the package face is lazy
+    (PEP 562) and only the search floor imports OR-Tools."""
+    code = (
+        "import sys, autopar.base.axes, autopar.costs.terms, cost_models.memory, autopar;"
+        "print(sorted(m for m in ('ortools', 'pandas', 'typer') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert callable(autopar.solve) and autopar.Layout is Layout
 
 
 def test_the_core_import_graph_has_no_circle() -> None:

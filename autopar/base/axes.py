@@ -34,15 +34,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from autopar.inputs.specs import Problem
+from typing import Any, Literal, Protocol
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 
 Kind = Literal["size", "mode", "flag"]
+
+
+class Problem(Protocol):
+    """What an axis domain reads of a problem: ``autopar.inputs.specs.Problem`` is one. The
+    ground floor names the four parts only; the domains below read their documented fields
+    (``training.num_gpus``, ``model.num_layers`` ...)."""
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def cluster(self) -> Any: ...
+
+    @property
+    def training(self) -> Any: ...
+
+    @property
+    def options(self) -> Any: ...
 
 
 def divisors(n: int) -> tuple[int, ...]:

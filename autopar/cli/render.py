@@ -67,7 +67,7 @@ def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:
         raise refuse(fmt)
     layout = dataclasses.replace(estimate.layout, vpp=1)
     base = emitters.megatron_args(layout, problem, with_split=False)  # the plan sets the split
-    mtp = int(getattr(problem.model, "num_mtp_layers", 0) or 0)
+    mtp = problem.model.num_mtp_layers
     return megatron_plan_args(base, plan, num_mtp_layers=mtp)
 
 

@@ -84,6 +84,14 @@ class CollectiveModel(Protocol):
     ) -> np.ndarray: ...
 
 
+def collective_sources(comm: CollectiveModel) -> dict[str, str] | None:
+    """Where a collective model's times come from, per collective and span, when it says
+    (a measured profile's ``provenance()``: ``measured``, ``derived from ...``, ``datasheet``);
+    ``None`` for models that do not (the datasheet model, a plug-in's own)."""
+    provenance = getattr(comm, "provenance", None)
+    return provenance() if callable(provenance) else None
+
+
 NVLINK_EFFICIENCY = 0.80
 """Achievable fraction of per-direction NVLink bandwidth as NCCL bus bandwidth: nccl-tests
 all_reduce on DGX A100 peaks near 230-240 GB/s of 300, on DGX H100 near 360-380 of 450."""

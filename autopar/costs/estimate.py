@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autopar.costs.comm import collective_sources
 from autopar.costs.terms import (
     CostModel,
     TermContext,
@@ -30,7 +31,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     capacity = float(ctx.cluster.usable_memory_bytes)
     decided = cost_model.decisions.decide(grid, ctx) if cost_model.decisions else {}
     tokens = ctx.training.global_batch_tokens
-    inputs = inputs_dict(ctx.model, ctx.cluster, ctx.training, comm=ctx.comm)
+    inputs = inputs_dict(ctx.model, ctx.cluster, ctx.training, sources=collective_sources(ctx.comm))
     out = []
     for i, layout in enumerate(layouts):
         gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step_s[i]

@@ -108,14 +108,13 @@ class StageCosts:
 
 def layer_kinds(model) -> tuple[str, ...]:
     """The kind of every layer (``ModelSpec.layer_kinds`` where the model has per-layer types)."""
-    kinds = getattr(model, "layer_kinds", None)
-    return tuple(kinds) if kinds else (DEFAULT_KIND,) * model.num_layers
+    return tuple(model.layer_kinds)
 
 
 def mtp_layers(model) -> tuple[int, str]:
     """MTP modules on the last stage and their layer kind (none without per-layer types)."""
-    count = int(getattr(model, "num_mtp_layers", 0) or 0)
-    return count, (getattr(model, "mtp_layer_kind", DEFAULT_KIND) if count else DEFAULT_KIND)
+    count = model.num_mtp_layers
+    return count, (model.mtp_layer_kind if count else DEFAULT_KIND)
 
 
 def _probe_model(model, kind: str, num_layers: int):
@@ -239,7 +238,7 @@ def probe_stage_costs(
         for term in single_terms:
             value = np.asarray(term.evaluate(one, ctx), dtype=np.float64)
             fixed["last_static_bytes"][rows] += np.broadcast_to(value, (n,))
-    if not getattr(model, "tied_embeddings", True):
+    if not model.tied_embeddings:
         # The untied output layer has the input embedding's shape: the last stage holds its
         # parameters (the cost model counts them only with pp == 1, on the first stage).
         fixed["last_static_bytes"] += np.where(pp_all > 1, embedding_bytes, 0.0)

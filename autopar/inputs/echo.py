@@ -41,11 +41,14 @@ def parameter_count(model: ModelSpec) -> int:
 
 
 def inputs_dict(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, comm: object = None
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    sources: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The assumptions; ``comm`` (the context's collective model) adds, for a measured profile,
-    where each collective's time comes from (``CommProfile.provenance``)."""
-    provenance = getattr(comm, "provenance", None)
+    """The assumptions; ``sources`` says, for a measured profile, where each collective's time
+    comes from (``autopar.costs.comm.collective_sources``)."""
 
     return {
         "model": model.name,
@@ -63,7 +66,7 @@ def inputs_dict(
         "stack_switches": training.stack.to_dict(),
         "memory_reserve_bytes": cluster.memory_reserve_bytes,
         "comm_profile": cluster.comm_profile_path,
-        "collective_sources": provenance() if callable(provenance) else None,
+        "collective_sources": sources,
     }
 
 
