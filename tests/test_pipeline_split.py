@@ -53,12 +53,9 @@ def test_rule_matches_megatron_options(layers: int) -> None:
 
 
 def test_llama_405b_flags() -> None:
-    split = pipeline_split(126, 8, 8)
-    assert split.megatron_flags(8) == [
-        "--account-for-embedding-in-pipeline-split",
-        "--account-for-loss-in-pipeline-split",
-        "--num-virtual-stages-per-pipeline-rank 8",
-    ]
+    split = pipeline_split(126, 8, 8)  # 126 + 2 = 8 * 16: embedding and loss take a slot each
+    assert (split.account_for_embedding, split.account_for_loss) == (True, True)
+    assert split.first_stage_layers is None
     assert pipeline_split(126, 16, 2).account_for_embedding
     assert pipeline_split(126, 5, 1).first_stage_layers == 24  # 126 = 24 + 3*26 + 24
     assert pipeline_split(126, 6, 3) == pipeline_split(126, 6, 1)  # even: no flags

@@ -300,6 +300,12 @@ FREE_AXES: tuple[str, ...] = tuple(axis.name for axis in AXES if not axis.derive
 """The axes that no product rule fixes: the ones a layout is chosen by."""
 GIVEN_AXES: tuple[Axis, ...] = tuple(a for a in AXES if a.name in FREE_AXES and a.given)
 """The axes ``evaluate`` takes values for (``dp``, ``grad_accum`` and ``sp`` follow)."""
+PRODUCTS: dict[str, tuple[str, ...]] = {
+    axis.name: (*axis.derived_from, axis.name) for axis in AXES if axis.derived_from
+}
+"""Each product rule by the axis it derives: ``dp`` -> ``tp*pp*cp*dp`` (= the GPU count),
+``grad_accum`` -> ``mbs*dp*grad_accum`` (= the global batch); ``autopar.layout.space`` pairs
+them with their totals."""
 
 
 def tie_key(row: dict[str, int]) -> tuple[int, ...]:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autopar.base.axes import GIVEN_AXES, RECOMPUTE_MODES
+from autopar.base.axes import AXIS, GIVEN_AXES, PRODUCTS, RECOMPUTE_MODES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
 from autopar.inputs.problem import AXIS_MAXIMA
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Layout
 from autopar.layout.rules import sequence_parallel_on
-from autopar.layout.space import build_space
+from autopar.layout.space import build_space, derive
 from autopar.layout.stages import (
     PIPELINE_PLANS,
     StagePlan,
@@ -54,29 +54,16 @@ def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any
         if axis.kind == "mode" and (isinstance(value, bool) or value not in axis.choices):
             choices = ", ".join(map(str, axis.choices))
             raise InputError(f"must be one of {choices}, got {excerpt(value)}", source=flag)
-    tp, pp, cp, mbs = chosen["tp"], chosen["pp"], chosen["cp"], chosen["mbs"]
-    num_gpus, batch = problem.training.num_gpus, problem.training.global_batch_sequences
-    if num_gpus % (tp * pp * cp):
-        raise InputError(
-            f"tp*pp*cp = {tp * pp * cp} does not divide the GPU count ({num_gpus})",
-            source="layout",
-            field="GPU count",
-        )
-    dp = num_gpus // (tp * pp * cp)
-    if batch % (mbs * dp):
-        raise InputError(
-            f"mbs*dp = {mbs * dp} does not divide the global batch ({batch})",
-            source="layout",
-            field="global batch",
-        )
+    space = build_space(problem)
+    names = {axis.layout_attr: axis.name for axis in GIVEN_AXES}
+    derived = derive(problem, {names[attr]: v for attr, v in chosen.items() if attr in names})
     layout = Layout(
         **chosen,
-        dp=dp,
-        grad_accum=batch // (mbs * dp),
-        sequence_parallel=bool(sequence_parallel_on(problem, tp)),
+        **{AXIS[a].layout_attr: derived[a] for a in PRODUCTS},
+        sequence_parallel=bool(sequence_parallel_on(problem, chosen["tp"])),
     )
     skip = ("pins and limits", *(("layers vs PP",) if pipeline_plan == "per-stage" else ()))
-    broken = build_space(problem).broken_rule(layout.grid_row(), skip=skip)
+    broken = space.broken_rule(layout.grid_row(), skip=skip)
     if broken is not None:
         family, _, rule = broken.partition(": ")
         raise InputError(rule, source="layout", field=family)

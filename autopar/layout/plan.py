@@ -7,10 +7,11 @@ of the axes): one field per axis, under its ``Layout`` attribute name, with its 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autopar.base.axes import AXES, GRID_AXES
+from autopar.base.axes import AXES, AXIS, GRID_AXES, PRODUCTS
 
 _FIELD_TYPES = {"size": int, "mode": object, "flag": bool}
 
@@ -30,7 +31,7 @@ class _LayoutMethods:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
+        return math.prod(getattr(self, AXIS[a].layout_attr) for a in PRODUCTS["dp"])
 
     def text(self) -> str:
         """The layout on one line, axes in table order (``TP=8 PP=4 VPP=5 CP=1 DP=32 ...``)."""

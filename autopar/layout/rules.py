@@ -82,19 +82,6 @@ class PipelineSplit:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
 
-    def megatron_flags(self, vpp: int) -> list[str]:
-        flags = []
-        if self.account_for_embedding:
-            flags.append("--account-for-embedding-in-pipeline-split")
-        if self.account_for_loss:
-            flags.append("--account-for-loss-in-pipeline-split")
-        if self.first_stage_layers is not None:
-            flags.append(f"--decoder-first-pipeline-num-layers {self.first_stage_layers}")
-            flags.append(f"--decoder-last-pipeline-num-layers {self.last_stage_layers}")
-        if vpp > 1:
-            flags.append(f"--num-virtual-stages-per-pipeline-rank {vpp}")
-        return flags
-
 
 def pipeline_split(num_layers: int, pp: int, vpp: int = 1) -> PipelineSplit | None:
     """The Megatron split of ``uneven_split_ok`` for one ``(pp, vpp)``; ``None`` if there is none.

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.base.axes import AXES, AXIS, GRID_AXES
+from autopar.base.axes import AXES, AXIS, GRID_AXES, PRODUCTS
+from autopar.base.errors import InputError
 from autopar.inputs.specs import Problem
 from autopar.layout.rules import Rule, layout_rules
 
@@ -32,26 +33,46 @@ class Product:
     source: str
 
 
+PRODUCT_SOURCES: dict[str, tuple[str, str]] = {
+    "dp": ("GPU count", "Megatron initialize_model_parallel (parallel_state.py)"),
+    "grad_accum": ("global batch", "Megatron num_microbatches_calculator.py"),
+}
+"""Each product rule's family and source, by the axis it derives (``PRODUCTS``)."""
+
+
 def products(problem: Problem) -> tuple[Product, ...]:
-    """The GPU-count and global-batch products; their derived axes (``dp``, ``grad_accum``) are
-    the ones whose ``Axis.derived_from`` names the others."""
-    training = problem.training
-    return (
-        Product(
-            family="GPU count",
-            text=f"tp*pp*cp*dp == GPUs ({training.num_gpus})",
-            axes=("tp", "pp", "cp", "dp"),
-            total=training.num_gpus,
-            source="Megatron initialize_model_parallel (parallel_state.py)",
-        ),
-        Product(
-            family="global batch",
-            text=f"mbs*dp*grad_accum == global batch ({training.global_batch_sequences})",
-            axes=("mbs", "dp", "grad_accum"),
-            total=training.global_batch_sequences,
-            source="Megatron num_microbatches_calculator.py",
-        ),
-    )
+    """The GPU-count and global-batch products (``autopar.base.axes.PRODUCTS``: the axes of
+    each follow from ``Axis.derived_from``) with the problem's totals."""
+    totals = {
+        "dp": problem.training.num_gpus,
+        "grad_accum": problem.training.global_batch_sequences,
+    }
+    out = []
+    for derived, axes in PRODUCTS.items():
+        family, source = PRODUCT_SOURCES[derived]
+        total = totals[derived]
+        text = f"{'*'.join(axes)} == {'GPUs' if derived == 'dp' else family} ({total})"
+        out.append(Product(family=family, text=text, axes=axes, total=total, source=source))
+    return tuple(out)
+
+
+def derive(problem: Problem, given: Mapping[str, int]) -> dict[str, int]:
+    """The derived axes (``dp``, then ``grad_accum``) of the free values ``given``, each the
+    total of its product over the others; ``InputError`` names the product they do not divide."""
+    values = dict(given)
+    for product in products(problem):
+        derived = product.axes[-1]
+        factors = [values[a] for a in product.axes[:-1]]
+        part = int(np.prod(factors))
+        if product.total % part:
+            raise InputError(
+                f"{'*'.join(product.axes[:-1])} = {part} does not divide the "
+                f"{product.family} ({product.total})",
+                source="layout",
+                field=product.family,
+            )
+        values[derived] = product.total // part
+    return values
 
 
 DERIVED: tuple[str, ...] = tuple(axis.name for axis in AXES if axis.derived_from)
