@@ -61,7 +61,7 @@ def make_context(problem: Problem, *, comm: CollectiveModel | None = None) -> Te
     datasheet = DatasheetCollectives(problem.cluster)
     gemm = None
     if comm is None and problem.cluster.comm_profile_path:
-        from autopar.calibration.profile import load_profile
+        from autopar.calibration.profile_io import load_profile
 
         path = problem.cluster.comm_profile_path
         try:

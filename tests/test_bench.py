@@ -22,7 +22,8 @@ from autopar.calibration.gemm_bench import (
     run_gemm_bench,
 )
 from autopar.calibration.nccl import parse_nccl_log, parse_nccl_text
-from autopar.calibration.profile import fit_profile, load_profile
+from autopar.calibration.profile import fit_profile
+from autopar.calibration.profile_io import load_profile
 from autopar.costs.comm import COLLECTIVES
 
 

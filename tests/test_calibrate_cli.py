@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from autopar.calibration.profile import load_profile
+from autopar.calibration.profile_io import load_profile
 from autopar.cli.calibrate import register
 
 DATA = Path(__file__).parent / "data" / "nccl"

@@ -17,7 +17,8 @@ from autopar.calibration.comm_bench import (
     element_count,
     format_log,
 )
-from autopar.calibration.profile import load_profile, network_share
+from autopar.calibration.profile import network_share
+from autopar.calibration.profile_io import load_profile
 from autopar.cli import app
 from autopar.costs.comm import bus_bandwidth_factor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import autopar
-from autopar.calibration.profile import load_profile
+from autopar.calibration.profile_io import load_profile
 from tests.conftest import REPO
 
 PROFILE = REPO / "benchmarks" / "data" / "h200_gemm_profile.yaml"

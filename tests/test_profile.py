@@ -12,15 +12,8 @@ import pytest
 from autopar.base.errors import InputError
 from autopar.calibration.compare import compare_log, fitted_only
 from autopar.calibration.nccl import parse_nccl_log
-from autopar.calibration.profile import (
-    CommProfile,
-    GemmPoint,
-    SourceLog,
-    file_sha256,
-    fit_profile,
-    load_profile,
-    save_profile,
-)
+from autopar.calibration.profile import CommProfile, GemmPoint, SourceLog, fit_profile
+from autopar.calibration.profile_io import file_sha256, load_profile, save_profile
 from autopar.costs.comm import CollectiveModel
 
 DATA = Path(__file__).parent / "data" / "nccl"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from autopar.calibration.profile import load_profile
+from autopar.calibration.profile_io import load_profile
 from autopar.cli import app
 from tests.conftest import DATA
 

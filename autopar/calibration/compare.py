@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from autopar.calibration.profile import MIB_BYTES, CommProfile, curve_points
+from autopar.calibration.fit import MIB_BYTES, curve_points
+from autopar.calibration.profile import CommProfile
 from autopar.costs.comm import CollectiveModel
 
 

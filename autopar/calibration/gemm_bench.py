@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autopar.calibration.profile import CommProfile, GemmPoint, load_profile, save_profile
+from autopar.calibration.profile import CommProfile, GemmPoint
+from autopar.calibration.profile_io import load_profile, save_profile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,14 +16,8 @@ import typer
 from autopar.base.errors import InputError, excerpt, shorten
 from autopar.calibration.compare import LogComparison, compare_log, fitted_only
 from autopar.calibration.nccl import parse_nccl_log
-from autopar.calibration.profile import (
-    CommProfile,
-    SourceLog,
-    file_sha256,
-    fit_profile,
-    load_profile,
-    save_profile,
-)
+from autopar.calibration.profile import CommProfile, SourceLog, fit_profile
+from autopar.calibration.profile_io import file_sha256, load_profile, save_profile
 from autopar.cli.errors import guarded
 from autopar.inputs.limits import MAX_GPUS, check_int
 

@@ -182,7 +182,7 @@ def api_calls(case: Case, folder: Path) -> list[tuple[str, object]]:
     """(label, thunk) pairs calling the API on the case's files."""
     import autopar
     from autopar.calibration.nccl import parse_nccl_log
-    from autopar.calibration.profile import load_profile
+    from autopar.calibration.profile_io import load_profile
     from autopar.inputs.loading import load_cluster, load_gpu, load_model, load_stack
 
     calls: list[tuple[str, object]] = []
