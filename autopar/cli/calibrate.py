@@ -8,18 +8,18 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
 
 from autopar.base.errors import InputError, excerpt, shorten
-from autopar.calibration.compare import LogComparison, compare_log, fitted_only
-from autopar.calibration.nccl import parse_nccl_log
-from autopar.calibration.profile import CommProfile, SourceLog, fit_profile
-from autopar.calibration.profile_io import file_sha256, load_profile, save_profile
 from autopar.cli.errors import guarded
 from autopar.inputs.limits import MAX_GPUS, check_int
+
+if TYPE_CHECKING:  # the calibration floor loads pandas: imported by the commands that use it
+    from autopar.calibration.compare import LogComparison
+    from autopar.calibration.profile import CommProfile, SourceLog
 
 MAX_BENCH_PROCS = 256
 MAX_BENCH_BYTES = 1 << 34
@@ -38,6 +38,8 @@ def _check_format(fmt: str) -> None:
 
 
 def _parse_all(logs: Sequence[Path], *, gpu: str | None, gpus_per_node: int | None) -> list:
+    from autopar.calibration.nccl import parse_nccl_log
+
     if not logs:
         raise InputError("give at least one nccl-tests log", source="LOG")
     if gpus_per_node is not None:
@@ -48,6 +50,9 @@ def _parse_all(logs: Sequence[Path], *, gpu: str | None, gpus_per_node: int | No
 
 
 def _sources(frames: Sequence) -> tuple[SourceLog, ...]:
+    from autopar.calibration.profile import SourceLog
+    from autopar.calibration.profile_io import file_sha256
+
     return tuple(
         SourceLog(
             path=str(f["source"].iat[0]),
@@ -109,6 +114,10 @@ def _run_fit(
     gpus_per_node: int | None,
     fmt: str,
 ) -> str:
+    from autopar.calibration.compare import compare_log, fitted_only
+    from autopar.calibration.profile import fit_profile
+    from autopar.calibration.profile_io import save_profile
+
     if output is None:
         raise InputError("required to write the fitted profile", source="--output")
     frames = _parse_all(logs, gpu=gpu, gpus_per_node=gpus_per_node)
@@ -144,6 +153,9 @@ def _run_compare(
     gpus_per_node: int | None,
     fmt: str,
 ) -> str:
+    from autopar.calibration.compare import compare_log
+    from autopar.calibration.profile_io import load_profile
+
     if profile_path is None:
         raise InputError("--compare needs --profile PROFILE.yaml", source="--profile")
     profile = load_profile(profile_path)

@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-from autopar import api
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_estimate
+from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         comm_profile: o.CommProfile = None,
         global_batch: o.GlobalBatch = None,
         global_batch_tokens: o.GlobalBatchTokens = None,
-        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
+        seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
@@ -47,6 +47,8 @@ def register(app: typer.Typer) -> None:
         **layout_values: object,
     ) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
+        from autopar import api
+
         check_format(format)
         problem = api.make_problem(
             **o.common(locals()),

@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from autopar import api
 from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_solve
+from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
 
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         comm_profile: o.CommProfile = None,
         global_batch: o.GlobalBatch = None,
         global_batch_tokens: o.GlobalBatchTokens = None,
-        seq_len: o.SeqLen = api.DEFAULT_SEQ_LEN,
+        seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
@@ -65,6 +65,8 @@ def register(app: typer.Typer) -> None:
         **axis_values: int | None,
     ) -> None:
         """Find the fastest layout that fits, proven optimal by CP-SAT."""
+        from autopar import api  # the search floors: loaded by the commands that solve
+
         started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)

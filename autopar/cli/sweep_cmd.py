@@ -5,18 +5,20 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autopar import api
 from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit, to_json
 from autopar.cli.render import csv_text
-from autopar.sweeps.run import SweepResult, SweepRow, check_jobs, sweep
+from autopar.inputs.problem import DEFAULT_SEQ_LEN
+
+if TYPE_CHECKING:
+    from autopar.sweeps.run import SweepResult, SweepRow
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
 
@@ -168,7 +170,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: Annotated[
             str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
-        ] = str(api.DEFAULT_SEQ_LEN),
+        ] = str(DEFAULT_SEQ_LEN),
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
@@ -205,6 +207,8 @@ def register(app: typer.Typer) -> None:
         output: o.Output = None,
     ) -> None:
         """The best layout at each GPU count, GPU type and sequence length; time and cost."""
+        from autopar.sweeps.run import check_jobs, sweep
+
         if format not in FORMATS:
             raise InputError(
                 f"must be one of {', '.join(FORMATS)}, got {excerpt(format)}", source="--format"
