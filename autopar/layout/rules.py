@@ -140,8 +140,18 @@ def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
 
 
 def _model_rules(problem: Problem) -> list[Rule]:
+    """The rules the model's shapes set: attention, MLP and pipeline split, then the experts."""
+    return [
+        *_tensor_rules(problem),
+        *_pipeline_split_rules(problem.model.num_layers, uneven=problem.options.uneven_pipeline),
+        *(_expert_rules(problem) if problem.model.is_moe else _dense_rules()),
+    ]
+
+
+def _tensor_rules(problem: Problem) -> list[Rule]:
+    """Heads, KV heads (query groups) and the FFN split over TP ranks."""
     m, framework = problem.model, problem.options.framework
-    heads, kv, layers = m.num_attention_heads, m.num_kv_heads, m.num_layers
+    heads, kv = m.num_attention_heads, m.num_kv_heads
     rules = [
         Rule(
             family="attention heads vs TP",
@@ -157,7 +167,6 @@ def _model_rules(problem: Problem) -> list[Rule]:
             check=lambda g: _divides(g["tp"], m.ffn_hidden_size),
             source="Megatron tensor_parallel/layers.py divide()",
         ),
-        *_pipeline_split_rules(layers, uneven=problem.options.uneven_pipeline),
     ]
     if framework == "torchtitan":
         rules.append(
@@ -179,7 +188,44 @@ def _model_rules(problem: Problem) -> list[Rule]:
                 source="Megatron PR #2565 (KV heads replicated when tp > query groups)",
             )
         )
-    if m.is_moe and m.linear_bias and framework == "megatron":
+    return rules
+
+
+def _expert_rules(problem: Problem) -> list[Rule]:
+    """Experts over EP, the expert FFN over ETP, and the expert grid over the GPUs."""
+    m = problem.model
+    rules = [
+        Rule(
+            family="experts vs EP",
+            text=f"num_experts ({m.num_experts}) % ep == 0",
+            axes=("ep",),
+            check=lambda g: _divides(g["ep"], m.num_experts),
+            source="Megatron arguments.py",
+        ),
+        Rule(
+            family="expert FFN vs ETP",
+            text=f"moe_ffn_hidden_size ({m.expert_ffn_hidden_size}) % etp == 0",
+            axes=("etp",),
+            check=lambda g: _divides(g["etp"], m.expert_ffn_hidden_size),
+            source="Megatron moe/experts.py divide()",
+        ),
+        Rule(
+            family="expert TP",
+            text="etp == 1 or etp == tp",
+            axes=("etp", "tp"),
+            check=lambda g: (g["etp"] == 1) | (g["etp"] == g["tp"]),
+            source="autopar search restriction (issue 12): an expert TP other than 1 or TP "
+            "adds token all-gathers over more ranks for memory that EP saves without them",
+        ),
+        Rule(
+            family="expert grid",
+            text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
+            axes=("etp", "ep", "pp"),
+            check=lambda g: _divides(g["etp"] * g["ep"] * g["pp"], problem.training.num_gpus),
+            source="Megatron parallel_state.py (expert grid ETP x EP x expert-DP x PP)",
+        ),
+    ]
+    if m.linear_bias and problem.options.framework == "megatron":
         rules.append(
             Rule(
                 family="expert bias vs ETP",
@@ -189,49 +235,19 @@ def _model_rules(problem: Problem) -> list[Rule]:
                 source="Megatron transformer_config.py L2612-2615 (Bias in MoE only with ETP==1)",
             )
         )
-    if m.is_moe:
-        rules += [
-            Rule(
-                family="experts vs EP",
-                text=f"num_experts ({m.num_experts}) % ep == 0",
-                axes=("ep",),
-                check=lambda g: _divides(g["ep"], m.num_experts),
-                source="Megatron arguments.py",
-            ),
-            Rule(
-                family="expert FFN vs ETP",
-                text=f"moe_ffn_hidden_size ({m.expert_ffn_hidden_size}) % etp == 0",
-                axes=("etp",),
-                check=lambda g: _divides(g["etp"], m.expert_ffn_hidden_size),
-                source="Megatron moe/experts.py divide()",
-            ),
-            Rule(
-                family="expert TP",
-                text="etp == 1 or etp == tp",
-                axes=("etp", "tp"),
-                check=lambda g: (g["etp"] == 1) | (g["etp"] == g["tp"]),
-                source="autopar search restriction (issue 12): an expert TP other than 1 or TP "
-                "adds token all-gathers over more ranks for memory that EP saves without them",
-            ),
-            Rule(
-                family="expert grid",
-                text=f"num_gpus ({problem.training.num_gpus}) % (etp*ep*pp) == 0",
-                axes=("etp", "ep", "pp"),
-                check=lambda g: _divides(g["etp"] * g["ep"] * g["pp"], problem.training.num_gpus),
-                source="Megatron parallel_state.py (expert grid ETP x EP x expert-DP x PP)",
-            ),
-        ]
-    else:
-        rules.append(
-            Rule(
-                family="dense model",
-                text="ep == 1 and etp == 1 without experts",
-                axes=("ep", "etp"),
-                check=lambda g: (g["ep"] == 1) & (g["etp"] == 1),
-                source="no expert layers to shard",
-            )
-        )
     return rules
+
+
+def _dense_rules() -> list[Rule]:
+    return [
+        Rule(
+            family="dense model",
+            text="ep == 1 and etp == 1 without experts",
+            axes=("ep", "etp"),
+            check=lambda g: (g["ep"] == 1) & (g["etp"] == 1),
+            source="no expert layers to shard",
+        )
+    ]
 
 
 def sequence_parallel_on(problem: Problem, tp: np.ndarray | int) -> np.ndarray:
