@@ -90,7 +90,7 @@ def solve_problem(
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.search``: the
+    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
     ``top`` best distinct outer layouts, each with its best plan)."""
     check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
     check_pipeline_plan(pipeline_plan)
@@ -100,7 +100,7 @@ def solve_problem(
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
     if pipeline_plan == "per-stage":
-        from autopar.pipeline.search import solve_result
+        from autopar.pipeline.result import solve_result
 
         result = solve_result(
             problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top

@@ -34,7 +34,8 @@ from autopar.costs.stage_estimate import estimate_plan
 from autopar.costs.stage_figures import stage_figures
 from autopar.costs.terms import grid_of
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan
-from autopar.pipeline.search import per_stage_space, solve_result
+from autopar.pipeline.candidates import per_stage_space
+from autopar.pipeline.result import solve_result
 
 CASES = [
     ("Llama-3.1 405B, 16384 H100", dict(model="llama-3.1-405b", gpus=16384, global_batch=2048)),
@@ -118,7 +119,7 @@ def run(name: str, options: dict, workers: int) -> None:
     print(f"== {name}, seq {options['seq_len']}, global batch {options['global_batch']}")
     print(f"per-stage   {staged.status} in {staged_s:.2f} s ({staged.notes[0]})")
     print(f"            {best.layout.text()}")
-    print(f"            {best.pipeline_plan.text()}")
+    print(f"            {best.per_stage.plan.text()}")
     print(
         f"space       {rows} outer layouts, 10^{log_plans:.0f} plans; brute force at "
         f"{per_plan * 1e6:.1f} us/plan: 10^{math.log10(max(brute_years, 1e-30)):.0f} years"
@@ -128,9 +129,10 @@ def run(name: str, options: dict, workers: int) -> None:
     )
     print(f"  even      {even.step_time_s:.3f} s  (per-stage model, Megatron's even split)")
     print(f"  account   {account.step_time_s:.3f} s  (account-for-embedding/loss split)")
+    chosen = best.per_stage
     print(
-        f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%} (the {best.plan_from}'s plan; "
-        f"formula {best.formula_step_time_s:.3f} s)"
+        f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%} "
+        f"(the {chosen.plan_from}'s plan; formula {chosen.formula_step_time_s:.3f} s)"
     )
     print(
         f"gain        {uniform.best.step_time_s / best.step_time_s - 1:+.1%} over the uniform "
@@ -155,7 +157,7 @@ def run(name: str, options: dict, workers: int) -> None:
             f"plan only   {plan_only.step_time_s:.3f} s on the uniform optimum's layout "
             f"({pinned.status}, {pinned.solve_time_s:.2f} s): "
             f"{even.step_time_s / plan_only.step_time_s - 1:+.1%} over its even split; "
-            f"{plan_only.pipeline_plan.text()[:160]}"
+            f"{plan_only.per_stage.plan.text()[:160]}"
         )
     print()
 

@@ -9,7 +9,6 @@ that framework's launch configuration.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -44,10 +43,10 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
             "pass problem=autopar.make_problem(...)",
             source=f"--format {fmt}",
         )
-    plan = getattr(estimate, "pipeline_plan", None)
-    if plan is not None:
-        return _plan_text(estimate, plan, fmt, problem)
-    return emitters.FORMATS[fmt].text(estimate, problem)
+    form = emitters.FORMATS[fmt]
+    if estimate.per_stage is not None and not form.per_stage:
+        raise emitters.refuse_stage_plan(fmt)
+    return form.text(estimate, problem)
 
 
 def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None) -> list[str]:
@@ -56,19 +55,6 @@ def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None
     if fmt not in emitters.EMITTERS or problem is None or estimate is None:
         return []
     return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
-
-
-def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:
-    """A per-stage plan: Megatron-LM expresses it (``autopar.outputs.emit.megatron_stages``), the
-    others refuse."""
-    from autopar.outputs.emit.megatron_stages import megatron_plan_args, refuse
-
-    if fmt != "megatron":
-        raise refuse(fmt)
-    layout = dataclasses.replace(estimate.layout, vpp=1)
-    base = emitters.megatron_args(layout, problem, with_split=False)  # the plan sets the split
-    mtp = problem.model.num_mtp_layers
-    return megatron_plan_args(base, plan, num_mtp_layers=mtp)
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:

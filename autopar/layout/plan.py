@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autopar.base.axes import AXES, AXIS, GRID_AXES, PRODUCTS
+from autopar.layout.stages import PerStage
 
 _FIELD_TYPES = {"size": int, "mode": object, "flag": bool}
 
@@ -88,9 +89,12 @@ class Estimate:
     choices: dict[str, str] = field(default_factory=dict)
     """What the cost model chose inside its terms for this layout (``CostModel.decisions``),
     e.g. ``{"moe_token_dispatcher": "allgather"}``; the launch configs set it."""
+    per_stage: PerStage | None = None
+    """The per-stage pipeline plan this estimate runs (``autopar.layout.stages``), or ``None``
+    for a uniform split; its figures then replace the uniform ones."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             **({"inputs": self.inputs} if self.inputs is not None else {}),
             "fits": self.fits,
             "step_time_s": self.step_time_s,
@@ -103,3 +107,6 @@ class Estimate:
             "layout": self.layout.to_dict(),
             "choices": dict(self.choices),
         }
+        if self.per_stage is not None:
+            out.update(self.per_stage.to_dict(self.step_time_s))
+        return out

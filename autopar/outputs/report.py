@@ -12,6 +12,7 @@ from autopar.inputs.echo import inputs_text
 from autopar.inputs.specs import GIB
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, SolveResult, memory_categories
+from autopar.layout.stages import PerStage
 
 
 def layout_text(estimate: Estimate) -> str:
@@ -50,20 +51,19 @@ def estimate_text(estimate: Estimate) -> str:
     for category, value in estimate.time_s.items():
         lines.append(f"  {category:<12} {value:8.3f} s  {value / step:6.1%}  {_bar(value / step)}")
     lines.append("  (communication shown is what is not hidden behind compute)")
-    stages = getattr(estimate, "stages", None)
-    if stages:
-        lines += ["", stages_text(estimate)]
+    if estimate.per_stage is not None:
+        lines += ["", stages_text(estimate.per_stage, step_time_s=estimate.step_time_s)]
     return "\n".join(lines)
 
 
-def stages_text(estimate) -> str:
-    """The per-stage pipeline plan of an estimate (``autopar.costs.stage_estimate.StagedEstimate``):
-    layers per chunk and their kinds, what the stage also holds, recompute, one micro-batch's
-    time, peak memory, and micro-batches in flight per chunk."""
+def stages_text(per_stage: PerStage, *, step_time_s: float) -> str:
+    """The per-stage pipeline plan of an estimate (``Estimate.per_stage``): layers per chunk and
+    their kinds, what the stage also holds, recompute, one micro-batch's time, peak memory,
+    micro-batches in flight per chunk, and the simulated step against the formula's."""
     cells = [
         ["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]
     ]
-    for stage in estimate.stages:
+    for stage in per_stage.stages:
         kinds = ", ".join(f"{n} {kind}" for kind, n in stage.layer_kinds.items())
         cells.append(
             [
@@ -80,7 +80,8 @@ def stages_text(estimate) -> str:
         )
     widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
     rows = [" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(["pipeline plan (per stage)", *rows, estimate.schedule_text()])
+    text = per_stage.schedule_text(step_time_s)
+    return "\n".join(["pipeline plan (per stage)", *rows, text])
 
 
 def runners_up_text(estimates: Sequence[Estimate]) -> str:
@@ -122,7 +123,7 @@ def solve_text(result: SolveResult) -> str:
     status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
         result.status, result.status
     )
-    if getattr(result.best, "formula_step_time_s", None) is not None:
+    if result.best.per_stage is not None:
         # per-stage plans: the search ranks by the schedule formula; the figures are the
         # simulated schedule (the notes say both)
         status += " for the schedule formula"

@@ -16,7 +16,7 @@ integers only here: times in microseconds (``_us``), memory in KiB (``_kib``, ro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -170,13 +170,24 @@ def _table(
         model.add_hint(rows[best], 1)
         for axis in key:
             model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
-    for axis in key:
+    channel_rows(model, vm, rows, {axis: grid[axis][ok] for axis in key})
+    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
+
+
+def channel_rows(
+    model: cp_model.CpModel,
+    vm: VarMap,
+    rows: Sequence[cp_model.IntVar],
+    columns: Mapping[str, np.ndarray],
+) -> None:
+    """Tie row booleans (one per row of a table, exactly one chosen) to the layout: for every
+    axis of ``columns`` and value, the rows with that value sum to the value's indicator (the
+    local-marginal encoding of ``_table``; the per-stage search links its outer rows so)."""
+    for axis, column in columns.items():
         check_deadline(vm.deadline)
-        column = grid[axis][ok]
         for value, indicator in vm.indicators[axis].items():
             members = [rows[i] for i in np.flatnonzero(column == value)]
             model.add(cp_model.LinearExpr.sum(members) == indicator)
-    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
 
 
 def _term_part(term, ctx: TermContext, times=None) -> _Part:
@@ -228,6 +239,15 @@ def _fold_constants(grids: _Grids, parts: list[_Part]) -> list[_Part]:
     if constant or not varying:
         varying.append(_Part("constants", (), lambda g, c=constant: np.asarray(c)))
     return varying
+
+
+def layout_model(space: Space, *, deadline: float | None = None) -> tuple[cp_model.CpModel, VarMap]:
+    """A model of the layout alone: the axes with their value indicators, the products and the
+    rules, no cost (a caller such as ``autopar.pipeline`` adds its own objective)."""
+    model = cp_model.CpModel()
+    vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0, deadline=deadline)
+    _add_layout(model, space, vm, explain=False)
+    return model, vm
 
 
 def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: bool) -> None:

@@ -6,10 +6,18 @@ from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit, pipeline_split
+from autopar.layout.stages import StagePlan
 
 
 def layout_of(item: Estimate | Layout) -> Layout:
     return item.layout if isinstance(item, Estimate) else item
+
+
+def stage_plan_of(item: Estimate | Layout) -> StagePlan | None:
+    """The per-stage pipeline plan an estimate runs (``Estimate.per_stage``), if any."""
+    if isinstance(item, Estimate) and item.per_stage is not None:
+        return item.per_stage.plan
+    return None
 
 
 def dispatcher_of(item: Estimate | Layout) -> str:
@@ -57,6 +65,16 @@ def virtual_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
     sizes[0] -= split.account_for_embedding
     sizes[-1] -= split.account_for_loss
     return sizes
+
+
+def refuse_stage_plan(fmt: str) -> InputError:
+    """The refusal of a format that cannot express a per-stage pipeline plan (``Format``)."""
+    return InputError(
+        "cannot express a per-stage pipeline plan (layers per chunk, recompute per stage); "
+        "use --format megatron, json or table, or --pipeline-plan uniform",
+        source=f"--format {fmt}",
+        field="pipeline plan",
+    )
 
 
 def refuse(fmt: str, what: str, instead: str) -> InputError:

@@ -23,8 +23,10 @@ from autopar.outputs.emit.common import (
     layout_of,
     refuse,
     split_of,
+    stage_plan_of,
     unsupported_layers,
 )
+from autopar.outputs.emit.megatron_stages import pipeline_flags, recompute_flags
 
 MEGATRON_TARGET = "Megatron-LM main d98e8a6 (2026-08-22), Megatron-Core 0.20.0"
 
@@ -146,12 +148,12 @@ def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Fl
     return flags
 
 
-def _pipeline(model: ModelSpec, lay: Layout, *, with_split: bool = True) -> list[Flag]:
+def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
     """The split the solver planned (``autopar.layout.rules.pipeline_split``): even, embedding/loss
     accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
     even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
-    if lay.pp == 1 or not with_split:
+    if lay.pp == 1:
         return flags
     split = split_of(model.num_layers, lay.pp, lay.vpp)
     if split.account_for_embedding:
@@ -270,22 +272,25 @@ def _recompute(lay: Layout) -> list[Flag]:
     return []
 
 
-def megatron_flags(
-    item: Estimate | Layout, problem: Problem, *, with_split: bool = True
-) -> list[Flag]:
-    """The arguments as (flag, value) pairs; value ``None`` for a switch. ``with_split=False``
-    leaves the pipeline split out, for a caller that writes its own
-    (``autopar.outputs.emit.megatron_stages``)."""
+def _split_and_recompute(item: Estimate | Layout, model: ModelSpec) -> tuple[list, list]:
+    """The pipeline flags and the recompute flags: the layout's, or its per-stage plan's
+    (``autopar.outputs.emit.megatron_stages``: the layout flag replaces the uniform split)."""
+    lay, plan = layout_of(item), stage_plan_of(item)
+    if plan is None:
+        return _pipeline(model, lay), _recompute(lay)
+    return pipeline_flags(plan, num_mtp_layers=model.num_mtp_layers), recompute_flags(plan)[0]
+
+
+def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
+    """The arguments as (flag, value) pairs; value ``None`` for a switch."""
     lay = layout_of(item)
     model, training = problem.model, problem.training
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
+    pipeline, recompute = _split_and_recompute(item, model)
     flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
     flags += _moe(model, lay, dispatcher_of(item))
-    flags += [
-        ("--tensor-model-parallel-size", str(lay.tp)),
-        *_pipeline(model, lay, with_split=with_split),
-    ]
+    flags += [("--tensor-model-parallel-size", str(lay.tp)), *pipeline]
     flags.append(("--context-parallel-size", str(lay.cp)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel", None))
@@ -294,14 +299,15 @@ def megatron_flags(
         ("--global-batch-size", str(training.global_batch_sequences)),
         ("--seq-length", str(training.seq_len)),
     ]
-    flags += _zero(lay, training.stack) + _recompute(lay) + _stack(model, lay, training.stack)
+    flags += _zero(lay, training.stack) + recompute + _stack(model, lay, training.stack)
     return flags + _precision(training)
 
 
-def megatron_args(item: Estimate | Layout, problem: Problem, *, with_split: bool = True) -> str:
+def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
     """The arguments as one shell-pasteable line."""
-    flags = megatron_flags(item, problem, with_split=with_split)
-    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *
+    flags = megatron_flags(item, problem)
+    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *, a
+    # --pipeline-model-parallel-layout | and *
     return " ".join(
         flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in flags
     )
@@ -328,4 +334,7 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
         notes.append(
             "# export CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1477, before Blackwell)."
         )
+    plan = stage_plan_of(item)
+    if plan is not None and (note := recompute_flags(plan)[1]) is not None:
+        notes.append(note)
     return "\n".join([*notes, megatron_args(item, problem)])
