@@ -1,6 +1,6 @@
 """Per-stage pipeline plans (issue 13): proof time, the space covered, and the predicted gains.
 
-    python benchmarks/stage_plans.py [--workers N]
+    python benchmarks/stage_plans.py [--workers N] [--case N ...] [--time-limit S]
 
 For each case it prints
 
@@ -95,17 +95,20 @@ def account_for_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompu
     return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
 
 
-def run(name: str, options: dict, workers: int) -> None:
+def run(name: str, options: dict, workers: int, time_limit_s: float = TIME_LIMIT_S) -> None:
     options = {"seq_len": SEQ_LEN, **options}
     problem = api.make_problem(**options)
     ctx, cm = make_context(problem), load_cost_model(None)
     start = time.perf_counter()
-    staged = solve_result(problem, ctx, cm, time_limit_s=TIME_LIMIT_S, num_workers=workers)
+    staged = solve_result(problem, ctx, cm, time_limit_s=time_limit_s, num_workers=workers)
     staged_s = time.perf_counter() - start
     uniform_options = dict(options)
     if problem.model.num_layers % 8:
         uniform_options["uneven_pipeline"] = True
     uniform = api.solve(**uniform_options, num_workers=workers)
+    if not staged.layouts:
+        print(f"== {name}: per-stage {staged.status} in {staged_s:.2f} s ({staged.notes[0]})\n")
+        return
     best = staged.best
     lay = uniform.best.layout
     rec = StageRecompute(lay.recompute, problem.model.num_layers if lay.recompute == "full" else 0)
@@ -148,7 +151,7 @@ def run(name: str, options: dict, workers: int) -> None:
         pinned_problem,
         make_context(pinned_problem),
         cm,
-        time_limit_s=TIME_LIMIT_S,
+        time_limit_s=time_limit_s,
         num_workers=workers,
     )
     if pinned.layouts:
@@ -165,11 +168,14 @@ def run(name: str, options: dict, workers: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--time-limit", type=float, default=TIME_LIMIT_S, help="per solve (a loaded machine)"
+    )
     parser.add_argument("--case", type=int, action="append", help="run only these (0-based)")
     args = parser.parse_args()
     for i, (name, options) in enumerate(CASES):
         if args.case is None or i in args.case:
-            run(name, options, args.workers)
+            run(name, options, args.workers, args.time_limit)
 
 
 if __name__ == "__main__":

@@ -194,15 +194,36 @@ class RowLink:
             >= scale * step + int(a * scale) * slowest + int(b * scale) * sum(times)
         ).only_enforce_if(self.x[int(row)])
 
-    def row_selector(self, model: cp_model.CpModel, name: str, rows, all_rows):
-        """(an integer naming which of ``rows`` is chosen, by its index in ``all_rows``, -1 when
-        none is; that index of each row of ``all_rows``)."""
-        local = {int(r): j for j, r in enumerate(all_rows)}
-        row_var = model.new_int_var(-1, len(all_rows) - 1, f"{name}.row")
+    def table_row(self, model: cp_model.CpModel, name: str, rows, batches: Sequence[TableBatch]):
+        """(an integer naming which of ``rows`` is chosen, by its place among the rows of
+        ``batches``, -1 when none is; each row's batch, index there and place)."""
+        where, place = {}, 0
+        for batch in batches:
+            for j, r in enumerate(batch.rows):
+                where[int(r)] = (batch, j, place)
+                place += 1
+        row_var = model.new_int_var(-1, place - 1, f"{name}.row")
         for r in rows:
-            model.add(row_var == local[int(r)]).only_enforce_if(self.x[int(r)])
+            model.add(row_var == where[int(r)][2]).only_enforce_if(self.x[int(r)])
         model.add(row_var == -1).only_enforce_if([self.x[int(r)].Not() for r in rows])
-        return row_var, local
+        return row_var, where
+
+
+@dataclass(frozen=True, slots=True)
+class TableBatch:
+    """Tables built by one ``tighten``: their rows (global indices) and one table per stage."""
+
+    rows: np.ndarray
+    tables: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class TableHandle:
+    """What a table encoding added: its plan variables (layers per stage, or the stages' first
+    layers) and each row's batch, index there and place (``RowLink.table_row``)."""
+
+    plan: list
+    where: dict
 
 
 Fix = tuple[cp_model.IntVar, int]

@@ -28,6 +28,8 @@ from autopar.pipeline.encoding import (
     PlanContext,
     RowLink,
     Shape,
+    TableBatch,
+    TableHandle,
     least_layers,
     ns,
 )
@@ -213,28 +215,12 @@ def stage_table(
 
 
 @dataclass(frozen=True, slots=True)
-class _Batch:
-    """Tables built together: their rows (global indices) and one table per stage."""
-
-    rows: np.ndarray
-    tables: tuple[StageTable, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Handle:
-    n: list
-    """Layers per stage."""
-    where: dict[int, tuple[_Batch, int]]
-    """Row -> its batch and its index there."""
-
-
-@dataclass(frozen=True, slots=True)
 class TableEncoding:
     """One layer kind: the plan is the layer count of every stage; each stage's time is its
     table's entry for the chosen row (module docstring)."""
 
     shape: Shape
-    batches: tuple[_Batch, ...] = ()
+    batches: tuple[TableBatch, ...] = ()
 
     def tighten(
         self, bounds: Bounds, rows: np.ndarray, ctx: PlanContext
@@ -250,19 +236,17 @@ class TableEncoding:
             )
             for i in range(self.shape.pp)
         )  # fmt: skip
-        batch = _Batch(rows, tables)
+        batch = TableBatch(rows, tables)
         bound, steps, counts = _table_bounds(tables, sub, self.shape, m)
         tightened = bounds.tightened(rows, bound, steps, lambda j: _plan(batch, j, counts[j]))
         return TableEncoding(self.shape, (*self.batches, batch)), tightened
 
-    def add(self, model: cp_model.CpModel, rows: np.ndarray, link: RowLink) -> _Handle:
+    def add(self, model: cp_model.CpModel, rows: np.ndarray, link: RowLink) -> TableHandle:
         """Stage ``i`` takes ``n_i`` layers and its time is its table's entry for the chosen row
         (an allowed-assignments table over (row, n_i, T_i)); the bottleneck by
         ``add_max_equality``; the objective per row under its boolean."""
         p, num_layers, name = self.shape.pp, link.ctx.num_layers, self.shape.name
-        all_rows = np.concatenate([b.rows for b in self.batches])
-        row_var, local = link.row_selector(model, name, rows, all_rows)
-        where = {int(r): (b, j) for b in self.batches for j, r in enumerate(b.rows)}
+        row_var, where = link.table_row(model, name, rows, self.batches)
         least = [least_layers(p, self.shape.vpp, i, num_layers) for i in range(p)]
         n = [model.new_int_var(least[i], num_layers, f"{name}.n{i}") for i in range(p)]
         model.add(sum(n) == num_layers)
@@ -270,11 +254,10 @@ class TableEncoding:
         for i in range(p):
             tuples = [(-1, k, 0) for k in range(num_layers + 1)]
             for r in rows:
-                batch, j = where[int(r)]
+                batch, j, place = where[int(r)]
                 entries = batch.tables[i].time_s[j]
                 tuples += [
-                    (local[int(r)], int(k), ns(entries[k]))
-                    for k in np.flatnonzero(np.isfinite(entries))
+                    (place, int(k), ns(entries[k])) for k in np.flatnonzero(np.isfinite(entries))
                 ]
             model.add_allowed_assignments([row_var, n[i], times[i]], tuples)
         slowest = model.new_int_var(0, link.max_ns, f"{name}.Tmax")
@@ -287,14 +270,14 @@ class TableEncoding:
                 np.array_equal(b.tables[i].time_s, b.tables[i + 1].time_s) for b in self.batches
             ):
                 model.add(n[i] >= n[i + 1])
-        return _Handle(n, where)
+        return TableHandle(n, where)
 
-    def hint(self, handle: _Handle, plan: StagePlan) -> list[Fix]:
-        return list(zip(handle.n, [plan.stage_layers(i) for i in range(plan.pp)], strict=True))
+    def hint(self, handle: TableHandle, plan: StagePlan) -> list[Fix]:
+        return list(zip(handle.plan, [plan.stage_layers(i) for i in range(plan.pp)], strict=True))
 
-    def decode(self, solver: cp_model.CpSolver, handle: _Handle, row: int) -> StagePlan:
-        batch, j = handle.where[int(row)]
-        return _plan(batch, j, [int(solver.value(n)) for n in handle.n])
+    def decode(self, solver: cp_model.CpSolver, handle: TableHandle, row: int) -> StagePlan:
+        batch, j, _ = handle.where[int(row)]
+        return _plan(batch, j, [int(solver.value(n)) for n in handle.plan])
 
 
 def _table_bounds(tables: tuple[StageTable, ...], costs: StageCosts, shape: Shape, m):
@@ -335,7 +318,7 @@ def _table_bounds(tables: tuple[StageTable, ...], costs: StageCosts, shape: Shap
     return bound, steps, chosen
 
 
-def _plan(batch: _Batch, row: int, n) -> StagePlan:
+def _plan(batch: TableBatch, row: int, n) -> StagePlan:
     """The plan of layer counts ``n`` per stage on the batch's row ``row``."""
     p = len(batch.tables)
     v = batch.tables[0].spread_chunks.shape[1]

@@ -31,6 +31,8 @@ from autopar.pipeline.encoding import (
     PlanContext,
     RowLink,
     Shape,
+    TableBatch,
+    TableHandle,
     least_layers,
     ns,
 )
@@ -226,21 +228,6 @@ def window_bounds(
 
 
 @dataclass(frozen=True, slots=True)
-class _Batch:
-    """Window tables built together: their rows (global indices) and one table per stage."""
-
-    rows: np.ndarray
-    tables: tuple[WindowTable, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Handle:
-    bounds: list
-    """The first layer of every stage (and the layer count at the end)."""
-    where: dict[int, tuple[_Batch, int]]
-
-
-@dataclass(frozen=True, slots=True)
 class WindowEncoding:
     """Several layer kinds, one chunk per stage: the plan is the first layer of every stage;
     each stage's time is its window table's entry (module docstring)."""
@@ -249,7 +236,7 @@ class WindowEncoding:
     class_of: tuple[int, ...]
     """Start class of every start layer ``0..L`` (``start_classes``)."""
     starts: tuple[int, ...]
-    batches: tuple[_Batch, ...] = ()
+    batches: tuple[TableBatch, ...] = ()
 
     @classmethod
     def of(cls, shape: Shape, kinds: Sequence[str]) -> WindowEncoding:
@@ -269,7 +256,7 @@ class WindowEncoding:
             )
             for i in range(p)
         )  # fmt: skip
-        batch = _Batch(rows, tables)
+        batch = TableBatch(rows, tables)
         least = [least_layers(p, 1, i, len(self.class_of) - 1) for i in range(p)]
         bound, steps, plan_bounds = window_bounds(tables, self.class_of, least, m, self.shape)
         tightened = bounds.tightened(
@@ -280,15 +267,13 @@ class WindowEncoding:
         )
         return dataclasses.replace(self, batches=(*self.batches, batch)), tightened
 
-    def add(self, model: cp_model.CpModel, rows: np.ndarray, link: RowLink) -> _Handle:
+    def add(self, model: cp_model.CpModel, rows: np.ndarray, link: RowLink) -> TableHandle:
         """Stage ``i`` holds layers ``[b_i, b_{i+1})``; its time is its table's entry for the
         chosen row, the class of ``b_i`` and ``b_{i+1} - b_i`` (an allowed-assignments table
         over (row, class, n_i, T_i)); the bottleneck by ``add_max_equality``; the objective per
         row under its boolean."""
         p, num_layers, name = self.shape.pp, link.ctx.num_layers, f"pp{self.shape.pp}w"
-        all_rows = np.concatenate([b.rows for b in self.batches])
-        row_var, local = link.row_selector(model, name, rows, all_rows)
-        where = {int(r): (b, j) for b in self.batches for j, r in enumerate(b.rows)}
+        row_var, where = link.table_row(model, name, rows, self.batches)
         b = [model.new_constant(0)]
         b += [model.new_int_var(0, num_layers, f"{name}.b{i}") for i in range(1, p)]
         b.append(model.new_constant(num_layers))
@@ -301,10 +286,10 @@ class WindowEncoding:
             model.add_element(b[i], list(self.class_of), c_i)
             tuples = [(-1, c, k, 0) for c in range(classes) for k in range(num_layers + 1)]
             for r in rows:
-                batch, j = where[int(r)]
+                batch, j, place = where[int(r)]
                 entries = batch.tables[i].time_s[j]
                 tuples += [
-                    (local[int(r)], int(c), int(k), ns(entries[c, k]))
+                    (place, int(c), int(k), ns(entries[c, k]))
                     for c, k in np.argwhere(np.isfinite(entries))
                 ]
             model.add_allowed_assignments([row_var, c_i, n_i, times[i]], tuples)
@@ -312,17 +297,17 @@ class WindowEncoding:
         model.add_max_equality(slowest, times)
         for r in rows:
             link.step_at_least(model, int(r), self.shape, slowest, times)
-        return _Handle(b, where)
+        return TableHandle(b, where)
 
-    def hint(self, handle: _Handle, plan: StagePlan) -> list[Fix]:
+    def hint(self, handle: TableHandle, plan: StagePlan) -> list[Fix]:
         starts = itertools.accumulate(plan.chunk_layers[:-1])
-        return list(zip(handle.bounds[1:-1], starts, strict=True))
+        return list(zip(handle.plan[1:-1], starts, strict=True))
 
-    def decode(self, solver: cp_model.CpSolver, handle: _Handle, row: int) -> StagePlan:
-        batch, j = handle.where[int(row)]
-        return self._plan(batch, j, [int(solver.value(b)) for b in handle.bounds])
+    def decode(self, solver: cp_model.CpSolver, handle: TableHandle, row: int) -> StagePlan:
+        batch, j, _ = handle.where[int(row)]
+        return self._plan(batch, j, [int(solver.value(b)) for b in handle.plan])
 
-    def _plan(self, batch: _Batch, row: int, bounds: list[int]) -> StagePlan:
+    def _plan(self, batch: TableBatch, row: int, bounds: list[int]) -> StagePlan:
         """The plan of stage boundaries ``bounds`` on the batch's row ``row``."""
         layers = tuple(hi - lo for lo, hi in itertools.pairwise(bounds))
         recompute = tuple(
