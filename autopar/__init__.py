@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingSpec": "autopar.inputs.specs",
     "Estimate": "autopar.layout.plan",
     "Layout": "autopar.layout.plan",
+    "PerStage": "autopar.layout.stages",
     "StagePlan": "autopar.layout.stages",
     "StageRecompute": "autopar.layout.stages",
     "CostModel": "autopar.costs.terms",
