@@ -53,6 +53,7 @@ GPT2_ALIASES: dict[str, str] = {
 }
 AUTOPAR_MODEL_KEYS: tuple[str, ...] = (
     "name",
+    "_name_or_path",
     "aliases",
     "model_type",
     "architectures",
@@ -299,6 +300,32 @@ def _check_model_keys(data: Mapping[str, Any]) -> None:
             raise _unknown_key(key, known)
 
 
+GENERIC_STEMS = frozenset({"config"})
+"""File names that say nothing of the model: Hugging Face names every model's file
+``config.json``."""
+
+
+def model_name(data: Mapping[str, Any], stem: str) -> str:
+    """What reports call the model: ``name`` (autopar's key), else ``_name_or_path`` (what
+    ``transformers`` records the config was loaded from: a hub id such as
+    ``meta-llama/Meta-Llama-3-70B``, whose last part is kept when it is a local directory), else
+    the file name unless it is ``config``, else ``architectures[0]`` (``LlamaForCausalLM``),
+    else ``model_type``, else the file name."""
+    if data.get("name") is not None:
+        return _string(data, "name", stem)
+    origin = _string(data, "_name_or_path", "").strip().rstrip("/\\")
+    if origin.startswith(("/", ".", "~")) or "\\" in origin or origin.count("/") > 1:
+        origin = origin.replace("\\", "/").rsplit("/", 1)[-1]
+    if origin:
+        return origin
+    if stem.lower() not in GENERIC_STEMS:
+        return stem
+    architectures = data.get("architectures")
+    if isinstance(architectures, list | tuple) and architectures:
+        return _string({"architectures": architectures[0]}, "architectures", stem)
+    return _string(data, "model_type", "") or stem
+
+
 def _mlp_kind(data: Mapping[str, Any]) -> str:
     if "mlp_kind" in data:
         return _choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")
@@ -339,7 +366,7 @@ def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
     heads = _model_integer(data, "num_attention_heads")
     mlp_kind = _mlp_kind(data)
     fields: dict[str, Any] = {
-        "name": _string(data, "name", name),
+        "name": model_name(data, name),
         "num_layers": _model_integer(data, "num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,
