@@ -15,6 +15,7 @@ import typer
 
 from autopar.base.errors import InputError, excerpt, shorten
 from autopar.cli.errors import guarded
+from autopar.cli.help import EXAMPLES, GroupedCommand
 from autopar.inputs.limits import MAX_GPUS, check_int
 
 if TYPE_CHECKING:  # the calibration floor loads pandas: imported by the commands that use it
@@ -197,7 +198,7 @@ def calibrate(
 bench_app = typer.Typer(help="Benchmarks that produce calibration data (needs autopar[bench]).")
 
 
-@bench_app.command("comm")
+@bench_app.command("comm", cls=GroupedCommand, epilog=EXAMPLES["bench comm"])
 @guarded
 def bench_comm(
     output: Annotated[Path, typer.Option("--output", "-o", help="nccl-tests-format log.")],
@@ -234,7 +235,7 @@ def bench_comm(
     typer.echo(run())
 
 
-@bench_app.command("gemm")
+@bench_app.command("gemm", cls=GroupedCommand, epilog=EXAMPLES["bench gemm"])
 @guarded
 def bench_gemm(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="m,n,k (repeatable).")] = None,
@@ -322,5 +323,5 @@ def _gemm_shapes(
 
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` and the ``bench`` sub-app to the autopar CLI."""
-    app.command("calibrate")(guarded(calibrate))
+    app.command("calibrate", cls=GroupedCommand, epilog=EXAMPLES["calibrate"])(guarded(calibrate))
     app.add_typer(bench_app, name="bench")

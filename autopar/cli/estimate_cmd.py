@@ -8,13 +8,14 @@ import typer
 
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
+from autopar.cli.help import EXAMPLES, LAYOUT, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_estimate
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("evaluate")
+    @app.command("evaluate", cls=GroupedCommand, epilog=EXAMPLES["evaluate"])
     @guarded
     @o.with_stack_options
     @o.with_axis_options("evaluate")
@@ -39,7 +40,9 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
-                "--sequence-parallel/--no-sequence-parallel", help="Default: on when tp > 1."
+                "--sequence-parallel/--no-sequence-parallel",
+                help="Default: on when tp > 1.",
+                rich_help_panel=LAYOUT,
             ),
         ] = None,
         format: o.Format = "table",

@@ -10,6 +10,7 @@ import typer
 from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
+from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.render import check_format, framework_notes, render_solve
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
@@ -17,7 +18,7 @@ from autopar.layout.results import Explanation
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("solve")
+    @app.command("solve", cls=GroupedCommand, epilog=EXAMPLES["solve"])
     @guarded
     @o.with_stack_options
     @o.with_axis_options("solve")
@@ -36,30 +37,49 @@ def register(app: typer.Typer) -> None:
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         recompute: Annotated[
-            str, typer.Option(help="Allowed recompute modes: none,selective,full or any.")
+            str,
+            typer.Option(
+                help="Allowed recompute modes: none,selective,full or any.", rich_help_panel=SEARCH
+            ),
         ] = "any",
         zero: Annotated[
             str | None,
-            typer.Option(help="Allowed ZeRO stages, e.g. 0,1 or any (default per framework)."),
+            typer.Option(
+                help="Allowed ZeRO stages, e.g. 0,1 or any (default per framework).",
+                rich_help_panel=SEARCH,
+            ),
         ] = None,
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
                 "--sequence-parallel/--no-sequence-parallel",
                 help="Force SP on/off (default: on with TP).",
+                rich_help_panel=SEARCH,
             ),
         ] = None,
-        interleaving: Annotated[bool, typer.Option(help="Allow interleaved 1F1B.")] = True,
-        context_parallel: Annotated[bool, typer.Option(help="Allow CP.")] = True,
-        expert_parallel: Annotated[bool, typer.Option(help="Allow EP.")] = True,
+        interleaving: Annotated[
+            bool, typer.Option(help="Allow interleaved 1F1B.", rich_help_panel=SEARCH)
+        ] = True,
+        context_parallel: Annotated[
+            bool, typer.Option(help="Allow CP.", rich_help_panel=SEARCH)
+        ] = True,
+        expert_parallel: Annotated[
+            bool, typer.Option(help="Allow EP.", rich_help_panel=SEARCH)
+        ] = True,
         tp_within_node: Annotated[
-            bool, typer.Option(help="Keep TP inside the NVLink domain.")
+            bool, typer.Option(help="Keep TP inside the NVLink domain.", rich_help_panel=SEARCH)
         ] = True,
         uneven_pipeline: o.UnevenPipeline = False,
         pipeline_plan: o.PipelinePlan = "uniform",
-        top: Annotated[int, typer.Option(help="How many best layouts to report.")] = 5,
-        time_limit: Annotated[float, typer.Option(help="Solver time limit in seconds.")] = 10.0,
-        num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
+        top: Annotated[
+            int, typer.Option(help="How many best layouts to report.", rich_help_panel=OUTPUT)
+        ] = 5,
+        time_limit: Annotated[
+            float, typer.Option(help="Solver time limit in seconds.", rich_help_panel=SEARCH)
+        ] = 10.0,
+        num_workers: Annotated[
+            int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
+        ] = None,
         format: o.Format = "table",
         output: o.Output = None,
         **axis_values: int | None,

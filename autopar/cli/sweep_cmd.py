@@ -13,6 +13,7 @@ from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
+from autopar.cli.help import CLUSTER, EXAMPLES, OUTPUT, SEARCH, TRAINING, GroupedCommand
 from autopar.cli.output import emit, to_json
 from autopar.cli.render import csv_text
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
@@ -151,17 +152,27 @@ def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], N
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("sweep")
+    @app.command("sweep", cls=GroupedCommand, epilog=EXAMPLES["sweep"])
     @guarded
     @o.with_stack_options
     def sweep_command(
         model: o.Model,
         gpus: Annotated[
-            str, typer.Option("--gpus", "-n", help="GPU counts, comma-separated: 256,512,1024.")
+            str,
+            typer.Option(
+                "--gpus",
+                "-n",
+                help="GPU counts, comma-separated: 256,512,1024.",
+                rich_help_panel=CLUSTER,
+            ),
         ],
         gpu: Annotated[
             str | None,
-            typer.Option("--gpu", help="GPU presets, comma-separated: h100,h200 (default h100)."),
+            typer.Option(
+                "--gpu",
+                help="GPU presets, comma-separated: h100,h200 (default h100).",
+                rich_help_panel=CLUSTER,
+            ),
         ] = None,
         gpus_per_node: o.GpusPerNode = None,
         cluster: o.Cluster = None,
@@ -169,7 +180,12 @@ def register(app: typer.Typer) -> None:
         global_batch: o.GlobalBatch = None,
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: Annotated[
-            str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
+            str,
+            typer.Option(
+                "--seq-len",
+                help="Sequence lengths, comma-separated: 4096,8192.",
+                rich_help_panel=TRAINING,
+            ),
         ] = str(DEFAULT_SEQ_LEN),
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
@@ -179,30 +195,53 @@ def register(app: typer.Typer) -> None:
         pipeline_plan: o.PipelinePlan = "uniform",
         train_tokens: Annotated[
             str | None,
-            typer.Option("--train-tokens", help="Tokens to train on (15e12): adds days_to_train."),
+            typer.Option(
+                "--train-tokens",
+                help="Tokens to train on (15e12): adds days_to_train.",
+                rich_help_panel=TRAINING,
+            ),
         ] = None,
         gpu_hour_cost: Annotated[
             str | None,
-            typer.Option("--gpu-hour-cost", help="Price of one GPU-hour: adds cost."),
+            typer.Option(
+                "--gpu-hour-cost", help="Price of one GPU-hour: adds cost.", rich_help_panel=CLUSTER
+            ),
         ] = None,
         time_limit: Annotated[
-            float, typer.Option(help="Solver time limit per point in seconds.")
+            float,
+            typer.Option(help="Solver time limit per point in seconds.", rich_help_panel=SEARCH),
         ] = 10.0,
-        num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
+        num_workers: Annotated[
+            int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
+        ] = None,
         jobs: Annotated[
-            int, typer.Option("--jobs", "-j", help="Points solved at once (processes).")
+            int,
+            typer.Option(
+                "--jobs", "-j", help="Points solved at once (processes).", rich_help_panel=SEARCH
+            ),
         ] = 1,
         executor: Annotated[
             str,
-            typer.Option(help="processes (this machine) or dask (needs autopar[dask])."),
+            typer.Option(
+                help="processes (this machine) or dask (needs autopar[dask]).",
+                rich_help_panel=SEARCH,
+            ),
         ] = "processes",
         scheduler: Annotated[
             str | None,
-            typer.Option(help="Dask scheduler address (default: a local cluster of --jobs)."),
+            typer.Option(
+                help="Dask scheduler address (default: a local cluster of --jobs).",
+                rich_help_panel=SEARCH,
+            ),
         ] = None,
         format: Annotated[
             str,
-            typer.Option("--format", "-f", help="table, csv, json or html (needs autopar[html])."),
+            typer.Option(
+                "--format",
+                "-f",
+                help="table, csv, json or html (needs autopar[html]).",
+                rich_help_panel=OUTPUT,
+            ),
         ] = "table",
         output: o.Output = None,
     ) -> None:

@@ -428,6 +428,13 @@ def preset_names(kind: str) -> list[str]:
     return sorted(path.stem for path in _preset_dir(kind).glob("*.yaml"))
 
 
+def preset_aliases(kind: str, name: str) -> tuple[str, ...]:
+    """The other names a preset answers to (its ``aliases``: ``llama-70b`` for
+    ``llama-3-70b``), in the order the file lists them."""
+    path = preset_path(kind, name)
+    return tuple(a for a, p in _preset_index(kind).items() if p == path and a != path.stem)
+
+
 def preset_path(kind: str, name: str) -> Path | None:
     return _preset_index(kind).get(name.lower())
 
