@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperOption
 
 PANELS: tuple[str, ...] = ("Model", "Cluster", "Training", "Stack", "Search", "Layout", "Output")
 """The option groups in the order help lists them."""
@@ -59,7 +59,7 @@ class GroupedCommand(TyperCommand):
 
 def panel_of(param) -> str:
     """The help group of a click parameter (typer keeps ``rich_help_panel`` on its options)."""
-    return getattr(param, "rich_help_panel", None) or OTHER
+    return (param.rich_help_panel if isinstance(param, TyperOption) else None) or OTHER
 
 
 EXAMPLES: dict[str, str] = {
