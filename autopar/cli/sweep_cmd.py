@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
@@ -20,6 +19,7 @@ from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 if TYPE_CHECKING:
     from autopar.sweeps.run import SweepResult, SweepRow
+from autopar.sweeps.inputs import DEFAULT_CURRENCY
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
 
@@ -55,40 +55,19 @@ def _number(text: str | None, flag: str) -> float | None:
     return value
 
 
-def _cell(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        return format(value, fmt)
-    return str(value)
-
-
-_TABLE = (
-    # column, header, float format
-    ("gpus", "GPUs", ""),
-    ("gpu", "GPU", ""),
-    ("seq_len", "seq", ""),
-    ("status", "status", ""),
-    *((axis.layout_attr, axis.title, ".0f") for axis in AXES),
-    ("step_time_s", "step s", ".3f"),
-    ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
-    ("mfu", "MFU", ".1%"),
-    ("memory_gib", "GiB", ".1f"),
-    ("days_to_train", "days", ".1f"),
-    ("cost", "cost", ",.0f"),
-)
-
-
 def sweep_table(result: SweepResult) -> str:
-    """The sweep for people: one aligned line per grid point."""
-    cells = [[header for _, header, _ in _TABLE]]
+    """The sweep for people: one aligned line per grid point, the columns of the HTML report's
+    table (``autopar.sweeps.report.COLUMNS``) less the free-text reason."""
+    from autopar.sweeps.report import cell, shown_columns, title_values, value_of
+
+    columns = shown_columns(result.rows, wide=False)
+    values = title_values(result.inputs)
+    cells = [[c.title.format(**values) for c in columns]]
     for row in result.rows:
-        cells.append([_cell(getattr(row, name), fmt) for name, _, fmt in _TABLE])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_TABLE))]
+        cells.append([cell(value_of(c.key, row), c.fmt) for c in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join(
-        " ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
+        " ".join(text.rjust(width) for text, width in zip(line, widths, strict=True))
         for line in cells
     )
 
@@ -204,9 +183,19 @@ def register(app: typer.Typer) -> None:
         gpu_hour_cost: Annotated[
             str | None,
             typer.Option(
-                "--gpu-hour-cost", help="Price of one GPU-hour: adds cost.", rich_help_panel=CLUSTER
+                "--gpu-hour-cost",
+                help="Price of one GPU-hour, in --currency: adds cost (with --train-tokens).",
+                rich_help_panel=CLUSTER,
             ),
         ] = None,
+        currency: Annotated[
+            str,
+            typer.Option(
+                "--currency",
+                help="What --gpu-hour-cost is priced in (a label: USD, EUR, ...).",
+                rich_help_panel=CLUSTER,
+            ),
+        ] = DEFAULT_CURRENCY,
         time_limit: Annotated[
             float,
             typer.Option(help="Solver time limit per point in seconds.", rich_help_panel=SEARCH),
@@ -271,6 +260,7 @@ def register(app: typer.Typer) -> None:
                     seq_len=seq_list,
                     train_tokens=tokens,
                     gpu_hour_cost=price,
+                    currency=currency,
                     progress=progress,
                     jobs=jobs,
                     executor=executor,

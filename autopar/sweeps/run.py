@@ -8,7 +8,8 @@ with status ``error``; ``reason`` says why in both cases. Options all points sha
 before any solve (a bad one is the sweep's ``InputError``). Ctrl-C raises
 ``autopar.base.errors.Interrupted`` holding the finished rows.
 With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` also ``cost``
-(``gpus * hours * gpu_hour_cost``).
+(``gpus * hours * gpu_hour_cost``, in ``currency``). ``SweepResult.inputs`` holds what every point
+shares (``autopar.sweeps.inputs``).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from autopar import api
+from autopar import __version__, api
 from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt, one_line
 from autopar.costs.plugin import load_cost_model
 from autopar.inputs import limits as bounds
 from autopar.inputs.specs import GIB, GpuSpec
 from autopar.layout.plan import Estimate
+from autopar.sweeps.inputs import DEFAULT_CURRENCY, SweepInputs, sweep_inputs
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
@@ -94,9 +96,16 @@ class SweepResult:
     memory_gib: tuple[dict[str, float] | None, ...] = ()
     """Per row, the best layout's per-GPU memory by part (weights, gradients, optimizer,
     activations, other) in GiB; None where no layout was found."""
+    inputs: SweepInputs | None = None
+    """What every point assumed (model, GPUs and their memory, batches, precision, stack, price,
+    release); None when no point had a valid problem."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"columns": list(COLUMNS), "rows": [row.to_dict() for row in self.rows]}
+        return {
+            "columns": list(COLUMNS),
+            "rows": [row.to_dict() for row in self.rows],
+            "inputs": self.inputs.to_dict() if self.inputs else None,
+        }
 
     def to_frame(self):
         import pandas as pd
@@ -288,6 +297,7 @@ def sweep(
     seq_len: int | Sequence[int] = api.DEFAULT_SEQ_LEN,
     train_tokens: float | None = None,
     gpu_hour_cost: float | None = None,
+    currency: str = DEFAULT_CURRENCY,
     progress: Progress | None = None,
     jobs: int = 1,
     executor: str = "processes",
@@ -302,6 +312,7 @@ def sweep(
     ``scheduler``); rows come back in grid order either way. With ``jobs > 1`` and no
     ``num_workers``, each solve gets ``cpu_count // jobs`` CP-SAT workers, so that the processes
     do not fight over cores. ``progress(done, total, row)`` is called as points finish.
+    ``currency`` only labels ``cost`` (the unit ``gpu_hour_cost`` is given in).
     """
     if "top" in options:
         raise TypeError("sweep solves with top=1; do not pass 'top'")
@@ -320,7 +331,20 @@ def sweep(
         raise InputError(
             f"the grid has {len(grid)} points; at most {bounds.MAX_SWEEP_POINTS}", source="--gpus"
         )
-    failures = _check_points(grid, options)
+    if not isinstance(currency, str) or not currency.strip() or len(currency) > 16:
+        raise InputError(
+            f"must be a short label such as USD, got {excerpt(currency)}", source="--currency"
+        )
+    failures, problems, cost_model = _check_points(grid, options)
+    inputs = sweep_inputs(
+        problems,
+        gpu_counts=gpus_list,
+        cost_model=cost_model,
+        train_tokens=train_tokens,
+        gpu_hour_cost=gpu_hour_cost,
+        currency=currency.strip(),
+        version=__version__,
+    )
     if (jobs > 1 or executor == "dask") and options.get("num_workers") is None:
         options["num_workers"] = max(1, (os.cpu_count() or 1) // jobs)
     points = [
@@ -335,31 +359,41 @@ def sweep(
         )
         for gpu_type, seq, num_gpus in grid
     ]
-    if executor == "dask":
-        rows = _run_dask(points, jobs, scheduler, progress)
-    elif jobs == 1:
-        rows = _run_serial(points, progress)
-    else:
-        rows = _run_processes(points, jobs, progress)
-    return SweepResult(tuple(r for r, _ in rows), tuple(m for _, m in rows))
+    try:
+        if executor == "dask":
+            rows = _run_dask(points, jobs, scheduler, progress)
+        elif jobs == 1:
+            rows = _run_serial(points, progress)
+        else:
+            rows = _run_processes(points, jobs, progress)
+    except Interrupted as stop:  # the finished points keep what the sweep assumed
+        stop.partial = dataclasses.replace(stop.partial, inputs=inputs)
+        raise
+    return SweepResult(tuple(r for r, _ in rows), tuple(m for _, m in rows), inputs)
 
 
-def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any]) -> dict:
+def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any]):
     """Before any solve: the options all points share (an error there is the whole sweep's:
     ``InputError``), then each point's problem (an error there is that point's row). Raises the
-    first error when no point is valid. Returns point -> error message."""
+    first error when no point is valid. Returns point -> error message, the valid points'
+    problems keyed ``(gpu label as the rows name it, seq_len, gpus)``, and the cost model's
+    name."""
     api.check_solve_options(
         top=1, time_limit=options.get("time_limit", 10.0), num_workers=options.get("num_workers")
     )
-    load_cost_model(options.get("cost_model"))
+    cost_model = load_cost_model(options.get("cost_model")).name
     solve_only = ("time_limit", "num_workers", "cost_model", "pipeline_plan")
     shared = {k: v for k, v in options.items() if k not in solve_only}
     failures: dict[tuple[Any, int, int], InputError] = {}
+    problems = {}
     for gpu_type, seq, num_gpus in grid:
         try:
-            api.make_problem(gpus=num_gpus, gpu=gpu_type, seq_len=seq, **shared)
+            problem = api.make_problem(gpus=num_gpus, gpu=gpu_type, seq_len=seq, **shared)
         except InputError as err:
             failures[(gpu_type, seq, num_gpus)] = err
+            continue
+        label = gpu_type.name if isinstance(gpu_type, GpuSpec) else gpu_type
+        problems[(label or problem.cluster.gpu.name, seq, num_gpus)] = problem
     if len(failures) == len(grid):
         raise next(iter(failures.values()))
-    return {point: str(err) for point, err in failures.items()}
+    return {point: str(err) for point, err in failures.items()}, problems, cost_model
