@@ -96,3 +96,23 @@ def test_cli_currency_and_table_header(tmp_path):
     assert table.stdout.splitlines()[0].endswith("days cost GBP")
     bad = runner.invoke(app, [*priced[:-1], " "])
     assert bad.exit_code == 2 and "--currency" in bad.stderr
+
+
+def test_the_readme_shows_its_sweep_report():
+    """The README links the screenshot of its own HTML sweep, drawn by docs/sweep_screenshot.py
+    from the README's command (which names both flags, so every chart is drawn)."""
+    import importlib.util
+    import struct
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    assert "](docs/sweep-report.png)" in readme
+    png = (repo / "docs" / "sweep-report.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">I", png[16:20])[0] == 1400
+    spec = importlib.util.spec_from_file_location("shot", repo / "docs" / "sweep_screenshot.py")
+    shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shot)
+    command = shot.readme_command()
+    assert command[0] == "sweep" and {"--train-tokens", "--gpu-hour-cost"} <= set(command)
+    assert "-o" not in command and "--output" not in command

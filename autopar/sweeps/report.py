@@ -27,8 +27,8 @@ from autopar.sweeps.inputs import SweepInputs
 if TYPE_CHECKING:
     from autopar.sweeps.run import SweepRow
 
-Value = str | Callable[[SweepRow], Any]
-"""A ``SweepRow`` field name, or a function of the row."""
+Value = str | Callable[..., Any]
+"""A ``SweepRow`` field name, or a function of the row (``Callable[[SweepRow], Any]``)."""
 
 SOLVED = ("optimal", "feasible")
 """Row statuses that carry a layout and figures."""
