@@ -37,6 +37,7 @@ table#layouts{border-collapse:collapse;font-size:13px}
 #layouts th,#layouts td{padding:2px 6px;text-align:right;white-space:nowrap}
 #layouts th{border-bottom:1px solid #999}
 #layouts td.wide{text-align:left;white-space:normal;min-width:24em}
+#layouts th.wide{text-align:left}
 #layouts tr.no-layout td{color:#8a1c1c}
 footer{color:#666;font-size:12px;margin-top:12px}
 """
@@ -93,7 +94,10 @@ def _header(result: SweepResult, title: str | None) -> str:
 def _table(result: SweepResult) -> str:
     columns = shown_columns(result.rows)
     values = title_values(result.inputs)
-    head = "".join(f"<th>{html.escape(c.title.format(**values))}</th>" for c in columns)
+    head = "".join(
+        f'<th{" class=wide" if c.wide else ""}>{html.escape(c.title.format(**values))}</th>'
+        for c in columns
+    )
     body = []
     for row in result.rows:
         cells = "".join(

@@ -194,9 +194,10 @@ def title_values(inputs: SweepInputs | None) -> dict[str, str]:
 
 
 def missing_text(panels: Sequence[Panel], rows: Sequence[SweepRow]) -> str:
-    """One line naming the panels left out and what fills them; empty when none is."""
+    """One line naming the panels left out and the flags that fill them (or saying that no
+    point has a layout); empty when every panel is drawn."""
     if not any(row.status in SOLVED for row in rows):
-        return ""  # nothing is drawn because no point has a layout; the table says why
+        return "No point has a layout that fits: the table below says why for each."
     missing = [p for p in panels if not drawn(p, rows)]
     if not missing:
         return ""
