@@ -30,11 +30,13 @@ from autopar.inputs.problem import (
     make_problem,
 )
 from autopar.inputs.specs import Problem
+from autopar.layout.alternatives import Optimum
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
+from autopar.search.alternatives import find_alternatives, find_optimum
 from autopar.search.explain import explain_infeasible
 from autopar.search.solver import solve_space
 
@@ -48,6 +50,7 @@ __all__ = [
     "layout_of",
     "make_context",
     "make_problem",
+    "optimum_of",
     "plan_of",
     "solve",
     "solve_problem",
@@ -87,11 +90,14 @@ def solve_problem(
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
+    alternatives: bool = False,
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
     layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
-    ``top`` best distinct outer layouts, each with its best plan)."""
+    ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
+    for a uniform plan, the fastest layout with each axis changed
+    (``autopar.search.alternatives``), within the same ``time_limit``."""
     check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
     check_pipeline_plan(pipeline_plan)
     deadline = time.perf_counter() + time_limit
@@ -115,6 +121,11 @@ def solve_problem(
     left_s = max(0.0, deadline - time.perf_counter())  # the limit covers the set-up too
     result = solve_space(space, ctx, cm, top_k=top, time_limit_s=left_s, num_workers=num_workers)
     result = dataclasses.replace(result, inputs=inputs)
+    if alternatives and result.layouts:
+        why = find_alternatives(
+            space, ctx, cm, result.best, deadline=deadline, num_workers=num_workers
+        )
+        result = dataclasses.replace(result, alternatives=why)
     if result.status == "infeasible":
         explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     elif result.status == "unknown":
@@ -142,10 +153,12 @@ def solve(
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
+    alternatives: bool = False,
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
-    ``make_problem``; ``status`` says whether it is proven optimal."""
+    ``make_problem``; ``status`` says whether it is proven optimal; ``alternatives=True`` adds
+    the fastest layout with each axis changed (``SolveResult.alternatives``)."""
     return solve_problem(
         make_problem(**options),
         top=top,
@@ -153,6 +166,7 @@ def solve(
         num_workers=num_workers,
         cost_model=cost_model,
         pipeline_plan=pipeline_plan,
+        alternatives=alternatives,
     )
 
 
@@ -171,6 +185,24 @@ def evaluate_problem(
     from autopar.costs.stage_estimate import estimate_plan
 
     return estimate_plan(layout, plan, ctx, cm)
+
+
+def optimum_of(
+    problem: Problem,
+    estimate: Estimate,
+    *,
+    time_limit: float = 10.0,
+    num_workers: int | None = None,
+    cost_model: str | CostModel | None = None,
+) -> Optimum | None:
+    """How far ``estimate`` (from ``evaluate_problem``) is from the fastest uniform layout of
+    ``problem`` that fits, found within ``time_limit`` seconds (every layout scored when the
+    space allows it, else CP-SAT); None when nothing fits or the limit ends the search first."""
+    check_solve_options(top=1, time_limit=time_limit, num_workers=num_workers)
+    deadline = time.perf_counter() + time_limit
+    ctx, cm = make_context(problem), load_cost_model(cost_model)
+    space = build_space(problem)
+    return find_optimum(space, ctx, cm, estimate, deadline=deadline, num_workers=num_workers)
 
 
 def evaluate(

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
-from autopar.cli.help import EXAMPLES, LAYOUT, GroupedCommand
+from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
-from autopar.cli.render import check_format, framework_notes, render_estimate
+from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_estimate
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
@@ -45,6 +46,14 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=LAYOUT,
             ),
         ] = None,
+        time_limit: Annotated[
+            float,
+            typer.Option(
+                help="Seconds to look for the optimum this layout is measured against "
+                "(0: do not look).",
+                rich_help_panel=SEARCH,
+            ),
+        ] = 10.0,
         format: o.Format = "table",
         output: o.Output = None,
         **layout_values: object,
@@ -52,7 +61,9 @@ def register(app: typer.Typer) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
         from autopar import api
 
+        started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
+        api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
         problem = api.make_problem(
             **o.common(locals()),
             sequence_parallel=sequence_parallel,
@@ -67,6 +78,14 @@ def register(app: typer.Typer) -> None:
                 problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
             )
         result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
-        emit(render_estimate(result, format, problem=problem), output)
+        searched = format in WHY_FORMATS and plan is None and time_limit > 0
+        optimum = None
+        if searched:
+            left = max(0.0, time_limit - (time.perf_counter() - started))
+            optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
+        text = render_estimate(
+            result, format, problem=problem, optimum=optimum, optimum_searched=searched
+        )
+        emit(text, output)
         for note in framework_notes(result, format, problem):
             typer.echo(note, err=True)

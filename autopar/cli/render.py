@@ -16,12 +16,17 @@ from typing import Any
 from autopar.base.errors import InputError, excerpt
 from autopar.cli.output import to_json
 from autopar.inputs.specs import Problem
+from autopar.layout.alternatives import Optimum
 from autopar.layout.plan import Estimate
 from autopar.layout.results import flat_row
 from autopar.outputs import emit as emitters
 from autopar.outputs.report import estimate_text, explanation_text, solve_text
+from autopar.outputs.why import optimum_text
 
 FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
+WHY_FORMATS: tuple[str, ...] = ("table", "json")
+"""The formats that say why a layout (solve's alternatives, evaluate's gap to the optimum);
+launcher files and CSV rows do not, so those commands skip the search for them."""
 
 
 def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
@@ -68,15 +73,28 @@ def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
-def render_estimate(estimate: Estimate, fmt: str, *, problem: Problem | None = None) -> str:
+def render_estimate(
+    estimate: Estimate,
+    fmt: str,
+    *,
+    problem: Problem | None = None,
+    optimum: Optimum | None = None,
+    optimum_searched: bool = False,
+) -> str:
+    """``evaluate``'s output; with ``optimum_searched``, the table and JSON also say how far
+    the layout is from ``optimum`` (``api.optimum_of``; None: none was found)."""
     _check(fmt)
     if fmt == "json":
-        return to_json(estimate.to_dict())
+        data = estimate.to_dict()
+        if optimum_searched:
+            data["optimum"] = optimum.to_dict() if optimum else None
+        return to_json(data)
     if fmt == "csv":
         return csv_text([flat_row(estimate)])
     if fmt in emitters.EMITTERS:
         return _framework_text(estimate, fmt, problem)
-    return estimate_text(estimate)
+    text = estimate_text(estimate)
+    return f"{text}\n\n{optimum_text(optimum, estimate)}" if optimum_searched else text
 
 
 def render_solve(result, fmt: str, *, problem: Problem | None = None) -> str:

@@ -12,7 +12,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
-from autopar.cli.render import check_format, framework_notes, render_solve
+from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_solve
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
@@ -111,6 +111,7 @@ def register(app: typer.Typer) -> None:
             num_workers=num_workers,
             cost_model=cost_model,
             pipeline_plan=pipeline_plan,
+            alternatives=format in WHY_FORMATS,  # the formats that print "why this layout"
         )
         emit(render_solve(result, format, problem=problem), output)
         for note in framework_notes(result.best if result.layouts else None, format, problem):

@@ -12,6 +12,7 @@ from typing import Any
 
 from autopar.base.axes import AXES
 from autopar.inputs.specs import GIB
+from autopar.layout.alternatives import Alternatives
 from autopar.layout.plan import Estimate
 
 
@@ -94,6 +95,8 @@ class SolveResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     inputs: dict[str, Any] | None = None
     """The assumptions behind the answer (``autopar.inputs.echo``)."""
+    alternatives: Alternatives | None = None
+    """Why this layout: the fastest layout with each axis changed (``solve(alternatives=True)``)."""
 
     @property
     def best(self) -> Estimate:
@@ -115,6 +118,7 @@ class SolveResult:
             "layouts": [estimate.to_dict() for estimate in self.layouts],
             "explanation": self.explanation.to_dict() if self.explanation else None,
             "notes": list(self.notes),
+            "alternatives": self.alternatives.to_dict() if self.alternatives else None,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 

@@ -13,6 +13,7 @@ from autopar.inputs.specs import GIB
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, SolveResult, memory_categories
 from autopar.layout.stages import PerStage
+from autopar.outputs.why import alternatives_text
 
 
 def layout_text(estimate: Estimate) -> str:
@@ -134,6 +135,8 @@ def solve_text(result: SolveResult) -> str:
     parts = [head, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
         parts += ["", "best layouts", runners_up_text(result.layouts)]
+    if result.alternatives is not None:
+        parts += ["", alternatives_text(result.alternatives)]
     return "\n".join(parts)
 
 

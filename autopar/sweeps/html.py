@@ -95,7 +95,7 @@ def _table(result: SweepResult) -> str:
     columns = shown_columns(result.rows)
     values = title_values(result.inputs)
     head = "".join(
-        f'<th{" class=wide" if c.wide else ""}>{html.escape(c.title.format(**values))}</th>'
+        f"<th{' class=wide' if c.wide else ''}>{html.escape(c.title.format(**values))}</th>"
         for c in columns
     )
     body = []
