@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "evaluate_problem": "autopar.api",
     "layout_of": "autopar.api",
     "make_problem": "autopar.api",
+    "optimum_of": "autopar.api",
     "plan_of": "autopar.api",
     "solve": "autopar.api",
     "solve_problem": "autopar.api",
@@ -56,6 +57,8 @@ _EXPORTS: dict[str, str] = {
     "TermContext": "autopar.costs.terms",
     "load_cost_model": "autopar.costs.plugin",
     "SolveResult": "autopar.layout.results",
+    "Alternatives": "autopar.layout.alternatives",
+    "Optimum": "autopar.layout.alternatives",
 }
 """Public name -> the module that defines it."""
 

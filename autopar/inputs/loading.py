@@ -21,6 +21,8 @@ import yaml
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import hf_families
 from autopar.inputs.limits import MAX_GPUS, check_int, range_rule
+from autopar.inputs.names import model_name
+from autopar.inputs.names import string_value as _string
 from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.inputs.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
@@ -135,8 +137,6 @@ GPU_NUMBER_MAX: dict[str, float] = {
     "gemm_efficiency": 1.0,
     "fp8_gemm_efficiency": 1.0,
 }
-MAX_NAME_CHARS = 200
-"""``name`` / ``description`` strings are cut to this length for reports."""
 # Spec field -> the key a user writes, for errors raised by the frozen specs.
 GPU_FIELD_KEYS: dict[str, str] = {
     "memory_bytes": "memory_gib",
@@ -246,15 +246,6 @@ def _number(data: Mapping[str, Any], key: str, *, minimum: float = 0.0) -> float
     return float(value)
 
 
-def _string(data: Mapping[str, Any], key: str, default: str) -> str:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise InputError(f"must be a string, got {excerpt(value)}", field=key)
-    return str(value)[:MAX_NAME_CHARS]
-
-
 def _boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:
     value = data.get(key, default)
     if value is None:
@@ -298,32 +289,6 @@ def _check_model_keys(data: Mapping[str, Any]) -> None:
             or difflib.get_close_matches(key, known, n=1, cutoff=0.85)
         ):
             raise _unknown_key(key, known)
-
-
-GENERIC_STEMS = frozenset({"config"})
-"""File names that say nothing of the model: Hugging Face names every model's file
-``config.json``."""
-
-
-def model_name(data: Mapping[str, Any], stem: str) -> str:
-    """What reports call the model: ``name`` (autopar's key), else ``_name_or_path`` (what
-    ``transformers`` records the config was loaded from: a hub id such as
-    ``meta-llama/Meta-Llama-3-70B``, whose last part is kept when it is a local directory), else
-    the file name unless it is ``config``, else ``architectures[0]`` (``LlamaForCausalLM``),
-    else ``model_type``, else the file name."""
-    if data.get("name") is not None:
-        return _string(data, "name", stem)
-    origin = _string(data, "_name_or_path", "").strip().rstrip("/\\")
-    if origin.startswith(("/", ".", "~")) or "\\" in origin or origin.count("/") > 1:
-        origin = origin.replace("\\", "/").rsplit("/", 1)[-1]
-    if origin:
-        return origin
-    if stem.lower() not in GENERIC_STEMS:
-        return stem
-    architectures = data.get("architectures")
-    if isinstance(architectures, list | tuple) and architectures:
-        return _string({"architectures": architectures[0]}, "architectures", stem)
-    return _string(data, "model_type", "") or stem
 
 
 def _mlp_kind(data: Mapping[str, Any]) -> str:
