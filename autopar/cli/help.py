@@ -41,9 +41,9 @@ class GroupedCommand(TyperCommand):
         if arguments:
             with formatter.section("Arguments"):
                 formatter.write_dl(arguments)
-        extra = sorted(set(groups) - {*PANELS, OTHER})
+        extra = sorted(set(groups) - {*PANELS, OTHER})  # a group a command adds: before Output
         plain = set(groups) == {OTHER}  # a command without groups: click's one "Options" list
-        for name in (*PANELS, *extra, OTHER):
+        for name in (*PANELS[:-1], *extra, OUTPUT, OTHER):
             if name in groups:
                 with formatter.section("Options" if plain else name):
                     formatter.write_dl(groups[name])
