@@ -44,19 +44,19 @@ _OFFLINE = (
 SWEEP = [
     "sweep",
     "--model", "llama-8b",
-    "--gpus", "8,16,32",
     "--global-batch", "256",
     "--format", "html",
 ]  # fmt: skip
 FULL = [
     *SWEEP,
+    "--gpus", "8,16,32",
     "--gpu", "h100,h200",
     "--train-tokens", "1e12",
     "--gpu-hour-cost", "2.5",
     "--currency", "EUR",
     "--memory-reserve-gib", "4",
 ]  # fmt: skip
-BARE = [*SWEEP, "--seq-len", "2048,4096"]  # no --train-tokens / --gpu-hour-cost
+BARE = [*SWEEP, "--gpus", "8,16", "--seq-len", "2048,4096"]  # no --train-tokens / --gpu-hour-cost
 MEASURE = (Path(__file__).resolve().parent / "report_measure.js").read_text(encoding="utf-8")
 
 
