@@ -133,3 +133,13 @@ def test_evaluate_gives_the_gap_to_the_optimum():
     assert "this layout is the optimum" in CliRunner().invoke(app, [*args, *flags]).stdout
     quiet = CliRunner().invoke(app, [*args, "--tp", "8", "--time-limit", "0", "--format", "json"])
     assert "optimum" not in json.loads(quiet.stdout)
+
+
+def test_an_axis_the_rules_leave_one_value_says_so():
+    result = autopar.solve(model="llama-8b", gpus=8, global_batch=64, max_pp=1, alternatives=True)
+    items = {a.axis: a for a in result.alternatives.items}
+    assert items["pp"].outcome == items["vpp"].outcome == "none allowed"  # --max-pp 1 is a rule
+    assert items["pp"].estimate is None and items["pp"].chosen == 1
+    assert "PP: the rules allow no other value here than 1" in alternatives_text(
+        result.alternatives
+    )

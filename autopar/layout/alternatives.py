@@ -13,7 +13,7 @@ from typing import Any, Literal
 from autopar.base.axes import AXIS
 from autopar.layout.plan import Estimate, Layout
 
-Outcome = Literal["found", "none fits", "cut short"]
+Outcome = Literal["found", "none fits", "none allowed", "cut short"]
 Method = Literal["enumeration", "cp-sat"]
 
 
@@ -32,8 +32,8 @@ class Alternative:
     grows: str | None = None
     """The time category (``estimate.time_s`` key) that grows most from the chosen layout."""
     min_memory_bytes: float | None = None
-    """``none fits``: the least memory per GPU of any layout with the axis changed (None when
-    the rules allow no other value that the search could price)."""
+    """``none fits``: the least memory per GPU of any layout with the axis changed (None when a
+    CP-SAT re-solve proved that none fits, which does not price them)."""
     proven: bool = True
     """Whether the layout is known to be the fastest (a complete enumeration, or CP-SAT proved
     it); False when a time limit stopped CP-SAT first."""

@@ -33,10 +33,13 @@ def _line(item: Alternative, chosen: Estimate) -> str:
     title = AXIS[item.axis].title
     if item.outcome == "cut short":
         return f"{title}: not searched, the time limit ran out first (raise --time-limit)"
+    if item.outcome == "none allowed":
+        value = _shown(item.axis, item.chosen)
+        return f"{title}: the rules allow no other value here than {value}"
     if item.outcome == "none fits":
         least = item.min_memory_bytes
         if least is None:
-            return f"{title}: no other value fits"
+            return f"{title}: no other value fits (CP-SAT proved it)"
         capacity = chosen.capacity_bytes / GIB
         return (
             f"{title}: no other value fits (at least {least / GIB:.1f} GiB per GPU with "

@@ -111,8 +111,11 @@ def _by_enumeration(scores, space, ctx, cm, chosen: Estimate) -> list[Alternativ
         if best is not None:
             rows[axis] = best
             continue
-        least = float(scores.memory_bytes[other].min()) if other.any() else None
         value = getattr(chosen.layout, AXIS[axis].layout_attr)
+        if not other.any():  # the rules leave this problem's layouts this one value
+            out[axis] = Alternative(axis=axis, chosen=value, outcome="none allowed")
+            continue
+        least = float(scores.memory_bytes[other].min())
         out[axis] = Alternative(
             axis=axis, chosen=value, outcome="none fits", min_memory_bytes=least
         )
