@@ -138,8 +138,9 @@ def test_evaluate_gives_the_gap_to_the_optimum():
 def test_an_axis_the_rules_leave_one_value_says_so():
     result = autopar.solve(model="llama-8b", gpus=8, global_batch=64, max_pp=1, alternatives=True)
     items = {a.axis: a for a in result.alternatives.items}
-    assert items["pp"].outcome == items["vpp"].outcome == "none allowed"  # --max-pp 1 is a rule
-    assert items["pp"].estimate is None and items["pp"].chosen == 1
-    assert "PP: the rules allow no other value here than 1" in alternatives_text(
+    assert "pp" not in items  # --max-pp 1 leaves PP one value: nothing to explain
+    assert items["vpp"].outcome == "none allowed"  # VPP > 1 needs PP > 1 (a rule of two axes)
+    assert items["vpp"].estimate is None and items["vpp"].chosen == 1
+    assert "VPP: the rules allow no other value here than 1" in alternatives_text(
         result.alternatives
     )
