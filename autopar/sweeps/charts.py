@@ -37,6 +37,8 @@ SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
 """Markers for series beyond the palette (the eighth series is blue again, with squares)."""
 PART_GREYS = ("#3d3d3d", "#6e6e6e", "#9a9a9a", "#c2c2c2", "#e0e0e0", "#f2f2f2")
 MAX_TICKS = 12
+"""GPU-count labels per axis at most (the memory chart shares them among its series)."""
+MAX_OUTLINED_BARS = 64
 MEMORY_TITLE = "Memory per GPU (best layout)"
 ROW_HEIGHT_PX = 330
 
@@ -201,6 +203,7 @@ def _memory(go, fig, result: SweepResult, groups, style: _Style, at_row: int) ->
     order = [i for idx in groups.values() for i in idx]
     parts = list(dict.fromkeys(p for m in result.memory_gib for p in (m or {})))
     outline = [style.colour[(rows[i].gpu, rows[i].seq_len)] for i in order]
+    width = 2 if len(order) <= MAX_OUTLINED_BARS else 0  # thin bars: the outline would hide them
     names = [style.names[(rows[i].gpu, rows[i].seq_len)] for i in order]
     for j, part in enumerate(parts):
         bar = go.Bar(
@@ -210,7 +213,7 @@ def _memory(go, fig, result: SweepResult, groups, style: _Style, at_row: int) ->
             legend="legend2",
             marker={
                 "color": PART_GREYS[j % len(PART_GREYS)],
-                "line": {"color": outline, "width": 2},
+                "line": {"color": outline, "width": width},
             },
             customdata=names,
             hovertemplate=f"%{{customdata}}: {part} %{{y:.1f}} GiB<extra></extra>",
@@ -225,14 +228,24 @@ def _memory(go, fig, result: SweepResult, groups, style: _Style, at_row: int) ->
             text=f"<b>{html.escape(style.names[key])}</b>", font={"color": style.colour[key]},
             **at,
         )  # fmt: skip
+    labelled = [i for idx in groups.values() for i in _spread(idx, MAX_TICKS // len(groups))]
     fig.update_xaxes(
         title_text="GPUs",
         title_standoff=28,
-        tickvals=[position[i] for i in order],
-        ticktext=[f"{rows[i].gpus:,}" for i in order],
+        tickvals=[position[i] for i in labelled],
+        ticktext=[f"{rows[i].gpus:,}" for i in labelled],
         **at,
     )
     fig.update_yaxes(title_text="GiB per GPU", rangemode="tozero", **at)
+
+
+def _spread(idx: list[int], most: int) -> list[int]:
+    """At most ``most`` (and at least 2) of ``idx``, evenly spread, first and last included."""
+    most = max(2, most)
+    if len(idx) <= most:
+        return idx
+    step = (len(idx) - 1) / (most - 1)
+    return [idx[round(k * step)] for k in range(most)]
 
 
 def _capacity_lines(go, result: SweepResult, order: list[int], position: dict[int, int]):
