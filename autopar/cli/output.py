@@ -3,8 +3,11 @@ atomically, a stream in place), and an incomplete result beside the output, neve
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from autopar.base.files import output_target, partial_target, write_atomic, write_stream
@@ -32,6 +35,26 @@ def emit_partial(text: str, output: str | None) -> str:
     target = partial_target(output_target(output))
     write_atomic(target, _line(text))
     return target.shown
+
+
+@contextlib.contextmanager
+def signals_held(output: str | None) -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait while a partial result goes to a file (milliseconds: the write
+    of what an interrupt saved is not lost to a second interrupt), then take effect. A stream
+    (a pipe whose reader may never read) is written with the signals live."""
+    if not output or not output_target(output).is_file:
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no signal masks here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def to_json(data: Any) -> str:

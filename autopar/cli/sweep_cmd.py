@@ -12,8 +12,8 @@ import typer
 from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
-from autopar.cli.errors import guarded
-from autopar.cli.output import emit, to_json
+from autopar.cli.errors import EXIT_ENVIRONMENT, guarded
+from autopar.cli.output import emit, emit_partial, signals_held, to_json
 from autopar.cli.render import csv_text
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
@@ -105,7 +105,12 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         from autopar.sweeps.html import sweep_html
 
         return sweep_html(result)
-    return sweep_table(result)
+    table = sweep_table(result)
+    if result.partial:
+        table += (
+            f"\npartial: {result.partial_reason} (rows 'interrupted' or 'failed' have no answer)"
+        )
+    return table
 
 
 def _progress_line(done: int, total: int, row: SweepRow) -> None:
@@ -150,6 +155,13 @@ def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], N
         yield advance
 
 
+def _kept(where: str) -> str:
+    """Where the finished points went (``emit_partial``)."""
+    if where == "stdout":
+        return "the finished points are on stdout, marked partial"
+    return f"the finished points are in {where} (marked partial; --output is left as it was)"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("sweep")
     @guarded
@@ -186,7 +198,11 @@ def register(app: typer.Typer) -> None:
             typer.Option("--gpu-hour-cost", help="Price of one GPU-hour: adds cost."),
         ] = None,
         time_limit: Annotated[
-            float, typer.Option(help="Solver time limit per point in seconds.")
+            float | None,
+            typer.Option(help="Seconds for the whole sweep (default: no limit)."),
+        ] = None,
+        point_time_limit: Annotated[
+            float, typer.Option(help="Solver time limit of each point in seconds.")
         ] = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
         jobs: Annotated[
@@ -237,6 +253,7 @@ def register(app: typer.Typer) -> None:
                     executor=executor,
                     scheduler=scheduler,
                     time_limit=time_limit,
+                    point_time_limit=point_time_limit,
                     num_workers=num_workers,
                     cost_model=cost_model,
                     uneven_pipeline=uneven_pipeline,
@@ -244,7 +261,15 @@ def register(app: typer.Typer) -> None:
                     **common,
                 )
         except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
-            emit(render_sweep(stop.partial, format), output)
-            typer.echo(f"autopar: sweep {stop} points", err=True)
+            text = render_sweep(stop.partial, format)
+            with signals_held(output):
+                where = emit_partial(text, output)
+                typer.echo(
+                    f"autopar: sweep {stop.partial.partial_reason}; {_kept(where)}", err=True
+                )
             raise stop.cause from None
+        if result.partial:  # points lost with their worker: the rest is kept, exit 4
+            where = emit_partial(render_sweep(result, format), output)
+            typer.echo(f"autopar: sweep: {result.partial_reason}; {_kept(where)}", err=True)
+            raise typer.Exit(EXIT_ENVIRONMENT)
         emit(render_sweep(result, format), output)

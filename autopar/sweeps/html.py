@@ -113,6 +113,14 @@ def _table(result: SweepResult) -> str:
     return f'<table id="layouts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _banner(result: SweepResult) -> str:
+    """A partial sweep says so first (issue 24, finding 9)."""
+    if not result.partial:
+        return ""
+    text = f"Partial report: {result.partial_reason}; rows interrupted or failed have no answer."
+    return f'<p class="partial" role="alert"><strong>{html.escape(text)}</strong></p>'
+
+
 def sweep_html(result: SweepResult, *, title: str = "autopar sweep") -> str:
     """The page: charts (plotly.js inlined, no network needed) and the layout table."""
     fig = _figure(result)
@@ -120,6 +128,7 @@ def sweep_html(result: SweepResult, *, title: str = "autopar sweep") -> str:
     style = "body{font-family:sans-serif} td,th{padding:2px 6px;text-align:right}"
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{charts}"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{_banner(result)}"
+        f"{charts}"
         f"<h2>Chosen layouts</h2>{_table(result)}</body></html>"
     )
