@@ -43,17 +43,22 @@ def _exit_quietly(signum: int, frame: Any) -> None:
     os._exit(EXIT_CODES.get(signum, 1))
 
 
+def cannot_start_line(error: BaseException) -> str:
+    """The one line for a library that failed to load (without the ``autopar:`` prefix)."""
+    text = " ".join(str(error).split())[:300] or "no message"
+    return (
+        f"cannot start: {type(error).__name__}: {text} (a library failed to load: out of "
+        "memory under a memory limit, or a broken installation)"
+    )
+
+
 def _cannot_start(kind: type[BaseException], error: BaseException, trace: Any) -> None:
-    """``sys.excepthook`` of the command line: an import that failed is one line and exit 4;
-    anything else goes to Python's own hook."""
+    """``sys.excepthook`` of the command line: an import that failed before the CLI runs is one
+    line and exit 4; anything else goes to Python's own hook."""
     if not issubclass(kind, ImportError | MemoryError):
         sys.__excepthook__(kind, error, trace)
         return
-    text = " ".join(str(error).split())[:300] or "no message"
-    sys.stderr.write(
-        f"autopar: cannot start: {kind.__name__}: {text} (a library failed to load: "
-        "out of memory under a memory limit, or a broken installation)\n"
-    )
+    sys.stderr.write(f"autopar: {cannot_start_line(error)}\n")
     sys.stderr.flush()
     os._exit(EXIT_ENVIRONMENT)
 

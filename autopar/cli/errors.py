@@ -27,6 +27,7 @@ from typer.models import ArgumentInfo
 from autopar.base.errors import InfeasibleError, InputError, OutputError, shorten
 from autopar.base.files import output_target, same_file
 from autopar.base.startup import EXIT_ENVIRONMENT as EXIT_ENVIRONMENT
+from autopar.base.startup import cannot_start_line
 
 # The parser's usage errors (``click.ClickException``: vendored as ``typer._click`` by recent
 # typer releases, the click package before); taken from typer's own ``BadParameter`` so that
@@ -104,6 +105,16 @@ def check_output(kwargs: dict[str, Any], arguments: set[str] = frozenset()) -> N
             )
 
 
+def _while_importing(err: BaseException) -> bool:
+    """Whether ``err`` was raised while a module was being imported (importlib's frames)."""
+    trace = err.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a command: stdout and ``--output`` checked before any work (``check_output``);
     InputError and OutputError -> exit 2, InfeasibleError -> exit 1, Ctrl-C -> 130, SIGTERM ->
@@ -129,8 +140,14 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             raise _fail("terminated", EXIT_TERMINATED) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", EXIT_INTERRUPTED) from None
-        except MemoryError:
-            raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
+        except (ImportError, MemoryError) as err:
+            if isinstance(err, ImportError) or _while_importing(err):
+                # a command loads its libraries (OR-Tools, pandas) itself: under a memory
+                # limit they fail to load, which is the machine's doing, not the input's
+                raise _fail(cannot_start_line(err), EXIT_ENVIRONMENT) from None
+            raise _fail(
+                "error: out of memory (input too large, or a memory limit too low?)", EXIT_BAD_INPUT
+            ) from None
         except BrokenPipeError:
             # Python flushes stdout again at exit; point it at /dev/null so that flush is quiet.
             with contextlib.suppress(AttributeError, OSError, ValueError):
