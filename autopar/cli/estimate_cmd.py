@@ -9,6 +9,7 @@ import typer
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
+from autopar.cli.progress import working
 from autopar.cli.render import check_format, framework_notes, render_estimate
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
@@ -50,20 +51,21 @@ def register(app: typer.Typer) -> None:
         from autopar import api
 
         check_format(format)
-        problem = api.make_problem(
-            **o.common(locals()),
-            sequence_parallel=sequence_parallel,
-            uneven_pipeline=uneven_pipeline,
-        )
-        if stage_layers is not None or stage_recompute is not None:
-            pipeline_plan = "per-stage"
-        layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
-        plan = None
-        if pipeline_plan == "per-stage":
-            plan = api.plan_of(
-                problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+        with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
+            problem = api.make_problem(
+                **o.common(locals()),
+                sequence_parallel=sequence_parallel,
+                uneven_pipeline=uneven_pipeline,
             )
-        result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
+            if stage_layers is not None or stage_recompute is not None:
+                pipeline_plan = "per-stage"
+            layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
+            plan = None
+            if pipeline_plan == "per-stage":
+                plan = api.plan_of(
+                    problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+                )
+            result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
         emit(render_estimate(result, format, problem=problem), output)
         for note in framework_notes(result, format, problem):
             typer.echo(note, err=True)
