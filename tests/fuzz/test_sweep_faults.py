@@ -9,8 +9,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,34 +18,9 @@ import pytest
 import autopar
 from autopar.base.errors import InputError, Interrupted
 from tests import fault_cost_model as faults
-from tests.conftest import REPO
+from tests.fuzz.processes import start, wait_for
 
 SMALL = dict(model="llama-8b", global_batch=256, pp=1, num_workers=1)
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "autopar", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a shell job: Ctrl-C reaches it all
-    )
-
-
-def _wait_for(process: subprocess.Popen, fragment: str) -> list[str]:
-    """Read stderr until a line holds ``fragment`` (a sweep's progress line)."""
-    lines = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        lines.append(line)
-        if not line or fragment in line:
-            return lines
-    return lines
 
 
 def _children(pid: int) -> list[int]:
@@ -82,15 +55,15 @@ def test_a_signal_stops_the_workers_at_once_and_a_second_is_quiet(tmp_path, sig,
     a second signal printed a traceback and hung, and the partial output replaced the previous
     complete file with nothing saying it was partial."""
     (tmp_path / "out.json").write_text("previous\n")
-    process = _start([*SLOW_SWEEP, "-f", "json", "-o", "out.json"], tmp_path)
-    seen = _wait_for(process, "gpus=8 ")  # 8 GPUs done; a worker sleeps in the 32-GPU point
+    process = start([*SLOW_SWEEP, "-f", "json", "-o", "out.json"], tmp_path, own_group=True)
+    seen = wait_for(process, "gpus=8 ")  # 8 GPUs done; a worker sleeps in the 32-GPU point
     workers = _children(process.pid)
     os.killpg(process.pid, sig)  # the whole group, as a terminal's Ctrl-C
     time.sleep(0.1)
     os.killpg(process.pid, sig)
-    start = time.monotonic()
+    began = time.monotonic()
     _, stderr = process.communicate(timeout=30)
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - began < 5.0
     # the second signal may come once the first is handled and Python has begun to exit (its
     # default dispositions are back then): killed by it, which a shell shows as the same code
     assert process.returncode in (code, -sig), "".join(seen) + stderr
@@ -106,8 +79,8 @@ def test_a_signal_stops_the_workers_at_once_and_a_second_is_quiet(tmp_path, sig,
 
 def test_killing_the_main_process_kills_its_workers(tmp_path) -> None:
     """Finding 4: ``kill -9`` of a ``--jobs 2`` sweep left both workers running for ever."""
-    process = _start([*SLOW_SWEEP, "-f", "json"], tmp_path)
-    _wait_for(process, "gpus=8 ")
+    process = start([*SLOW_SWEEP, "-f", "json"], tmp_path)
+    wait_for(process, "gpus=8 ")
     workers = _children(process.pid)
     process.kill()
     process.communicate(timeout=30)
@@ -121,7 +94,7 @@ def test_a_killed_worker_costs_only_the_point_it_was_solving(tmp_path) -> None:
     args = ["sweep", "--model", "llama-8b", "--global-batch", "256", "--num-workers", "1", "--gpus",
             f"8,{faults.KILL_GPUS},32", "--jobs", "2", "--cost-model",
             "tests.fault_cost_model:killing", "-f", "csv", "-o", "out.json"]  # fmt: skip
-    process = _start(args, tmp_path)
+    process = start(args, tmp_path)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 4, stderr
     last = stderr.strip().splitlines()[-1]
@@ -255,26 +228,14 @@ def test_a_bad_scheduler_is_one_line_within_the_timeout(monkeypatch, peer, fragm
         "garbage": "garbage",
         "closed": f"tcp://127.0.0.1:{_closed_port()}",
     }.get(peer) or f"tcp://127.0.0.1:{server.port}"
-    start = time.monotonic()
+    began = time.monotonic()
     try:
-        result = CliRunner().invoke(
-            app,
-            [
-                "sweep",
-                "--model",
-                "llama-8b",
-                "--gpus",
-                "8",
-                "--executor",
-                "dask",
-                "--scheduler",
-                address,
-            ],  # fmt: skip
-        )
+        args = ["sweep", "--model", "llama-8b", "--gpus", "8", "--executor", "dask"]
+        result = CliRunner().invoke(app, [*args, "--scheduler", address])
     finally:
         if server is not None:
             server.close()
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - began < 5.0
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--scheduler {address}" in lines[0] and fragment in lines[0]
@@ -283,9 +244,9 @@ def test_a_bad_scheduler_is_one_line_within_the_timeout(monkeypatch, peer, fragm
 def test_the_sweeps_time_limit_covers_the_whole_sweep() -> None:
     """Finding 17: ``--time-limit`` applied to each point while the README says it covers the
     whole command; ``--point-time-limit`` is now each point's."""
-    start = time.monotonic()
+    began = time.monotonic()
     result = autopar.sweep(**SMALL, gpus=[8, 16, 32, 64], time_limit=0.0)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - began < 2.0
     assert result.cut_short and [row.status for row in result.rows] == ["unknown"] * 4
     assert all("time-limit" in row.reason for row in result.rows)
     points = autopar.sweep(**SMALL, gpus=[8, 16], time_limit=60.0, point_time_limit=5.0)
