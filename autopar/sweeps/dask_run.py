@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +32,8 @@ from autopar.sweeps.workers import Lost
 
 SCHEDULER_TIMEOUT_S = 10.0
 """How long each step of reaching a scheduler may take (connect; answer)."""
-CLOSE_TIMEOUT_S = 5.0
+CLOSE_TIMEOUT_S = 2.0
+"""How long closing the client and a local cluster may take (after an interrupt too)."""
 EXTRA_HINT = "pip install 'autopar[dask]'"
 
 
@@ -110,16 +113,48 @@ def _lost(err: BaseException) -> Lost:
     return Lost(text)
 
 
-def _close(client: Any, cluster: Any) -> None:
-    """Close the client and the local cluster, bounded; an interrupt meanwhile is held until
-    both are closed, then propagates."""
+def _stop_local(cluster: Any, spawned: Callable[[], list[Any]]) -> None:
+    """Close a local cluster at once: its close is started (the nannies then stop restarting
+    workers that die), the worker processes it started (``spawned()``) are killed (a worker in
+    the middle of a solve kept ``close`` waiting past its timeout, and then distributed's own
+    atexit ``close_clusters`` waited again: 13 s after a Ctrl-C), and the close is waited for,
+    bounded."""
+    closer = threading.Thread(
+        target=lambda: _quietly(cluster.close, timeout=CLOSE_TIMEOUT_S), daemon=True
+    )
+    closer.start()
+    deadline = time.monotonic() + CLOSE_TIMEOUT_S
+    while time.monotonic() < deadline and any(
+        str(nanny.status) not in CLOSING for nanny in list(cluster.workers.values())
+    ):
+        time.sleep(0.02)
+    for process in spawned():
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
+            process.join(CLOSE_TIMEOUT_S)
+    closer.join(CLOSE_TIMEOUT_S)
+
+
+CLOSING = ("Status.closing", "Status.closed", "Status.closing_gracefully", "Status.failed")
+"""A nanny in these states no longer restarts a worker that dies (distributed/nanny.py,
+``Nanny._on_worker_exit``)."""
+
+
+def _quietly(close: Callable[..., Any], **options: Any) -> None:
+    with contextlib.suppress(Exception):
+        close(**options)
+
+
+def _close(client: Any, cluster: Any, spawned: Callable[[], list[Any]]) -> None:
+    """Close the client, then the local cluster (``_stop_local``), each bounded; an interrupt
+    meanwhile is held until all is closed, then propagates."""
     held: BaseException | None = None
-    for closable in (client, cluster):
-        if closable is None:
-            continue
+    for step in (client, cluster):
         try:
-            with contextlib.suppress(Exception):
-                closable.close(timeout=CLOSE_TIMEOUT_S)
+            if step is cluster and cluster is not None:
+                _stop_local(cluster, spawned)
+            elif step is not None:
+                _quietly(step.close, timeout=CLOSE_TIMEOUT_S)
         except KeyboardInterrupt as err:
             held = err
     if held is not None:
@@ -142,6 +177,11 @@ def run_dask(
         raise InputError(f"needs Dask: {EXTRA_HINT}", source="--executor dask") from None
     if scheduler is not None:
         check_scheduler(scheduler)
+    before = {process.pid for process in multiprocessing.active_children()}
+
+    def spawned() -> list[Any]:  # the local cluster's worker processes, none of the caller's
+        return [p for p in multiprocessing.active_children() if p.pid not in before]
+
     cluster = client = futures = None
     try:
         if scheduler is None:
@@ -167,4 +207,4 @@ def run_dask(
                 client.cancel(futures)
         raise
     finally:
-        _close(client, cluster)
+        _close(client, cluster, spawned if cluster is not None else list)
