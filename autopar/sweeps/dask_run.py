@@ -125,7 +125,7 @@ def _stop_local(cluster: Any, spawned: Callable[[], list[Any]]) -> None:
     closer.start()
     deadline = time.monotonic() + CLOSE_TIMEOUT_S
     while time.monotonic() < deadline and any(
-        str(nanny.status) not in CLOSING for nanny in list(cluster.workers.values())
+        nanny.status.name not in CLOSING for nanny in list(cluster.workers.values())
     ):
         time.sleep(0.02)
     for process in spawned():
@@ -135,7 +135,7 @@ def _stop_local(cluster: Any, spawned: Callable[[], list[Any]]) -> None:
     closer.join(CLOSE_TIMEOUT_S)
 
 
-CLOSING = ("Status.closing", "Status.closed", "Status.closing_gracefully", "Status.failed")
+CLOSING = ("closing", "closed", "closing_gracefully", "failed")
 """A nanny in these states no longer restarts a worker that dies (distributed/nanny.py,
 ``Nanny._on_worker_exit``)."""
 
