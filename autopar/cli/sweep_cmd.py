@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from autopar.sweeps.run import SweepResult, SweepRow
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
+SweepTimeLimit = Annotated[
+    float | None, typer.Option("--time-limit", help="Seconds for the whole sweep (default: none).")
+]
+PointTimeLimit = Annotated[
+    float, typer.Option("--point-time-limit", help="Solver time limit of each point in seconds.")
+]
 
 
 def parse_list(text: str, flag: str, kind: type = int) -> list:
@@ -155,11 +161,18 @@ def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], N
         yield advance
 
 
-def _kept(where: str) -> str:
-    """Where the finished points went (``emit_partial``)."""
-    if where == "stdout":
-        return "the finished points are on stdout, marked partial"
-    return f"the finished points are in {where} (marked partial; --output is left as it was)"
+def _write_partial(result: SweepResult, fmt: str, output: str | None) -> None:
+    """A partial sweep beside ``--output`` (``emit_partial``) and one line saying why and where;
+    a second Ctrl-C or SIGTERM waits until both are done (``signals_held``)."""
+    text = render_sweep(result, fmt)
+    with signals_held(output):
+        where = emit_partial(text, output)
+        kept = (
+            "the finished points are on stdout, marked partial"
+            if where == "stdout"
+            else f"the finished points are in {where} (marked partial; --output is left as it was)"
+        )
+        typer.echo(f"autopar: sweep {result.partial_reason}; {kept}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -197,13 +210,8 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--gpu-hour-cost", help="Price of one GPU-hour: adds cost."),
         ] = None,
-        time_limit: Annotated[
-            float | None,
-            typer.Option(help="Seconds for the whole sweep (default: no limit)."),
-        ] = None,
-        point_time_limit: Annotated[
-            float, typer.Option(help="Solver time limit of each point in seconds.")
-        ] = 10.0,
+        time_limit: SweepTimeLimit = None,
+        point_time_limit: PointTimeLimit = 10.0,
         num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
         jobs: Annotated[
             int, typer.Option("--jobs", "-j", help="Points solved at once (processes).")
@@ -261,15 +269,9 @@ def register(app: typer.Typer) -> None:
                     **common,
                 )
         except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
-            text = render_sweep(stop.partial, format)
-            with signals_held(output):
-                where = emit_partial(text, output)
-                typer.echo(
-                    f"autopar: sweep {stop.partial.partial_reason}; {_kept(where)}", err=True
-                )
+            _write_partial(stop.partial, format, output)
             raise stop.cause from None
         if result.partial:  # points lost with their worker: the rest is kept, exit 4
-            where = emit_partial(render_sweep(result, format), output)
-            typer.echo(f"autopar: sweep: {result.partial_reason}; {_kept(where)}", err=True)
+            _write_partial(result, format, output)
             raise typer.Exit(EXIT_ENVIRONMENT)
         emit(render_sweep(result, format), output)
