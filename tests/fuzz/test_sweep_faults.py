@@ -77,12 +77,14 @@ def test_a_signal_stops_the_workers_at_once_and_a_second_is_quiet(tmp_path, sig,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.partial.json"]
 
 
-def test_killing_the_main_process_kills_its_workers(tmp_path) -> None:
-    """Finding 4: ``kill -9`` of a ``--jobs 2`` sweep left both workers running for ever."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_killing_the_main_process_kills_its_workers(tmp_path, sig) -> None:
+    """Finding 4: ``kill -9`` (or SIGHUP) of a ``--jobs 2`` sweep left both workers running for
+    ever."""
     process = start([*SLOW_SWEEP, "-f", "json"], tmp_path)
     wait_for(process, "gpus=8 ")
     workers = _children(process.pid)
-    process.kill()
+    process.send_signal(sig)
     process.communicate(timeout=30)
     assert workers and _gone_within(workers, 3.0)
 
