@@ -7,6 +7,7 @@ sweep has its own progress bar (``autopar.cli.sweep_cmd.progress_reporter``)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,10 @@ DELAY_S = 1.0
 
 
 def _console() -> Any:
+    """A rich console on stderr when stderr is a terminal, else None (without importing rich:
+    a piped solve pays nothing)."""
+    if sys.stderr is None or not sys.stderr.isatty():
+        return None
     from rich.console import Console
 
     return Console(stderr=True)
@@ -26,7 +31,7 @@ def working(label: str, *, console: Any = None, delay_s: float | None = None) ->
     """``with working("solving"): ...``: a transient spinner on a terminal's stderr after
     ``delay_s`` (default ``DELAY_S``), stopped on every way out (an interrupt included)."""
     console = console if console is not None else _console()
-    if not console.is_terminal:
+    if console is None or not console.is_terminal:
         yield
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
