@@ -49,19 +49,19 @@ def _identity(address: str, timeout_s: float) -> dict[str, Any]:
 
     async def ask() -> Any:
         async with rpc(address, timeout=timeout_s) as peer:
-            return await asyncio.wait_for(peer.identity(), timeout_s)
+            return await peer.identity()
 
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["answer"] = asyncio.run(ask())
+            outcome["answer"] = asyncio.run(asyncio.wait_for(ask(), timeout_s))
         except BaseException as err:  # re-raised in the caller's thread (MemoryError included)
             outcome["error"] = err
 
     thread = threading.Thread(target=run, name="dask-probe", daemon=True)
     thread.start()
-    thread.join(2 * timeout_s + 1.0)
+    thread.join(timeout_s + 1.0)
     if thread.is_alive():
         raise TimeoutError()
     if "error" in outcome:
