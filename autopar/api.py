@@ -98,7 +98,9 @@ def solve_problem(
     ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
     for a uniform plan, the fastest layout with each axis changed
     (``autopar.search.alternatives``), within the same ``time_limit``."""
-    check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
+    top, time_limit, num_workers = check_solve_options(
+        top=top, time_limit=time_limit, num_workers=num_workers
+    )
     check_pipeline_plan(pipeline_plan)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
@@ -135,15 +137,21 @@ def solve_problem(
     return dataclasses.replace(result, explanation=explanation)
 
 
-def check_solve_options(*, top: object, time_limit: object, num_workers: object) -> None:
+def check_solve_options(
+    *, top: object, time_limit: object, num_workers: object
+) -> tuple[int, float, int | None]:
     """``--top``, ``--time-limit`` (>= 0 and finite: NaN or a negative limit is an error, never
-    "the time limit ran out") and ``--num-workers``, against their documented maxima."""
-    bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
-    bounds.check_number(
+    "the time limit ran out") and ``--num-workers``, against their documented maxima; returned
+    as an int, a float and an int (or None), whatever numeric type they were given in."""
+    checked_top = bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
+    limit = bounds.check_number(
         time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
     )
     if num_workers is not None:
-        bounds.check_int(num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS)
+        num_workers = bounds.check_int(
+            num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS
+        )
+    return checked_top, limit, num_workers
 
 
 def solve(

@@ -341,14 +341,15 @@ def test_uneven_pipeline_solves_in_every_format(runner, fmt) -> None:
 
 
 def test_stale_temp_files_never_block_a_write_and_are_cleared(tmp_path) -> None:
-    """A run killed by SIGKILL can leave ``.out.json.*.tmp``: the next write succeeds beside it
-    and removes it once it is older than ``STALE_TEMP_S`` (a live write takes milliseconds)."""
+    """A run killed by SIGKILL can leave ``.out.json.XXXXXXXX.autopar.tmp``: the next write
+    succeeds beside it and removes it once it is older than ``STALE_TEMP_S`` (a live write takes
+    milliseconds)."""
     import os
 
-    from autopar.base.files import STALE_TEMP_S, write_atomic
+    from autopar.base.files import STALE_TEMP_S, TEMP_MARKER, write_atomic
 
-    stale = tmp_path / ".out.json.abc123.tmp"
-    fresh = tmp_path / ".out.json.def456.tmp"
+    stale = tmp_path / f".out.json.abc12345{TEMP_MARKER}"
+    fresh = tmp_path / f".out.json.def45678{TEMP_MARKER}"
     stale.write_text("half")
     fresh.write_text("in flight")
     old = time.time() - STALE_TEMP_S - 60

@@ -6,7 +6,7 @@ injected into a copy of the page (``tests/report_measure.js``).
 Parsing the page (tests/test_sweep_scale.py) shows what it asks plotly to draw; only a browser
 shows that it is drawn, with plotly.js read from the page itself: every host name is unresolvable
 here, so a page that fetched plotly.js from a CDN would draw nothing. The browser is a test
-prerequisite, installed by ``.ci/run`` and named in the README ("Run the tests").
+prerequisite, installed by ``scripts/test`` (the README's "Run the tests"; ``.ci/run`` runs it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from autopar.cli import app
 from tests import html_report
 
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chrome-stable")
-INSTALL = "sudo apt-get update && sudo apt-get install -y chromium-headless-shell"
+INSTALL = (
+    "scripts/test installs it (sudo apt-get update && sudo apt-get install -y "
+    "chromium-headless-shell)"
+)
 
 # The flags that start Chromium on a machine with no network and no display: no sandbox (CI runs
 # as root), no first-run or background services, a fresh profile, every host unresolvable.
@@ -237,56 +240,3 @@ def test_missing_browser_fails_with_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no browser on it
     with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium-headless-shell"):
         headless_chromium()
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _ci_prerequisite() -> str:
-    """The part of ``.ci/run`` that installs the browser (between its marker comments)."""
-    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    start = ci.index("# --- the README's prerequisite")
-    return ci[start : ci.index("# --- the README's test command")]
-
-
-def test_readme_names_the_prerequisite_and_ci_runs_its_test_command_verbatim():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Run the tests") :]
-    commands = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[:2]
-    assert commands[0] == INSTALL
-    assert commands[1].endswith("python -m pytest -q")
-    assert f"\n{commands[1]}\n" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
-
-
-@pytest.mark.parametrize(
-    ("uid", "browser", "expected"),
-    [
-        ("0", None, ["apt-get update -q", "apt-get install -y -q chromium-headless-shell"]),
-        (
-            "1000",
-            None,
-            ["sudo", "apt-get update -q", "sudo", "apt-get install -y -q chromium-headless-shell"],
-        ),
-        ("1000", "chromium", []),
-        ("0", "google-chrome", []),
-    ],
-)
-def test_ci_installs_the_browser_only_when_missing(tmp_path, uid, browser, expected):
-    """``.ci/run``'s install step on a PATH of stubs: apt-get (through sudo unless root) when no
-    browser is found, nothing otherwise."""
-    log = tmp_path / "calls"
-    stubs = {
-        "id": f"echo {uid}",
-        "apt-get": f'echo "apt-get $*" >> {log}',
-        "sudo": f'echo sudo >> {log}; "$@"',
-    }
-    if browser:
-        stubs[browser] = "exit 0"
-    for name, body in stubs.items():
-        (tmp_path / name).write_text(f"#!/bin/bash\n{body}\n")
-        (tmp_path / name).chmod(0o755)
-    script = "set -euo pipefail\n" + _ci_prerequisite()
-    env = {"PATH": str(tmp_path)}
-    done = subprocess.run(["/bin/bash", "-c", script], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert (log.read_text().splitlines() if log.exists() else []) == expected

@@ -11,6 +11,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
+from autopar.cli.progress import working
 from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_estimate
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
@@ -64,25 +65,26 @@ def register(app: typer.Typer) -> None:
         started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
         api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
-        problem = api.make_problem(
-            **o.common(locals()),
-            sequence_parallel=sequence_parallel,
-            uneven_pipeline=uneven_pipeline,
-        )
-        if stage_layers is not None or stage_recompute is not None:
-            pipeline_plan = "per-stage"
-        layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
-        plan = None
-        if pipeline_plan == "per-stage":
-            plan = api.plan_of(
-                problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+        with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
+            problem = api.make_problem(
+                **o.common(locals()),
+                sequence_parallel=sequence_parallel,
+                uneven_pipeline=uneven_pipeline,
             )
-        result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
-        searched = format in WHY_FORMATS and plan is None and time_limit > 0
-        optimum = None
-        if searched:
-            left = max(0.0, time_limit - (time.perf_counter() - started))
-            optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
+            if stage_layers is not None or stage_recompute is not None:
+                pipeline_plan = "per-stage"
+            layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
+            plan = None
+            if pipeline_plan == "per-stage":
+                plan = api.plan_of(
+                    problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+                )
+            result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
+            searched = format in WHY_FORMATS and plan is None and time_limit > 0
+            optimum = None
+            if searched:
+                left = max(0.0, time_limit - (time.perf_counter() - started))
+                optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
         text = render_estimate(
             result, format, problem=problem, optimum=optimum, optimum_searched=searched
         )

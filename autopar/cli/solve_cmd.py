@@ -12,6 +12,7 @@ from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
+from autopar.cli.progress import working
 from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_solve
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
@@ -91,28 +92,29 @@ def register(app: typer.Typer) -> None:
         check_format(format)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         pins, limits = o.pins_and_limits(axis_values)
-        problem = api.make_problem(
-            **o.common(locals()),
-            **pins,
-            limits=limits,
-            recompute=recompute,
-            zero=zero,
-            sequence_parallel=sequence_parallel,
-            allow_interleaving=interleaving,
-            allow_cp=context_parallel,
-            allow_ep=expert_parallel,
-            tp_within_node=tp_within_node,
-            uneven_pipeline=uneven_pipeline,
-        )
-        result = api.solve_problem(
-            problem,
-            top=top,
-            time_limit=max(0.0, time_limit - (time.perf_counter() - started)),
-            num_workers=num_workers,
-            cost_model=cost_model,
-            pipeline_plan=pipeline_plan,
-            alternatives=format in WHY_FORMATS,  # the formats that print "why this layout"
-        )
+        with working("solving"):  # a spinner on a terminal once it runs past 1 s
+            problem = api.make_problem(
+                **o.common(locals()),
+                **pins,
+                limits=limits,
+                recompute=recompute,
+                zero=zero,
+                sequence_parallel=sequence_parallel,
+                allow_interleaving=interleaving,
+                allow_cp=context_parallel,
+                allow_ep=expert_parallel,
+                tp_within_node=tp_within_node,
+                uneven_pipeline=uneven_pipeline,
+            )
+            result = api.solve_problem(
+                problem,
+                top=top,
+                time_limit=max(0.0, time_limit - (time.perf_counter() - started)),
+                num_workers=num_workers,
+                cost_model=cost_model,
+                pipeline_plan=pipeline_plan,
+                alternatives=format in WHY_FORMATS,  # the formats that print why this layout
+            )
         emit(render_solve(result, format, problem=problem), output)
         for note in framework_notes(result.best if result.layouts else None, format, problem):
             typer.echo(note, err=True)

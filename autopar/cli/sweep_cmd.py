@@ -11,9 +11,9 @@ import typer
 
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
-from autopar.cli.errors import guarded
+from autopar.cli.errors import EXIT_ENVIRONMENT, guarded
 from autopar.cli.help import CLUSTER, EXAMPLES, OUTPUT, SEARCH, TRAINING, GroupedCommand
-from autopar.cli.output import emit, to_json
+from autopar.cli.output import emit, emit_partial, signals_held, to_json
 from autopar.cli.render import csv_text
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 from autopar.sweeps.inputs import DEFAULT_CURRENCY
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
+SweepTimeLimit = Annotated[
+    float | None,
+    typer.Option(
+        "--time-limit",
+        help="Seconds for the whole sweep (default: none).",
+        rich_help_panel=SEARCH,
+    ),
+]
+PointTimeLimit = Annotated[
+    float,
+    typer.Option(
+        "--point-time-limit",
+        help="Solver time limit of each point in seconds.",
+        rich_help_panel=SEARCH,
+    ),
+]
 
 
 def parse_list(text: str, flag: str, kind: type = int) -> list:
@@ -85,7 +101,12 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         from autopar.sweeps.html import sweep_html
 
         return sweep_html(result)
-    return sweep_table(result)
+    table = sweep_table(result)
+    if result.partial:
+        table += (
+            f"\npartial: {result.partial_reason} (rows 'interrupted' or 'failed' have no answer)"
+        )
+    return table
 
 
 def _progress_line(done: int, total: int, row: SweepRow) -> None:
@@ -128,6 +149,20 @@ def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], N
             bar.update(task, completed=done, total=total)
 
         yield advance
+
+
+def _write_partial(result: SweepResult, fmt: str, output: str | None) -> None:
+    """A partial sweep beside ``--output`` (``emit_partial``) and one line saying why and where;
+    a second Ctrl-C or SIGTERM waits until both are done (``signals_held``)."""
+    text = render_sweep(result, fmt)
+    with signals_held(output):
+        where = emit_partial(text, output)
+        kept = (
+            "the finished points are on stdout, marked partial"
+            if where == "stdout"
+            else f"the finished points are in {where} (marked partial; --output is left as it was)"
+        )
+        typer.echo(f"autopar: sweep {result.partial_reason}; {kept}", err=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -196,10 +231,8 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=CLUSTER,
             ),
         ] = DEFAULT_CURRENCY,
-        time_limit: Annotated[
-            float,
-            typer.Option(help="Solver time limit per point in seconds.", rich_help_panel=SEARCH),
-        ] = 10.0,
+        time_limit: SweepTimeLimit = None,
+        point_time_limit: PointTimeLimit = 10.0,
         num_workers: Annotated[
             int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
         ] = None,
@@ -266,6 +299,7 @@ def register(app: typer.Typer) -> None:
                     executor=executor,
                     scheduler=scheduler,
                     time_limit=time_limit,
+                    point_time_limit=point_time_limit,
                     num_workers=num_workers,
                     cost_model=cost_model,
                     uneven_pipeline=uneven_pipeline,
@@ -273,7 +307,9 @@ def register(app: typer.Typer) -> None:
                     **common,
                 )
         except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
-            emit(render_sweep(stop.partial, format), output)
-            typer.echo(f"autopar: sweep {stop} points", err=True)
+            _write_partial(stop.partial, format, output)
             raise stop.cause from None
+        if result.partial:  # points lost with their worker: the rest is kept, exit 4
+            _write_partial(result, format, output)
+            raise typer.Exit(EXIT_ENVIRONMENT)
         emit(render_sweep(result, format), output)

@@ -177,8 +177,7 @@ def make_problem(**keywords: Any) -> Problem:
 def build_problem(options: ProblemOptions) -> Problem:
     """The frozen specs of ``options``, each number checked against its documented maximum
     before anything is loaded or enumerated; ``InputError`` names the flag and the rule."""
-    job, search = options.job, options.search
-    _check_sizes(job.gpus, job.seq_len, dict(search.pins), dict(search.limits))
+    job, search = _checked_sizes(options.job, options.search)
     _check_names(precision=job.precision, framework=search.framework)
     stack = options.stack.stack
     if stack is not None and not isinstance(stack, str | StackSpec):
@@ -281,21 +280,29 @@ def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq
     )
 
 
-def _check_sizes(gpus: object, seq_len: object, pins: dict, lims: dict) -> None:
+def _checked_sizes(job: JobOptions, search: SearchRequest) -> tuple[JobOptions, SearchRequest]:
     """Every number that sizes an enumeration, against its documented maximum
-    (``autopar.inputs.limits``), before anything is enumerated."""
-    bounds.check_int(gpus, source="--gpus", maximum=bounds.MAX_GPUS)
-    bounds.check_int(seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
-    for axis, value in pins.items():
-        if value is not None:
-            maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
-            bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum)
-    for axis, value in lims.items():
+    (``autopar.inputs.limits``), before anything is enumerated; the options with those numbers
+    as ints (a numpy integer is taken, and becomes an int here)."""
+    gpus = bounds.check_int(job.gpus, source="--gpus", maximum=bounds.MAX_GPUS)
+    seq_len = bounds.check_int(job.seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
+    pins = []
+    for axis, value in search.pins:
+        maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+        pins.append(
+            (axis, bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum))
+        )
+    limits = []
+    for axis, value in search.limits:
         flag = f"--max-{str(axis).replace('_', '-')}"
         if axis not in SEARCH_AXES:
             raise InputError(f"unknown layout axis {excerpt(axis)}", source="limits")
-        if value is not None:
-            bounds.check_int(value, source=flag, maximum=AXIS_MAXIMA.get(axis, bounds.MAX_GPUS))
+        maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+        limits.append((axis, bounds.check_int(value, source=flag, maximum=maximum)))
+    return (
+        dataclasses.replace(job, gpus=gpus, seq_len=seq_len),
+        dataclasses.replace(search, pins=tuple(pins), limits=tuple(limits)),
+    )
 
 
 def _check_names(**names: object) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.base.axes import AXES
+from autopar.base.errors import InfeasibleError
 from autopar.inputs.specs import GIB
 from autopar.layout.alternatives import Alternatives
 from autopar.layout.plan import Estimate
@@ -100,6 +101,16 @@ class SolveResult:
 
     @property
     def best(self) -> Estimate:
+        """The fastest layout. When there is none (status ``infeasible``, or ``unknown``: the
+        time ran out first) it raises ``InfeasibleError`` carrying the explanation (``IndexError``
+        before: ``autopar.solve(model="llama-70b", gpus=384).best``); test ``layouts`` (empty
+        then) or ``status`` to avoid the exception."""
+        if not self.layouts:
+            explanation = self.explanation or Explanation.time_ran_out()
+            raise InfeasibleError(
+                f"no layout ({self.status}): {explanation.summary}",
+                explanation=explanation.to_dict(),
+            )
         return self.layouts[0]
 
     @property

@@ -113,6 +113,14 @@ def _table(result: SweepResult) -> str:
     )
 
 
+def _banner(result: SweepResult) -> str:
+    """A partial sweep says so first (issue 24, finding 9)."""
+    if not result.partial:
+        return ""
+    text = f"Partial report: {result.partial_reason}; rows interrupted or failed have no answer."
+    return f'<p class="partial" role="alert"><strong>{html.escape(text)}</strong></p>'
+
+
 def sweep_html(result: SweepResult, *, title: str | None = None) -> str:
     """The page: what was planned, the charts (plotly.js inlined, no network needed) and the
     layout table."""
@@ -130,7 +138,8 @@ def sweep_html(result: SweepResult, *, title: str | None = None) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{html.escape(page_title)}</title><style>{STYLE}</style></head><body>"
-        f"{_header(result, title)}{note}{charts}<h2>Chosen layouts</h2>{_table(result)}"
+        f"{_header(result, title)}{_banner(result)}{note}{charts}"
+        f"<h2>Chosen layouts</h2>{_table(result)}"
         f"<footer>{html.escape(version)}: predictions of the cost model named above; each "
         "point is the fastest layout that fits.</footer></body></html>"
     )

@@ -5,8 +5,14 @@ Each grid point is one ``autopar.solve(..., top=1)``. A point where no layout fi
 status ``infeasible`` (or ``unknown`` on a time-out) and NaN figures, never an exception; a point
 whose own input is bad (a GPU file, a sequence length the batch tokens do not divide) is a row
 with status ``error``; ``reason`` says why in both cases. Options all points share are checked
-before any solve (a bad one is the sweep's ``InputError``). Ctrl-C raises
-``autopar.base.errors.Interrupted`` holding the finished rows.
+before any solve (a bad one is the sweep's ``InputError``).
+
+Nothing finished is ever thrown away (issue 24): Ctrl-C (or the CLI's SIGTERM) raises
+``autopar.base.errors.Interrupted`` holding a partial ``SweepResult``, in which the points not
+solved are rows with status ``interrupted``; a point lost with its worker process (killed, out
+of memory; tried twice) is a row with status ``failed`` and the result is ``partial`` too.
+``time_limit`` covers the whole sweep and ``point_time_limit`` each point's solve; a point the
+sweep's limit never reached is a row ``unknown`` and the result says ``cut_short``.
 With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` also ``cost``
 (``gpus * hours * gpu_hour_cost``, in ``currency``). ``SweepResult.inputs`` holds what every point
 shares (``autopar.sweeps.inputs``).
@@ -18,7 +24,8 @@ import dataclasses
 import itertools
 import math
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -29,7 +36,9 @@ from autopar.costs.plugin import load_cost_model
 from autopar.inputs import limits as bounds
 from autopar.inputs.specs import GIB, GpuSpec
 from autopar.layout.plan import Estimate
+from autopar.sweeps.dask_run import run_dask
 from autopar.sweeps.inputs import DEFAULT_CURRENCY, SweepInputs, sweep_inputs
+from autopar.sweeps.workers import Lost, run_pool
 
 SECONDS_PER_DAY = 86_400.0
 SECONDS_PER_HOUR = 3_600.0
@@ -99,13 +108,28 @@ class SweepResult:
     inputs: SweepInputs | None = None
     """What every point assumed (model, GPUs and their memory, batches, precision, stack, price,
     release); None when no point had a valid problem."""
+    partial: bool = False
+    """Some points have no answer: the sweep was interrupted (their rows say ``interrupted``)
+    or their worker died (``failed``, with the reason)."""
+    partial_reason: str | None = None
+    """Why, in a line: ``interrupted after 11 of 20 points``, ``1 of 20 points failed: ...``."""
+    cut_short: bool = False
+    """The sweep's ``time_limit`` ran out before some points (their rows say ``unknown``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "columns": list(COLUMNS),
             "rows": [row.to_dict() for row in self.rows],
             "inputs": self.inputs.to_dict() if self.inputs else None,
+            "partial": self.partial,
+            "partial_reason": self.partial_reason,
+            "cut_short": self.cut_short,
         }
+
+    @property
+    def failed(self) -> tuple[SweepRow, ...]:
+        """The rows of points lost with their worker (status ``failed``)."""
+        return tuple(row for row in self.rows if row.status == FAILED)
 
     def to_frame(self):
         import pandas as pd
@@ -113,17 +137,31 @@ class SweepResult:
         return pd.DataFrame([asdict(row) for row in self.rows], columns=list(COLUMNS))
 
 
-def _as_list(value: Any, name: str, kind: type, maximum: int = 0) -> list[Any]:
-    flag = f"--{name.replace('_', '-')}"
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items:
-        raise InputError("needs at least one value", source=flag)
+def _items(value: Any, flag: str, what: str) -> list[Any]:
+    """One value or an ordered collection of them (list, tuple, range, a 1-D numpy array or
+    pandas Series); a set (no order) or a mapping is refused, saying what is expected."""
+    if isinstance(value, str | bytes | GpuSpec) or not isinstance(value, Iterable):
+        return [value]
+    if isinstance(value, Mapping | set | frozenset):
+        raise InputError(f"must be {what} or a list of them, got {excerpt(value)}", source=flag)
+    items = list(value)
     if len(items) > bounds.MAX_SWEEP_POINTS:
         raise InputError(f"at most {bounds.MAX_SWEEP_POINTS} values, got {len(items)}", source=flag)
+    return items
+
+
+def _as_list(value: Any, name: str, kind: type, maximum: int = 0) -> list[Any]:
+    flag = f"--{name.replace('_', '-')}"
+    what = "a positive integer" if kind is int else "a GPU name"
+    if value is None:
+        raise InputError(f"is required: {what} or a list of them", source=flag)
+    items = _items(value, flag, what)
+    if not items:
+        raise InputError("needs at least one value", source=flag)
+    if kind is int:
+        return [bounds.check_int(item, source=flag, maximum=maximum) for item in items]
     for item in items:
-        if kind is int:
-            bounds.check_int(item, source=flag, maximum=maximum)
-        elif not isinstance(item, (str, GpuSpec)):
+        if not isinstance(item, str | GpuSpec):
             raise InputError(f"must be GPU names, got {excerpt(item)}", source=flag)
     return items
 
@@ -174,6 +212,12 @@ def _row(
 
 EXECUTORS: tuple[str, ...] = ("processes", "dask")
 EXTRA_HINT = {"dask": "pip install 'autopar[dask]'", "plotly": "pip install 'autopar[html]'"}
+INTERRUPTED = "interrupted"
+"""Status of a point an interrupt left unsolved."""
+FAILED = "failed"
+"""Status of a point lost with its worker process (``reason`` says how)."""
+DEFAULT_POINT_TIME_LIMIT_S = 10.0
+TIME_LIMIT_REASON = "not solved: the sweep's --time-limit ran out first"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,24 +232,43 @@ class _PointJob:
     gpu_hour_cost: float | None
     error: str | None = None
     """This point's input error, found before any solve (the row says it; no solve)."""
+    point_time_limit_s: float = DEFAULT_POINT_TIME_LIMIT_S
+    deadline_unix_s: float | None = None
+    """The sweep's deadline on the wall clock (``time.time()``: the same in every worker process
+    and, to the clocks' skew, on a Dask cluster)."""
+
+    @property
+    def label(self) -> str:
+        return self.gpu.name if isinstance(self.gpu, GpuSpec) else str(self.gpu or "default")
+
+    def empty_row(self, status: str, reason: str) -> SweepRow:
+        """The row of this point without an answer."""
+        return SweepRow(
+            gpus=self.gpus, gpu=self.label, seq_len=self.seq_len, status=status, reason=reason
+        )
 
 
 Solved = tuple[SweepRow, dict[str, float] | None]
 
 
 def _solve_point(job: _PointJob) -> Solved:
-    """Solve one point; module-level so that process pools and Dask can ship it. An input
+    """Solve one point; module-level so that worker processes and Dask can ship it. An input
     error of this point alone is a row with status ``error`` and the reason; the other points
-    go on."""
+    go on. The solve gets ``point_time_limit_s`` or what is left of the sweep's limit."""
+    limit = job.point_time_limit_s
+    if job.deadline_unix_s is not None:
+        limit = min(limit, job.deadline_unix_s - time.time())
+        if limit <= 0:
+            return job.empty_row("unknown", TIME_LIMIT_REASON), None
     try:
         if job.error is not None:
             raise InputError(job.error)
-        result = api.solve(gpus=job.gpus, gpu=job.gpu, seq_len=job.seq_len, top=1, **job.options)
+        result = api.solve(
+            gpus=job.gpus, gpu=job.gpu, seq_len=job.seq_len, top=1, time_limit=limit, **job.options
+        )
         name = _gpu_name(job.gpu, job.options.get("cluster"))
     except InputError as err:
-        label = job.gpu.name if isinstance(job.gpu, GpuSpec) else str(job.gpu or "default")
-        row = SweepRow(gpus=job.gpus, gpu=label, seq_len=job.seq_len, status="error")
-        return dataclasses.replace(row, reason=str(err)), None
+        return job.empty_row("error", str(err)), None
     best = result.layouts[0] if result.layouts else None
     row = _row(
         job.gpus, name, job.seq_len, result.status, best, job.train_tokens, job.gpu_hour_cost
@@ -221,73 +284,78 @@ def _solve_point(job: _PointJob) -> Solved:
 Progress = Callable[[int, int, SweepRow], None]
 
 
-def _run_serial(jobs: list[_PointJob], progress: Progress | None) -> list[Solved]:
-    rows: list[Solved] = []
-    try:
-        for done, job in enumerate(jobs, 1):
-            rows.append(_solve_point(job))
-            if progress is not None:
-                progress(done, len(jobs), rows[-1][0])
-    except KeyboardInterrupt as stop:  # keep the finished points
-        raise _interrupted(rows, len(jobs), stop) from None
-    return rows
+class _Collected:
+    """The answers as they come, in grid order, and the progress callback."""
 
+    def __init__(
+        self, jobs: Sequence[_PointJob], progress: Progress | None, inputs: SweepInputs | None
+    ) -> None:
+        self.jobs, self.progress, self.inputs = jobs, progress, inputs
+        self.values: list[Solved | Lost | None] = [None] * len(jobs)
+        self.count = 0
 
-def _interrupted(rows: Sequence[Solved | None], total: int, stop: BaseException) -> Interrupted:
-    done = [solved for solved in rows if solved is not None]
-    partial = SweepResult(tuple(r for r, _ in done), tuple(m for _, m in done))
-    return Interrupted(partial, done=len(done), total=total, cause=stop)
+    def done(self, index: int, value: Solved | Lost) -> None:
+        self.values[index] = value
+        self.count += 1
+        if self.progress is not None:
+            row = self._row(index)
+            self.progress(self.count, len(self.jobs), row)
 
+    def _row(self, index: int) -> SweepRow:
+        value, job = self.values[index], self.jobs[index]
+        if isinstance(value, Lost):
+            return job.empty_row(FAILED, value.reason)
+        if value is None:
+            return job.empty_row(INTERRUPTED, "not solved: interrupted")
+        return value[0]
 
-def _run_processes(jobs: list[_PointJob], workers: int, progress: Progress | None):
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    rows: list[Solved | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
-        futures = {pool.submit(_solve_point, job): i for i, job in enumerate(jobs)}
-        try:
-            for done, future in enumerate(as_completed(futures), 1):
-                rows[futures[future]] = solved = future.result()
-                if progress is not None:
-                    progress(done, len(jobs), solved[0])
-        except KeyboardInterrupt as stop:  # keep the finished points, drop the queued ones
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise _interrupted(rows, len(jobs), stop) from None
-    return rows
-
-
-def _run_dask(jobs: list[_PointJob], workers: int, scheduler: str | None, progress):
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InputError(f"needs Dask: {EXTRA_HINT['dask']}", source="--executor dask") from None
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+    def result(self, interrupted: bool = False) -> SweepResult:
+        rows = tuple(self._row(index) for index in range(len(self.jobs)))
+        memory = tuple(v[1] if isinstance(v, tuple) else None for v in self.values)
+        lost = sum(isinstance(value, Lost) for value in self.values)
+        reason = None
+        if interrupted:
+            reason = f"interrupted after {self.count} of {len(self.jobs)} points"
+        elif lost:
+            first = next(v.reason for v in self.values if isinstance(v, Lost))
+            reason = f"{lost} of {len(self.jobs)} points failed: {first}"
+        return SweepResult(
+            rows,
+            memory,
+            inputs=self.inputs,
+            partial=reason is not None,
+            partial_reason=reason,
+            cut_short=any(row.reason == TIME_LIMIT_REASON for row in rows),
         )
-    client = Client(cluster if cluster is not None else scheduler)
-    try:
-        futures = client.map(_solve_point, jobs, pure=False)
-        index = {future.key: i for i, future in enumerate(futures)}
-        rows: list[Solved | None] = [None] * len(jobs)
-        for done, future in enumerate(as_completed(futures), 1):
-            rows[index[future.key]] = solved = future.result()
-            if progress is not None:
-                progress(done, len(jobs), solved[0])
-        return rows
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
-def check_jobs(jobs: Any, executor: str) -> None:
-    bounds.check_int(jobs, source="--jobs", maximum=bounds.MAX_JOBS)
+def _run_serial(jobs: Sequence[_PointJob], done: Callable[[int, Any], None]) -> None:
+    for index, job in enumerate(jobs):
+        done(index, _solve_point(job))
+
+
+def check_jobs(jobs: Any, executor: str) -> int:
     if not isinstance(executor, str) or executor not in EXECUTORS:
         raise InputError(
             f"must be one of {', '.join(EXECUTORS)}, got {excerpt(executor)}", source="--executor"
         )
+    return bounds.check_int(jobs, source="--jobs", maximum=bounds.MAX_JOBS)
+
+
+def _check_time_limits(time_limit: Any, point_time_limit: Any) -> float | None:
+    """The sweep's deadline (``time.time()`` seconds) from ``time_limit``, both limits checked."""
+    bounds.check_number(
+        point_time_limit,
+        source="--point-time-limit",
+        maximum=bounds.MAX_TIME_LIMIT_S,
+        inclusive=True,
+    )
+    if time_limit is None:
+        return None
+    limit = bounds.check_number(
+        time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
+    )
+    return time.time() + limit
 
 
 def sweep(
@@ -302,21 +370,27 @@ def sweep(
     jobs: int = 1,
     executor: str = "processes",
     scheduler: str | None = None,
+    time_limit: float | None = None,
+    point_time_limit: float = DEFAULT_POINT_TIME_LIMIT_S,
     **options: Any,
 ) -> SweepResult:
-    """Solve every combination of ``gpus`` x ``gpu`` x ``seq_len`` (each an item or a list);
-    ``options`` go to ``autopar.solve`` (``model=...``, ``global_batch_tokens=...``, ...).
+    """Solve every combination of ``gpus`` x ``gpu`` x ``seq_len`` (each an item or a list,
+    range or array); ``options`` go to ``autopar.solve`` (``model=...``, ...).
 
     ``jobs`` points are solved at once, in worker processes (``executor="processes"``) or on a
     Dask cluster (``executor="dask"``: a local one of ``jobs`` workers, or the scheduler at
     ``scheduler``); rows come back in grid order either way. With ``jobs > 1`` and no
     ``num_workers``, each solve gets ``cpu_count // jobs`` CP-SAT workers, so that the processes
     do not fight over cores. ``progress(done, total, row)`` is called as points finish.
+    ``time_limit`` (seconds, default none) covers the whole sweep, ``point_time_limit`` each
+    point's solve. A point lost with its worker is a ``failed`` row and the result is
+    ``partial``; Ctrl-C raises ``Interrupted`` holding the partial result (module docstring).
     ``currency`` only labels ``cost`` (the unit ``gpu_hour_cost`` is given in).
     """
     if "top" in options:
         raise TypeError("sweep solves with top=1; do not pass 'top'")
-    check_jobs(jobs, executor)
+    jobs = check_jobs(jobs, executor)
+    deadline = _check_time_limits(time_limit, point_time_limit)
     gpus_list = _as_list(gpus, "gpus", int, bounds.MAX_GPUS)
     seq_list = _as_list(seq_len, "seq_len", int, bounds.MAX_SEQ_LEN)
     gpu_list = [None] if gpu is None else _as_list(gpu, "gpu", str)
@@ -356,20 +430,23 @@ def sweep(
             train_tokens,
             gpu_hour_cost,
             failures.get((gpu_type, seq, num_gpus)),
+            point_time_limit_s=float(point_time_limit),
+            deadline_unix_s=deadline,
         )
         for gpu_type, seq, num_gpus in grid
     ]
+    collected = _Collected(points, progress, inputs)
     try:
         if executor == "dask":
-            rows = _run_dask(points, jobs, scheduler, progress)
+            run_dask(points, _solve_point, workers=jobs, scheduler=scheduler, done=collected.done)
         elif jobs == 1:
-            rows = _run_serial(points, progress)
+            _run_serial(points, collected.done)
         else:
-            rows = _run_processes(points, jobs, progress)
-    except Interrupted as stop:  # the finished points keep what the sweep assumed
-        stop.partial = dataclasses.replace(stop.partial, inputs=inputs)
-        raise
-    return SweepResult(tuple(r for r, _ in rows), tuple(m for _, m in rows), inputs)
+            run_pool(points, _solve_point, workers=jobs, done=collected.done)
+    except KeyboardInterrupt as stop:  # keep the finished points
+        partial = collected.result(interrupted=True)
+        raise Interrupted(partial, done=collected.count, total=len(points), cause=stop) from None
+    return collected.result()
 
 
 def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any]):
@@ -378,11 +455,9 @@ def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any])
     first error when no point is valid. Returns point -> error message, the valid points'
     problems keyed ``(gpu label as the rows name it, seq_len, gpus)``, and the cost model's
     name."""
-    api.check_solve_options(
-        top=1, time_limit=options.get("time_limit", 10.0), num_workers=options.get("num_workers")
-    )
+    api.check_solve_options(top=1, time_limit=0.0, num_workers=options.get("num_workers"))
     cost_model = load_cost_model(options.get("cost_model")).name
-    solve_only = ("time_limit", "num_workers", "cost_model", "pipeline_plan")
+    solve_only = ("num_workers", "cost_model", "pipeline_plan")
     shared = {k: v for k, v in options.items() if k not in solve_only}
     failures: dict[tuple[Any, int, int], InputError] = {}
     problems = {}
