@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,9 @@ from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Layout
 from cost_models import default_cost_model
 from cost_models.flops import model_flop_per_sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, also when imported
+from published_blackwell import build_blackwell, is_blackwell_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "published" / "runs.csv"
@@ -505,8 +509,11 @@ def moe_model_name(model: str) -> str:
 
 
 def is_mbridge_moe_row(row: pd.Series) -> bool:
-    return str(row["id"]).startswith("mbridge_") and moe_model_name(row["model"]) in (
-        MBRIDGE_MOE_MODELS
+    """A Megatron-Bridge H100 MoE row (§18; the Blackwell rows are ``published_blackwell``'s)."""
+    return (
+        str(row["id"]).startswith("mbridge_")
+        and moe_model_name(row["model"]) in MBRIDGE_MOE_MODELS
+        and not is_blackwell_row(row)
     )
 
 
@@ -625,6 +632,8 @@ def build_case(row: pd.Series, runs: pd.DataFrame | None = None) -> Case | str:
     across rows)."""
     if row["verified"] == "inconsistent":
         return "published numbers contradict each other"
+    if is_blackwell_row(row):
+        return build_blackwell(row, Case)
     if is_mbridge_moe_row(row):
         return build_mbridge_moe(row, row.to_frame().T if runs is None else runs)
     source = source_of(row["id"])
@@ -669,6 +678,9 @@ def validate(csv_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "source": case.source,
                 "precision": case.precision,
                 "stack": case.training.stack.name,
+                "gpu": case.gpu.name,
+                "generation": case.gpu.generation,
+                "moe": case.model.is_moe,
                 "gpus": case.training.num_gpus,
                 "layout": f"tp{lay.tp} pp{lay.pp} v{lay.vpp} cp{lay.cp} dp{lay.dp} mbs{lay.mbs} "
                 f"ga{lay.grad_accum} {lay.recompute}" + (f" ep{lay.ep}" if lay.ep > 1 else ""),
@@ -728,11 +740,19 @@ def main() -> None:
         f"\nrows modelled: {int(stats['rows'])}  median |error|: "
         f"{stats['median_abs_error_pct']:.1f}%  max |error|: {stats['max_abs_error_pct']:.1f}%"
     )
-    dense = table["source"] != "mbridge_moe"
+    blackwell = table["source"] == "mbridge_blackwell"
+    earlier = table[~blackwell]
+    dense = earlier["source"] != "mbridge_moe"
     groups = {
-        **{f"dense {p}": rows for p, rows in table[dense].groupby("precision")},
-        "moe (issue 12)": table[~dense],
-        **{f"all {p}": rows for p, rows in table.groupby("precision")},
+        **{f"dense {p}": rows for p, rows in earlier[dense].groupby("precision")},
+        "moe (issue 12)": earlier[~dense],
+        **{f"all {p}": rows for p, rows in earlier.groupby("precision")},
+        **{
+            f"{g} {p} {'moe' if m else 'dense'}": rows
+            for (g, p, m), rows in table.groupby(["generation", "precision", "moe"])
+        },
+        **{f"gpu {gpu}": rows for gpu, rows in table[blackwell].groupby("gpu")},
+        "blackwell (issue 20)": table[blackwell],
     }
     for name, rows in groups.items():
         stats = summary(rows)

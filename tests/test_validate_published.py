@@ -27,12 +27,14 @@ validate_published = _load()
 
 @pytest.fixture(scope="module")
 def table():
-    """The dense rows; the MoE rows (source ``mbridge_moe``) have their own targets in
-    ``tests/test_validate_moe.py``."""
+    """The dense A100 / H100 rows; the MoE rows (source ``mbridge_moe``) and the Blackwell rows
+    (``mbridge_blackwell``) have their own targets in ``tests/test_validate_moe.py`` and
+    ``tests/test_validate_blackwell.py``."""
     if not validate_published.DEFAULT_CSV.exists():
         pytest.fail(f"published runs missing: {validate_published.DEFAULT_CSV}")
     modelled, skipped = validate_published.validate(validate_published.DEFAULT_CSV)
-    return modelled[modelled["source"] != "mbridge_moe"], skipped
+    others = ("mbridge_moe", "mbridge_blackwell")
+    return modelled[~modelled["source"].isin(others)], skipped
 
 
 def test_every_source_is_modelled(table) -> None:

@@ -448,11 +448,30 @@ def _option_rules(problem: Problem) -> list[Rule]:
     ]
 
 
+def _offload_rules(problem: Problem) -> list[Rule]:
+    """Megatron's CPU activation offloading (``StackSpec.cpu_offload_layers``) runs without
+    pipeline parallelism and without recomputation: transformer_config.py L1891-1899 raise
+    "Currently there is no support for Pipeline parallelism with CPU offloading" and "CPU
+    offloading does not work when activation recomputation is enabled"."""
+    if not problem.training.stack.cpu_offload_layers or problem.options.framework != "megatron":
+        return []
+    return [
+        Rule(
+            family="CPU offloading",
+            text="CPU activation offloading needs pp == 1 and no recompute",
+            axes=("pp", "recompute"),
+            check=lambda g: (g["pp"] == 1) & (g["recompute"] == 0),
+            source="Megatron transformer_config.py L1891-1899",
+        )
+    ]
+
+
 def layout_rules(problem: Problem) -> tuple[Rule, ...]:
     """Every rule of DESIGN §2 that applies to ``problem`` (products excepted)."""
     return (
         *_model_rules(problem),
         *_sequence_rules(problem),
+        *_offload_rules(problem),
         *_schedule_rules(problem),
         *_placement_rules(problem),
         *_option_rules(problem),
