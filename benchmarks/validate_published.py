@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import re
 import sys
@@ -41,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from autopar.base.files import write_atomic
 from autopar.costs.comm import DatasheetCollectives
 from autopar.costs.estimate import estimate
 from autopar.costs.terms import TermContext
@@ -707,6 +709,30 @@ def summary_by_precision(table: pd.DataFrame) -> dict[str, dict[str, float]]:
     return {p: summary(rows) for p, rows in table.groupby("precision")}
 
 
+BANDS_PATH = REPO / "autopar" / "costs" / "error_bands.json"
+
+
+def bands_json(table: pd.DataFrame) -> str:
+    """The residuals ``autopar.costs.error_bands`` draws its bands from: one entry per modelled
+    run (class and absolute relative error), as ``--write-bands`` writes them."""
+    runs = [
+        {
+            "id": row.id,
+            "generation": row.generation,
+            "precision": row.precision,
+            "moe": bool(row.moe),
+            "abs_error": round(abs(row.error_pct) / 100.0, 4),
+        }
+        for row in table.sort_values("id").itertuples()
+    ]
+    lines = ",\n".join("  " + json.dumps(run) for run in runs)
+    return (
+        '{"written_by": "python benchmarks/validate_published.py --write-bands",\n'
+        ' "csv": "benchmarks/data/published/runs.csv",\n'
+        f' "runs": [\n{lines}\n ]}}\n'
+    )
+
+
 def markdown(frame: pd.DataFrame) -> str:
     """A GitHub table (pandas' ``to_markdown`` needs the optional ``tabulate``)."""
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + " --- |" * len(frame.columns)]
@@ -718,8 +744,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--format", choices=("table", "markdown"), default="table")
+    parser.add_argument(
+        "--write-bands",
+        action="store_true",
+        help=f"write the residuals to {BANDS_PATH.relative_to(REPO)} (the error bands)",
+    )
     args = parser.parse_args()
     table, skipped = validate(args.csv)
+    if args.write_bands:
+        write_atomic(BANDS_PATH, bands_json(table))
     columns = [
         "id",
         "gpus",

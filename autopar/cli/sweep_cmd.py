@@ -72,6 +72,7 @@ _TABLE = (
     ("status", "status", ""),
     *((axis.layout_attr, axis.title, ".0f") for axis in AXES),
     ("step_time_s", "step s", ".3f"),
+    ("error_band_pct", "±%", ".0f"),
     ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
     ("mfu", "MFU", ".1%"),
     ("memory_gib", "GiB", ".1f"),
