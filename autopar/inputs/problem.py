@@ -214,6 +214,14 @@ def build_problem(options: ProblemOptions) -> Problem:
                 "num_layers)",
                 source="--cpu-offload-layers",
             )
+        if spec_stack.cpu_offload_layers and spec_stack.cuda_graphs == "layers":
+            raise InputError(
+                "per-layer CUDA graphs do not run with CPU offloading (Megatron "
+                "transformer_config.py L2800-2801: 'CUDA graphs not supported with CPU "
+                "offloading' unless --cuda-graph-impl full_iteration); use cuda_graphs full "
+                "or none",
+                source="--cpu-offload-layers",
+            )
         search_options = _search_options(search)
     except InputError as err:
         flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")

@@ -184,14 +184,14 @@ class StackSpec:
         "none",
         help="CUDA graphs: none, layers (TE per-layer graphs of attention, MoE router and "
         "dispatch preprocessing) or full (the whole forward-backward): Megatron "
-        "--cuda-graph-impl / --cuda-graph-scope.",
+        "--cuda-graph-impl / --cuda-graph-modules.",
         choices=CUDA_GRAPHS,
         label="cuda graphs",
     )
     cpu_offload_layers: int = switch(
         0,
         help="Transformer layers whose activations are offloaded to host memory (Megatron "
-        "--cpu-offloading --cpu-offloading-num-layers; GB200/GB300 over NVLink-C2C).",
+        "--cpu-offloading-num-layers; GB200/GB300 over NVLink-C2C).",
         bounds=(0.0, 16384.0),
         label="offload layers",
     )

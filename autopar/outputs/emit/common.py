@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autopar.base.errors import InputError
-from autopar.inputs.specs import ModelSpec
+from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit, pipeline_split
 from autopar.layout.stages import StagePlan
@@ -80,6 +80,21 @@ def refuse_stage_plan(fmt: str) -> InputError:
 def refuse(fmt: str, what: str, instead: str) -> InputError:
     """The one-line refusal of a format that cannot express part of a layout."""
     return InputError(f"cannot express {what}; {instead}", source=f"--format {fmt}")
+
+
+def refuse_megatron_only(fmt: str, problem: Problem, *, nvfp4: str = "") -> None:
+    """NVFP4 training and CPU activation offloading are Megatron(-Bridge) settings (Transformer
+    Engine's ``NVFP4BlockScaling``, ``cpu_offloading_num_layers``): a format without them
+    refuses rather than drop them (without the offload the layout may not fit). ``nvfp4`` says
+    where the format keeps its own FP4 recipe, if it has one."""
+    if problem.training.precision == "nvfp4":
+        raise refuse(fmt, f"NVFP4 training{nvfp4}", "use --format megatron or megatron-bridge")
+    if problem.training.stack.cpu_offload_layers:
+        raise refuse(
+            fmt,
+            f"CPU activation offloading of {problem.training.stack.cpu_offload_layers} layers",
+            "use --format megatron or megatron-bridge",
+        )
 
 
 def _runs(flags: list[int]) -> str:

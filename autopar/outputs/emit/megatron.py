@@ -203,7 +203,7 @@ _FP8_RECIPES = {
     "blockwise": "blockwise",
     "mxfp8": "mxfp8",
 }
-"""autopar stack recipe -> Megatron ``--fp8-recipe`` (arguments.py choices)."""
+"""autopar stack recipe -> Megatron ``--fp8-recipe`` (transformer_config.py L594 choices)."""
 
 
 def _precision(training: TrainingSpec) -> list[Flag]:
@@ -214,17 +214,65 @@ def _precision(training: TrainingSpec) -> list[Flag]:
         flags.append(("--use-precision-aware-optimizer", None))
         flags.append(("--exp-avg-dtype", "bf16"))
         flags.append(("--exp-avg-sq-dtype", "bf16"))
-    if training.precision != "fp8":
+    if training.precision not in ("fp8", "nvfp4"):
         return flags
     stack = training.stack
     if set(stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        fmt = "FP4" if training.precision == "nvfp4" else "FP8"
         raise refuse(
             "megatron",
-            f"FP8 on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
-            "linear layers in FP8 (no flag for the attention core or the logits)",
+            f"{fmt} on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
+            f"linear layers in {fmt} (no flag for the attention core or the logits)",
             "use fp8_gemms qkv,proj,fc1,fc2",
         )
-    return [*flags, ("--fp8-format", "hybrid"), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+    if training.precision == "nvfp4":
+        # transformer_config.py L673-681: fp4 'e2m1' (--fp4-format), fp4_recipe 'nvfp4'
+        # (TE NVFP4BlockScaling); arguments.py L1100 refuses --fp8-format beside it
+        return [*flags, ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    # MXFP8 takes E4M3 throughout (TE MXFP8BlockScaling's default format, recipe/__init__.py
+    # L369; Megatron-Bridge bf16_with_mxfp8_mixed); the tensor-wise recipes E4M3 / E5M2 hybrid
+    fmt = "e4m3" if stack.fp8_recipe == "mxfp8" else "hybrid"
+    return [*flags, ("--fp8-format", fmt), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+
+
+def _graphs_and_offload(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
+    """CUDA graphs and CPU activation offloading (transformer_config.py L1075-1090:
+    ``cuda_graph_impl``, ``cuda_graph_modules``; arguments.py L1950-1951: a positive
+    ``--cpu-offloading-num-layers`` turns ``cpu_offloading`` on). Per-layer graphs capture what
+    Megatron-Bridge's recipes capture: attention and the MLP of a dense layer; attention, the
+    router and the dispatch preprocessing of a MoE layer (whose expert compute is
+    data-dependent: ``moe`` needs drop-padding, L2838-2844)."""
+    offload_bad = lay.pp > 1 or lay.recompute != "none"  # transformer_config.py L1891-1899
+    if stack.cpu_offload_layers and offload_bad:
+        raise refuse(
+            "megatron",
+            f"CPU offloading with pp={lay.pp}, recompute {lay.recompute} (Megatron offloads "
+            "only without pipeline parallelism and recomputation)",
+            "solve with --cpu-offload-layers, which keeps to pp 1 and no recompute",
+        )
+    if stack.cuda_graphs == "layers" and lay.recompute == "full":  # L2854-2858
+        raise refuse(
+            "megatron",
+            "per-layer CUDA graphs with full recomputation (Megatron graphs full recompute "
+            "only as a whole iteration)",
+            "use cuda_graphs full",
+        )
+    if stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
+        raise refuse(
+            "megatron",
+            "graphed attention recomputed selectively with attention dropout (Megatron "
+            "transformer_config.py L2878-2884)",
+            "set dropout false or recompute none",
+        )
+    flags: list[Flag] = []
+    if stack.cuda_graphs == "full":
+        flags.append(("--cuda-graph-impl", "full_iteration"))
+    elif stack.cuda_graphs == "layers":
+        modules = "attn moe_router moe_preprocess" if model.is_moe else "attn mlp"
+        flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-modules", modules)]
+    if stack.cpu_offload_layers:
+        flags.append(("--cpu-offloading-num-layers", str(stack.cpu_offload_layers)))
+    return flags
 
 
 def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
@@ -257,7 +305,7 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
         flags += [("--hidden-dropout", "0"), ("--attention-dropout", "0")]
     if not stack.flash_attention:
         flags.append(("--attention-backend", "unfused"))
-    return flags
+    return flags + _graphs_and_offload(model, lay, stack)
 
 
 def _recompute(lay: Layout) -> list[Flag]:
@@ -307,9 +355,11 @@ def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
     """The arguments as one shell-pasteable line."""
     flags = megatron_flags(item, problem)
     # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *, a
-    # --pipeline-model-parallel-layout | and *
+    # --pipeline-model-parallel-layout | and *; a value of several words is a flag of several
+    # values (--cuda-graph-modules attn mlp)
     return " ".join(
-        flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in flags
+        flag if value is None else " ".join([flag, *map(shlex.quote, value.split(" "))])
+        for flag, value in flags
     )
 
 
@@ -337,4 +387,9 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     plan = stage_plan_of(item)
     if plan is not None and (note := recompute_flags(plan)[1]) is not None:
         notes.append(note)
+    if stack.cuda_graphs == "layers":
+        notes.append(
+            "# TE CUDA graphs: NCCL_GRAPH_REGISTER=0 if PYTORCH_CUDA_ALLOC_CONF has "
+            "expandable_segments:True (arguments.py:1961)."
+        )
     return "\n".join([*notes, megatron_args(item, problem)])
