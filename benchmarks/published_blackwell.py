@@ -6,12 +6,12 @@ MBS, GBS; ETP 1; SP with TP; the distributed optimizer, or ZeRO-3 where the row 
 Megatron-FSDP) and the precision it printed (BF16, FP8 = current scaling, MXFP8, NVFP4). What
 the table does not print comes from the recipe that ran it: ``blackwell_recipes.csv`` beside
 ``runs.csv`` holds, per row, the CUDA-graph scope, the layers offloaded to the host, EP and TP
-overlap, the GEMMs in low precision and the recompute, each with the Megatron-Bridge recipe
-(release tag and workload config) it was read from. A row missing from that table (a run from
-another source) gets ``DEFAULT_RECIPE``. Every row runs on the ``megatron-bridge-25.09`` stack
-(BF16 gradients, TP overlap, fused cross entropy, no dropout); MoE rows add the BF16 Adam
-moments and the flex (HybridEP) dispatcher of Megatron-Bridge's MoE recipes, as the H100 MoE
-rows do (``validate_published.MBRIDGE_MOE_SWITCHES``).
+overlap, the GEMMs in low precision and the recompute (granularity and modules), each with the
+Megatron-Bridge recipe (release tag and workload config) it was read from. A row missing from
+that table (a run from another source) gets ``DEFAULT_RECIPE``. Every row runs on the
+``megatron-bridge-25.09`` stack (BF16 gradients, TP overlap, fused cross entropy, no dropout);
+MoE rows add the BF16 Adam moments and the flex (HybridEP) dispatcher of Megatron-Bridge's MoE
+recipes, as the H100 MoE rows do (``validate_published.MBRIDGE_MOE_SWITCHES``).
 """
 
 from __future__ import annotations
@@ -63,9 +63,25 @@ DEFAULT_RECIPE: dict[str, str] = {
     "tp_comm_overlap": "true",
     "fp8_gemms": "qkv,proj,fc1,fc2",
     "recompute": "none",
+    "recompute_modules": "",
 }
 """What a row without a ``blackwell_recipes.csv`` entry is assumed to have run."""
 MOE_SWITCHES = {"moe_dispatcher": "flex"}
+_SIXTEEN = (4,) + (4,) * 14 + (1,)
+DEEPSEEK_V3_LAYOUTS: dict[tuple[int, int], tuple[int, ...]] = {
+    (4, 1): (16, 16, 16, 13),
+    (8, 1): (8,) * 7 + (5,),
+    (4, 2): (8,) * 7 + (5,),
+    (16, 1): _SIXTEEN,
+    (8, 2): _SIXTEEN,
+    (4, 4): _SIXTEEN,
+    (2, 8): _SIXTEEN,
+}
+"""DeepSeek-V3's 61 layers per pipeline chunk (virtual-stage order) under Megatron-Bridge's
+``pipeline_model_parallel_layout`` for (pp, vpp): the embedding on the first chunk, the MTP
+module and the loss on the last (recipes/deepseek/deepseek_v3.py L37-45 at v0.4.0, the same in
+v0.2.0 and v0.5.0; (2, 8) is the GB300 workload configs' ``Et*4|(t*4|)*14tmL``). The rows are
+evaluated through the per-stage plan with these chunks."""
 
 
 def system_preset(row: pd.Series) -> str | None:
@@ -149,6 +165,9 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         tp_comm_overlap=recipe["tp_comm_overlap"] == "true",
         optimizer_state_dtype="bf16" if model.is_moe else "fp32",
     )
+    if recipe["recompute_modules"]:
+        modules = tuple(recipe["recompute_modules"].split(","))
+        stack = dataclasses.replace(stack, recompute_modules=modules)
     training = TrainingSpec(
         num_gpus=n,
         global_batch_sequences=gbs,
@@ -180,6 +199,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         layout=layout,
         measured_step_s=step_s,
         cost_switches=dict(MOE_SWITCHES) if model.is_moe else {},
+        stage_layers=DEEPSEEK_V3_LAYOUTS.get((pp, layout.vpp)) if model.is_mla else None,
     )
 
 

@@ -55,6 +55,9 @@ from cost_models.shapes import (
 )
 from cost_models.switches import switch
 
+NORM_BYTES = 4.0
+"""HBM bytes per hidden element of one norm's forward (read the BF16 input, write the output):
+what selective ``layernorm`` recompute adds per sublayer."""
 HIDDEN_ELEMENTWISE_BYTES = 30.0
 """Bytes moved per hidden-size element per layer, forward, outside the GEMMs: two norms (read +
 write, 2 x 4 B), two residual adds (read 2, write 1: 2 x 6 B), two dropouts (read, write, 1-byte
@@ -195,7 +198,8 @@ def mixer_time_s(
     ctx: TermContext,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, backward, selective-recompute forward) of one layer's token mixer on one rank:
-    selective recompute re-executes the attention core (and MLA's up-projections)."""
+    selective recompute re-executes what the stack's ``recompute_modules`` name, the attention
+    core (``core_attn``) and MLA's up-projections (``mla_up_proj``)."""
     zero = np.zeros_like(np.asarray(tokens, dtype=np.float64))
     if mixer == "none":
         return zero, zero, zero
@@ -221,7 +225,11 @@ def mixer_time_s(
         head_dim=head_dim,
     )
     core_backward = 2.0 * core * (backward_slowdown(ctx) if flash_attention else 1.0)
-    return forward + core, backward + core_backward, core + recomputed
+    modules = ctx.training.stack.recompute_modules
+    rerun = (core if "core_attn" in modules else zero) + (
+        recomputed if "mla_up_proj" in modules else zero
+    )
+    return forward + core, backward + core_backward, rerun
 
 
 def critical_stage(
@@ -266,6 +274,9 @@ class DenseComputeTime:
         half_elem = 0.5 * memory_time_s(HIDDEN_ELEMENTWISE_BYTES * hidden, ctx)
         full = recompute_factor(grid["recompute"], RECOMPUTE_FULL)
         selective = recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE)
+        # selective layernorm recompute re-runs each sublayer's norm (read and write 2 B each)
+        norm = memory_time_s(NORM_BYTES * hidden, ctx)
+        norm = norm if "layernorm" in ctx.training.stack.recompute_modules else 0.0 * norm
         mlp_f, mlp_b = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
         total = np.zeros(len(tp))
         for kind, count in stage_counts_for_time(model, grid["pp"], s).items():
@@ -284,7 +295,8 @@ class DenseComputeTime:
             sublayers = (mixer != "none") + (ffn != "none")
             forward = forward + sublayers * half_elem
             backward = backward + sublayers * 2.0 * half_elem
-            total = total + count * (forward + backward + full * forward + selective * core)
+            rerun = core + sublayers * norm
+            total = total + count * (forward + backward + full * forward + selective * rerun)
         return total
 
 
@@ -366,8 +378,16 @@ class ExpertComputeTime:
         forward = forward + overhead
         backward = backward + overhead
         full = recompute_factor(grid["recompute"], RECOMPUTE_FULL)
+        moe_act = 0.0
+        if "moe_act" in ctx.training.stack.recompute_modules:
+            # selective moe_act recompute re-runs the experts' activation
+            width = model.expert_ffn_hidden_size / etp
+            act = mlp_activation_bytes(model, per_expert * width) * model.num_experts / ep
+            moe_act = recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE) * memory_time_s(
+                act, ctx
+            )
         moe_layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], s))
-        return moe_layers * (forward + backward + full * forward)
+        return moe_layers * (forward + backward + full * forward + moe_act)
 
 
 def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:

@@ -45,6 +45,7 @@ import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
 from autopar.inputs.specs import GIB, ModelSpec
+from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES
@@ -257,6 +258,7 @@ def mixer_activation_bytes_per_token(
     recompute: np.ndarray,
     fp8_gemms: frozenset[str] = frozenset(),
     copy_bytes: float = 1.0,
+    modules: frozenset[str] = frozenset(DEFAULT_RECOMPUTE_MODULES),
 ) -> tuple[float | np.ndarray, float | np.ndarray]:
     """(outside the TP region, inside it) bytes one token mixer keeps per token (module
     docstring): its norm input and its input outside; inside, attention keeps Q, K, V and its
@@ -269,7 +271,8 @@ def mixer_activation_bytes_per_token(
     norm's output (the out_proj input). ``fp8_gemms``: Transformer Engine saves an FP8 layer's
     input as its FP8 copy (``copy_bytes``: 1 B/element; ``LayerNormLinear.ln_out``,
     ``Linear.inputmat``; NVFP4 0.5625), and keeps the output projection's low-precision input
-    besides the BF16 attention output."""
+    besides the BF16 attention output. ``modules``: what selective recompute re-runs
+    (``StackSpec.recompute_modules``)."""
     h = model.hidden_size
     if mixer == "none":
         return 0.0, 0.0
@@ -286,7 +289,7 @@ def mixer_activation_bytes_per_token(
         latents = 2.0 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
         output = (1.0 + proj_in) * heads * model.v_head_dim
         inside = 2.0 * heads * (qk + qk + model.v_head_dim) + output + scores
-        selective = np.asarray(recompute) == RECOMPUTE_SELECTIVE
+        selective = (np.asarray(recompute) == RECOMPUTE_SELECTIVE) & ("mla_up_proj" in modules)
         return outside + latents, np.where(selective, output, inside)
     q, kv = query_size(model), kv_size(model)
     attention_out = 2.0 + proj_in if "proj" in fp8_gemms else 2.0
@@ -305,14 +308,18 @@ def kind_activation_bytes_per_token(
     recompute: np.ndarray,
     fp8_gemms: frozenset[str] = frozenset(),
     copy_bytes: float = 1.0,
+    modules: frozenset[str] = frozenset(DEFAULT_RECOMPUTE_MODULES),
 ) -> np.ndarray:
     """Bytes one layer of ``kind`` keeps per token for backward, its MoE experts excepted
     (``ExpertActivationMemory``); ``keys`` is the attention span (it matters only for
     materialised scores); ``fp8_gemms`` as ``mixer_activation_bytes_per_token`` (FC1 and FC2
-    inputs at 1 B when they run in FP8)."""
+    inputs at 1 B when they run in FP8). Selective recompute of ``layernorm`` (in ``modules``)
+    drops the two norms' outputs: each is re-run from its input, which stays (Megatron
+    ``transformer_layer.py``, output-discarding checkpoints)."""
     mixer, _, ffn = kind.partition("/")
     h = model.hidden_size
-    stores_scores = flash_attention | (np.asarray(recompute) == 0)
+    recompute = np.asarray(recompute)
+    stores_scores = flash_attention | (recompute == 0)
     outside, inside = mixer_activation_bytes_per_token(
         model,
         mixer,
@@ -322,11 +329,17 @@ def kind_activation_bytes_per_token(
         recompute=recompute,
         fp8_gemms=fp8_gemms,
         copy_bytes=copy_bytes,
+        modules=modules,
     )
+    norms = (recompute == RECOMPUTE_SELECTIVE) & ("layernorm" in modules)
+    if mixer not in ("none", "mamba"):
+        outside = outside - np.where(norms, (copy_bytes if "qkv" in fp8_gemms else 2.0) * h, 0.0)
     if ffn == "moe":
-        outside = outside + 4.0 * h  # norm input and the router / dispatcher input
+        # norm input and the router / dispatcher input (the norm's output)
+        outside = outside + np.where(norms, 2.0, 4.0) * h
     if ffn == "dense":
-        outside = outside + (2.0 + (copy_bytes if "fc1" in fp8_gemms else 2.0)) * h
+        fc1_in = np.where(norms, 0.0, copy_bytes if "fc1" in fp8_gemms else 2.0)
+        outside = outside + (2.0 + fc1_in) * h
         inside = inside + 2.0 * mlp_up_width(model, model.ffn_hidden_size)
         inside = inside + (copy_bytes if "fc2" in fp8_gemms else 2.0) * model.ffn_hidden_size
     sublayers = (mixer != "none") + (ffn != "none")
@@ -412,6 +425,7 @@ class LayerActivationMemory:
                 recompute=grid["recompute"],
                 fp8_gemms=fp8,
                 copy_bytes=saved_copy_bytes(ctx),
+                modules=frozenset(ctx.training.stack.recompute_modules),
             )
             return tokens * per_token * offload_share(ctx)
 
@@ -465,6 +479,12 @@ class ExpertActivationMemory:
         fc1_in = low if "fc1" in fp8 else 2.0
         fc2_in = low if "fc2" in fp8 else 2.0
         h = model.hidden_size
+        # selective recompute of moe_act re-runs the activation from FC1's output: FC2's input
+        # is not kept
+        moe_act = (np.asarray(grid["recompute"]) == RECOMPUTE_SELECTIVE) & (
+            "moe_act" in ctx.training.stack.recompute_modules
+        )
+        fc2_in = np.where(moe_act, 0.0, fc2_in)
         copy = (fc1_in + 2.0) * h + 2.0 * mlp_up_width(model, fe) + fc2_in * fe
         routed = tokens / tp * model.experts_per_token * copy
         fs = model.shared_expert_ffn_hidden_size

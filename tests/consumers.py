@@ -117,6 +117,8 @@ def megatron_transformer_config(line: str):
             kwargs |= {"cuda_graph_impl": "local", "cuda_graph_scope": ["full_iteration"]}
         elif flag == "--cuda-graph-modules":  # 0.16 names main's cuda_graph_modules scope
             kwargs["cuda_graph_scope"] = list(values)
+        elif dest == "recompute_modules":  # a list field (cp_comm_type takes one value too)
+            kwargs[dest] = list(values)
         elif dest in fields and dest != "moe_router_load_balancing_type":
             kwargs[dest] = True if not values else _typed(values[0])
     if kwargs.get("cpu_offloading_num_layers", 0) > 0:  # arguments.py L1950-1951

@@ -111,6 +111,7 @@ BLACKWELL_CASES = {
         ("fp8", None, (*BLACKWELL, ("fp8_recipe", "mxfp8"))),
         ("bf16", None, (("cuda_graphs", "layers"),)),
         ("bf16", None, (("cuda_graphs", "layers"), ("dropout", False))),
+        ("bf16", None, (("recompute_modules", "layernorm,moe_act"),)),
     ),
     "offload": (
         ("bf16", None, (("cpu_offload_layers", 2),)),
@@ -162,6 +163,9 @@ def _megatron(lay: Layout, problem) -> None:
         )
         assert middle % (lay.pp - 2 or 1) == 0
     assert config.recompute_granularity == (None if lay.recompute == "none" else lay.recompute)
+    if lay.recompute == "selective":
+        expected = emit.common.selective_modules(model, problem.training.stack) or ["core_attn"]
+        assert config.recompute_modules == expected
     stack = problem.training.stack
     mxfp8 = stack.fp8_recipe == "mxfp8"
     assert config.fp8 == {"fp8": "e4m3" if mxfp8 else "hybrid"}.get(problem.training.precision)

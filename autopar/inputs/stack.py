@@ -45,11 +45,19 @@ MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
 DeepEP / HybridEP, which a cluster must have installed."""
 GRAD_DTYPES: tuple[str, ...] = ("fp32", "bf16")
 CUDA_GRAPHS: tuple[str, ...] = ("none", "layers", "full")
-"""What CUDA graphs capture (Megatron ``--cuda-graph-impl`` / ``--cuda-graph-scope``,
-transformer_config.py L1075 / L1129): ``none``; ``layers``: per-layer Transformer Engine graphs
+"""What CUDA graphs capture (Megatron ``--cuda-graph-impl`` / ``--cuda-graph-modules``,
+transformer_config.py L1075 / L1090): ``none``; ``layers``: per-layer Transformer Engine graphs
 (``transformer_engine`` over ``attn``, ``moe_router``, ``moe_preprocess``: the MoE router and
 the dispatcher's host sync run inside the graph); ``full``: the whole forward-backward of a step
 (``full_iteration``, Megatron-Bridge's ``local`` + ``full_iteration``)."""
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "moe_act")
+"""What selective recomputation re-runs (Megatron ``--recompute-modules``, transformer_config.py
+L560-583): the attention core; MLA's up-projections and RoPE; the two norms of a layer
+(``input_layernorm``, ``pre_mlp_layernorm``); the routed experts' activation function. The
+last three discard their outputs (output-discarding checkpoints)."""
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj")
+"""autopar's ``selective``: the attention core, with MLA's up-projections (Megatron-Bridge's
+DeepSeek recipes' ``mla_up_proj``; it has no effect on other attention)."""
 
 
 def switch(
@@ -135,6 +143,13 @@ class StackSpec:
         help="GEMMs that run in FP8 when the precision is FP8.",
         choices=FP8_GEMMS,
         label="fp8 gemms",
+    )
+    recompute_modules: tuple[str, ...] = switch(
+        DEFAULT_RECOMPUTE_MODULES,
+        help="What --recompute selective re-runs: core_attn, mla_up_proj, layernorm, moe_act "
+        "(Megatron --recompute-modules).",
+        choices=RECOMPUTE_MODULES,
+        label="recompute modules",
     )
     moe_dispatchers: tuple[str, ...] = switch(
         ("alltoall", "allgather"),

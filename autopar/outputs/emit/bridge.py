@@ -28,6 +28,7 @@ from autopar.outputs.emit.common import (
     ffn_pattern,
     layout_of,
     refuse,
+    selective_modules,
     split_of,
     unsupported_layers,
 )
@@ -101,7 +102,7 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
     return sizes
 
 
-def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
+def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,
@@ -129,7 +130,11 @@ def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
                 "num_layers_in_last_pipeline_stage": split.last_stage_layers,
             }
     if lay.recompute == "selective":
-        fields["recompute_granularity"] = "selective"
+        modules = selective_modules(model, stack)
+        if modules is None:
+            fields["recompute_granularity"] = "selective"
+        elif modules:
+            fields |= {"recompute_granularity": "selective", "recompute_modules": modules}
     elif lay.recompute == "full":
         fields |= {
             "recompute_granularity": "full",
@@ -255,7 +260,7 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
             "use --format megatron",
         )
     sections: dict[str, dict[str, Any]] = {
-        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model),
+        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model, training.stack),
         "train": {
             "micro_batch_size": lay.mbs,
             "global_batch_size": training.global_batch_sequences,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec, Problem
+from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit, pipeline_split
 from autopar.layout.stages import StagePlan
@@ -80,6 +81,19 @@ def refuse_stage_plan(fmt: str) -> InputError:
 def refuse(fmt: str, what: str, instead: str) -> InputError:
     """The one-line refusal of a format that cannot express part of a layout."""
     return InputError(f"cannot express {what}; {instead}", source=f"--format {fmt}")
+
+
+def selective_modules(model: ModelSpec, stack: StackSpec) -> list[str] | None:
+    """Megatron ``--recompute-modules`` for selective recomputation: the stack's
+    ``recompute_modules`` that apply to the model (``mla_up_proj`` to MLA, ``moe_act`` to MoE:
+    transformer_config.py L1964-1972 refuses them elsewhere); ``None`` when that is Megatron's
+    default, ``["core_attn"]`` (L1940-1941)."""
+    modules = [
+        m
+        for m in stack.recompute_modules
+        if (m != "mla_up_proj" or model.is_mla) and (m != "moe_act" or model.is_moe)
+    ]
+    return None if modules == ["core_attn"] else modules
 
 
 def refuse_megatron_only(fmt: str, problem: Problem, *, nvfp4: str = "") -> None:

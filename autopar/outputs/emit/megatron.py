@@ -22,6 +22,7 @@ from autopar.outputs.emit.common import (
     ffn_pattern,
     layout_of,
     refuse,
+    selective_modules,
     split_of,
     stage_plan_of,
     unsupported_layers,
@@ -308,9 +309,17 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
     return flags + _graphs_and_offload(model, lay, stack)
 
 
-def _recompute(lay: Layout) -> list[Flag]:
+def _recompute(lay: Layout, model: ModelSpec, stack: StackSpec) -> list[Flag]:
     if lay.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        modules = selective_modules(model, stack)
+        if modules is None:
+            return [("--recompute-granularity", "selective")]
+        if not modules:  # nothing of the stack's modules applies to this model
+            return []
+        return [
+            ("--recompute-granularity", "selective"),
+            ("--recompute-modules", " ".join(modules)),
+        ]
     if lay.recompute == "full":
         return [
             ("--recompute-granularity", "full"),
@@ -320,13 +329,17 @@ def _recompute(lay: Layout) -> list[Flag]:
     return []
 
 
-def _split_and_recompute(item: Estimate | Layout, model: ModelSpec) -> tuple[list, list]:
+def _split_and_recompute(
+    item: Estimate | Layout, model: ModelSpec, stack: StackSpec
+) -> tuple[list, list]:
     """The pipeline flags and the recompute flags: the layout's, or its per-stage plan's
     (``autopar.outputs.emit.megatron_stages``: the layout flag replaces the uniform split)."""
     lay, plan = layout_of(item), stage_plan_of(item)
     if plan is None:
-        return _pipeline(model, lay), _recompute(lay)
-    return pipeline_flags(plan, num_mtp_layers=model.num_mtp_layers), recompute_flags(plan)[0]
+        return _pipeline(model, lay), _recompute(lay, model, stack)
+    modules = selective_modules(model, stack)
+    flags = recompute_flags(plan, modules=modules)[0]
+    return pipeline_flags(plan, num_mtp_layers=model.num_mtp_layers), flags
 
 
 def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
@@ -335,7 +348,7 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     model, training = problem.model, problem.training
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
-    pipeline, recompute = _split_and_recompute(item, model)
+    pipeline, recompute = _split_and_recompute(item, model, training.stack)
     flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
     flags += _moe(model, lay, dispatcher_of(item))
     flags += [("--tensor-model-parallel-size", str(lay.tp)), *pipeline]
@@ -347,7 +360,8 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
         ("--global-batch-size", str(training.global_batch_sequences)),
         ("--seq-length", str(training.seq_len)),
     ]
-    flags += _zero(lay, training.stack) + recompute + _stack(model, lay, training.stack)
+    flags += _zero(lay, training.stack) + recompute
+    flags += _stack(model, lay, training.stack)
     return flags + _precision(training)
 
 
