@@ -19,10 +19,16 @@ Three kinds of constant are fitted here, nothing else (benchmarks/README.md "Bla
 
 Each efficiency is found by bisection on the GPU preset's value (a replaced ``GpuSpec``), so the
 script changes no file: copy the printed values into the presets.
+
+``--scans`` also prints the two scans benchmarks/README.md cites: the Blackwell attention
+backward factor (``BLACKWELL_BACKWARD_SLOWDOWN``, the dense rows refitted at each value) and a
+fixed per-layer, per-micro-batch time (refitted Blackwell dense rows; the sub-second Hopper rows,
+whose efficiencies are measured, not refitted).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import sys
@@ -34,7 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_published as vp  # noqa: E402
 from published_blackwell import mxfp8_pairs  # noqa: E402
 
+import cost_models.attention as attention  # noqa: E402
+import cost_models.compute as compute  # noqa: E402
 import cost_models.gemm as gemm  # noqa: E402
+from cost_models.shapes import stage_layers  # noqa: E402
 
 BLACKWELL = ("b200", "b300", "gb200-nvl72", "gb300-nvl72")
 PAIRS = (
@@ -114,7 +123,59 @@ def tokens_per_s(row_id: str) -> float:
     return float(re.search(r"tokens_per_s_per_gpu=(\d+)", runs.loc[row_id, "notes"]).group(1))
 
 
+def _dense_fit(cases: list[vp.Case]) -> tuple[float, float]:
+    """(median, max) |error| % of the dense Blackwell rows, each GPU's efficiency refitted."""
+    errors = []
+    for name in ("b200", "gb200-nvl72", "gb300-nvl72"):
+        own = [c for c in cases if c.gpu.name == name and not c.model.is_moe]
+        own = [c for c in own if c.precision != "nvfp4"]
+        fitted = with_efficiency(own, fit_gpu(own))
+        errors += [abs(vp.predict(c)["predicted_s"] / c.measured_step_s - 1.0) for c in fitted]
+    return 100.0 * float(np.median(errors)), 100.0 * float(np.max(errors))
+
+
+def scan_backward(cases: list[vp.Case]) -> None:
+    print("\nBLACKWELL_BACKWARD_SLOWDOWN scan (dense rows, efficiencies refitted):")
+    saved = dict(attention.BACKWARD_SLOWDOWN)
+    try:
+        for value in (1.15, 1.5, 2.0, 2.5):
+            attention.BACKWARD_SLOWDOWN.update({g: value for g in saved})
+            median, worst = _dense_fit(cases)
+            print(f"  {value:.2f}: median {median:.1f}%, max {worst:.1f}%")
+    finally:
+        attention.BACKWARD_SLOWDOWN.update(saved)
+
+
+def scan_fixed_cost(cases: list[vp.Case]) -> None:
+    print("\nfixed time per layer and micro-batch (Blackwell dense refitted; Hopper steps < 1 s):")
+    original = compute.DenseComputeTime.evaluate
+    fixed = [0.0]
+
+    def patched(self, grid, ctx):
+        layers = stage_layers(ctx.model.num_layers, np.asarray(grid["pp"], dtype=np.float64))
+        return original(self, grid, ctx) + fixed[0] * layers
+
+    compute.DenseComputeTime.evaluate = patched
+    try:
+        for value in (0.0, 0.2e-3, 0.5e-3, 1e-3):
+            fixed[0] = value
+            median, worst = _dense_fit(cases)
+            table, _ = vp.validate(vp.DEFAULT_CSV)
+            small = table[(table["source"] != "mbridge_blackwell") & (table["measured_s"] < 1.0)]
+            errors = small["error_pct"].abs()
+            print(
+                f"  {value * 1e3:.1f} ms: Blackwell dense median {median:.1f}%, max {worst:.1f}%;"
+                f" Hopper < 1 s ({len(small)} rows) median {errors.median():.1f}%,"
+                f" max {errors.max():.1f}%"
+            )
+    finally:
+        compute.DenseComputeTime.evaluate = original
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scans", action="store_true", help="also print the two scans")
+    args = parser.parse_args()
     cases = blackwell_cases()
     efficiencies = {}
     for name in ("b200", "gb200-nvl72", "gb300-nvl72"):
@@ -138,6 +199,9 @@ def main() -> None:
     runs = vp.pd.read_csv(vp.DEFAULT_CSV)
     for row_id, measured, predicted in mxfp8_pairs(cases, runs, vp.predict):
         print(f"  {row_id}: measured {measured:.3f}, predicted {predicted:.3f}")
+    if args.scans:
+        scan_backward(cases)
+        scan_fixed_cost(cases)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,27 @@ def row_model(row: pd.Series):
     return load_model(preset) if preset else None
 
 
+def row_layout(row: pd.Series, *, recompute: str, zero: int) -> Layout:
+    """The layout a Megatron-Bridge row prints: TP, PP, CP, EP, VP, MBS, GBS (DP and the
+    micro-batches follow), ETP 1, SP with TP."""
+    n, gbs = _int(row["num_gpus"], 1), _int(row["gbs_sequences"], 0)
+    tp, pp, cp = _int(row["tp"], 1), _int(row["pp"], 1), _int(row["cp"], 1)
+    mbs, dp = _int(row["mbs"], 1), n // (tp * pp * cp)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=_int(row["ep"], 1),
+        vpp=_int(row["vpp"], 1),
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute=recompute,
+        zero=zero,
+        sequence_parallel=tp > 1,
+    )
+
+
 def build_blackwell(row: pd.Series, case_type) -> object | str:
     """A ``case_type`` (``validate_published.Case``) for a Blackwell row, or why it cannot be
     modelled."""
@@ -177,19 +198,8 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         stack=stack,
     )
     fsdp = re.search(r"FSDP column=(\d+)", str(row.get("notes", "")))
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=_int(row["ep"], 1),
-        vpp=_int(row["vpp"], 1),
-        mbs=mbs,
-        grad_accum=gbs // (dp * mbs),
-        recompute=recipe["recompute"],
-        zero=3 if fsdp and int(fsdp.group(1)) > 0 else 1,
-        sequence_parallel=tp > 1,
-    )
+    zero = 3 if fsdp and int(fsdp.group(1)) > 0 else 1
+    layout = row_layout(row, recompute=recipe["recompute"], zero=zero)
     return case_type(
         row_id=str(row["id"]),
         source="mbridge_blackwell",

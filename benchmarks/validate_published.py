@@ -56,7 +56,7 @@ from cost_models import default_cost_model
 from cost_models.flops import model_flop_per_sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, also when imported
-from published_blackwell import build_blackwell, is_blackwell_row  # noqa: E402
+from published_blackwell import build_blackwell, is_blackwell_row, row_layout  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "published" / "runs.csv"
@@ -586,19 +586,7 @@ def build_mbridge_moe(row: pd.Series, runs: pd.DataFrame) -> Case | str:
     reason = printed_ga_mismatch(row, dp, mbs) or release_regression(row, runs)
     if reason:
         return reason
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=_int(row["ep"], 1),
-        vpp=_int(row["vpp"], 1),
-        mbs=mbs,
-        grad_accum=gbs // (dp * mbs),
-        recompute="selective" if model.is_mla else "none",
-        zero=1,
-        sequence_parallel=tp > 1,
-    )
+    layout = row_layout(row, recompute="selective" if model.is_mla else "none", zero=1)
     precision = "bf16" if "precision BF16" in str(row["notes"]) else "fp8"
     training = TrainingSpec(
         num_gpus=n,

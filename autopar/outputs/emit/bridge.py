@@ -24,6 +24,7 @@ from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
 from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.common import (
+    check_graphs_and_offload,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -200,28 +201,7 @@ def _graphs_and_offload(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict
     and whole-iteration graphs as ``cuda_graph_impl=local`` with scope ``full_iteration``
     (transformer_config.py L776-790); ``use_te_rng_tracker`` goes with any graph (the config
     container sets ``rng.te_rng_tracker`` to match, training/config.py L1429-1430)."""
-    if stack.cpu_offload_layers and (lay.pp > 1 or lay.recompute != "none"):
-        raise refuse(
-            "megatron-bridge",
-            f"CPU offloading with pp={lay.pp}, recompute {lay.recompute} (megatron-core "
-            "offloads only without pipeline parallelism and recomputation, "
-            "transformer_config.py L1144-1152 in 0.16)",
-            "solve with --cpu-offload-layers, which keeps to pp 1 and no recompute",
-        )
-    if stack.cuda_graphs == "layers" and lay.recompute == "full":
-        raise refuse(
-            "megatron-bridge",
-            "per-layer CUDA graphs with full recomputation (megatron-core graphs full "
-            "recompute only as a whole iteration)",
-            "use cuda_graphs full",
-        )
-    if stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
-        raise refuse(
-            "megatron-bridge",
-            "graphed attention recomputed selectively with attention dropout (Megatron "
-            "transformer_config.py L2878-2884)",
-            "set dropout false or recompute none",
-        )
+    check_graphs_and_offload("megatron-bridge", lay, stack)
     fields: dict[str, Any] = {}
     if stack.cuda_graphs != "none" and stack.cpu_offload_layers:
         raise refuse(

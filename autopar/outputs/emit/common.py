@@ -96,6 +96,35 @@ def selective_modules(model: ModelSpec, stack: StackSpec) -> list[str] | None:
     return None if modules == ["core_attn"] else modules
 
 
+def check_graphs_and_offload(fmt: str, lay: Layout, stack: StackSpec) -> None:
+    """Megatron's rules for CUDA graphs and CPU offloading with the layout
+    (transformer_config.py at d98e8a6): offloading only without pipeline parallelism and
+    recomputation (L1891-1899); full recomputation graphed only as a whole iteration
+    (L2854-2858); graphed attention not recomputed selectively with attention dropout
+    (L2878-2884)."""
+    if stack.cpu_offload_layers and (lay.pp > 1 or lay.recompute != "none"):
+        raise refuse(
+            fmt,
+            f"CPU offloading with pp={lay.pp}, recompute {lay.recompute} (Megatron offloads "
+            "only without pipeline parallelism and recomputation)",
+            "solve with --cpu-offload-layers, which keeps to pp 1 and no recompute",
+        )
+    if stack.cuda_graphs == "layers" and lay.recompute == "full":
+        raise refuse(
+            fmt,
+            "per-layer CUDA graphs with full recomputation (Megatron graphs full recompute "
+            "only as a whole iteration)",
+            "use cuda_graphs full",
+        )
+    if stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
+        raise refuse(
+            fmt,
+            "graphed attention recomputed selectively with attention dropout (Megatron "
+            "transformer_config.py L2878-2884)",
+            "set dropout false or recompute none",
+        )
+
+
 def refuse_megatron_only(fmt: str, problem: Problem, *, nvfp4: str = "") -> None:
     """NVFP4 training and CPU activation offloading are Megatron(-Bridge) settings (Transformer
     Engine's ``NVFP4BlockScaling``, ``cpu_offloading_num_layers``): a format without them

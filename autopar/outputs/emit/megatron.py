@@ -18,6 +18,7 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit
 from autopar.outputs.emit.common import (
+    check_graphs_and_offload,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -243,28 +244,7 @@ def _graphs_and_offload(model: ModelSpec, lay: Layout, stack: StackSpec) -> list
     Megatron-Bridge's recipes capture: attention and the MLP of a dense layer; attention, the
     router and the dispatch preprocessing of a MoE layer (whose expert compute is
     data-dependent: ``moe`` needs drop-padding, L2838-2844)."""
-    offload_bad = lay.pp > 1 or lay.recompute != "none"  # transformer_config.py L1891-1899
-    if stack.cpu_offload_layers and offload_bad:
-        raise refuse(
-            "megatron",
-            f"CPU offloading with pp={lay.pp}, recompute {lay.recompute} (Megatron offloads "
-            "only without pipeline parallelism and recomputation)",
-            "solve with --cpu-offload-layers, which keeps to pp 1 and no recompute",
-        )
-    if stack.cuda_graphs == "layers" and lay.recompute == "full":  # L2854-2858
-        raise refuse(
-            "megatron",
-            "per-layer CUDA graphs with full recomputation (Megatron graphs full recompute "
-            "only as a whole iteration)",
-            "use cuda_graphs full",
-        )
-    if stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
-        raise refuse(
-            "megatron",
-            "graphed attention recomputed selectively with attention dropout (Megatron "
-            "transformer_config.py L2878-2884)",
-            "set dropout false or recompute none",
-        )
+    check_graphs_and_offload("megatron", lay, stack)
     flags: list[Flag] = []
     if stack.cuda_graphs == "full":
         flags.append(("--cuda-graph-impl", "full_iteration"))
