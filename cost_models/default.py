@@ -41,6 +41,7 @@ from cost_models.memory import (
     RecomputeWorkspaceMemory,
     WorkspaceMemory,
 )
+from cost_models.offload import OffloadTime
 from cost_models.pipeline import InFlightMicrobatches, PipelineSlots, PpCommTime
 
 
@@ -107,6 +108,7 @@ def default_cost_model(
             ),
             FsdpGatherTime(overlap=dp_comm_overlap),
             ExpertFsdpTime(overlap=dp_comm_overlap),
+            OffloadTime(),
         ),
         slots=PipelineSlots(),
         static_memory_terms=static_memory,

@@ -140,7 +140,13 @@ def test_report_renders_every_chart_offline(full):
     assert set(measured["subplots"]) == {"xy", "x2y2", "x3y3", "x4y4", "x5y5"}
     assert measured["annotations"] == [a["text"] for a in asked["layout"]["annotations"]]
     # every trace, and every point of it, drawn
-    lines = [t for t in asked["data"] if t["type"] == "scatter" and t.get("mode") != "lines"]
+    lines = [
+        t
+        for t in asked["data"]
+        if t["type"] == "scatter" and t.get("mode") != "lines" and t.get("fill") != "toself"
+    ]
+    bands = [t for t in asked["data"] if t.get("fill") == "toself"]
+    assert len(bands) == 2  # the throughput's error band, one per series
     drawn = [t for sp in measured["subplots"].values() for t in sp["traces"] if t["points"]]
     assert len(lines) == 4 * 2 == len(drawn)  # four charts x (h100, h200)
     assert sum(t["points"] for t in drawn) == sum(_drawn(t["y"]) for t in lines) == 4 * 6

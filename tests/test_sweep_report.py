@@ -46,7 +46,8 @@ def test_a_declared_panel_with_a_band_is_drawn_in_the_series_colours(swept, monk
     assert "Step time" in [a["text"] for a in figure["layout"]["annotations"]]
     fills = [t for t in figure["data"] if t.get("fill") == "toself"]
     lines = [t for t in figure["data"] if t.get("mode") == "lines+markers"]
-    assert len(fills) == 2  # one band per series
+    assert len([f for f in fills if "step time range" in f["name"]]) == 2  # one per series
+    assert len([f for f in fills if "tokens/s per GPU range" in f["name"]]) == 2  # error band
     for fill in fills:
         colour = next(t["line"]["color"] for t in lines if t["name"] in fill["name"])
         red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))

@@ -123,7 +123,7 @@ def _switch_option(item: Switch) -> Any:
     values = f" ({', '.join(item.choices)})" if item.choices and item.kind is str else ""
     listed = f" (comma list of {','.join(item.choices)})" if item.kind is tuple else ""
     flag = f"{item.flag}/--no-{item.flag[2:]}" if item.kind is bool else item.flag
-    kind = {bool: bool, float: float}.get(item.kind, str)
+    kind = {bool: bool, float: float, int: int}.get(item.kind, str)
     help_text = f"{item.help}{values}{listed} [stack]"
     return Annotated[kind | None, typer.Option(flag, help=help_text, rich_help_panel=STACK)]
 

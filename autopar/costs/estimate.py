@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.costs.comm import collective_sources
+from autopar.costs.error_bands import BANDED_COST_MODELS, band_of
 from autopar.costs.terms import (
     CostModel,
     TermContext,
@@ -32,6 +33,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     decided = cost_model.decisions.decide(grid, ctx) if cost_model.decisions else {}
     tokens = ctx.training.global_batch_tokens
     inputs = inputs_dict(ctx.model, ctx.cluster, ctx.training, sources=collective_sources(ctx.comm))
+    band = band_of(ctx).to_dict() if cost_model.name in BANDED_COST_MODELS else None
     out = []
     for i, layout in enumerate(layouts):
         gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step_s[i]
@@ -48,6 +50,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
                 time_s={k: float(v[i]) for k, v in times.items()},
                 inputs=inputs,
                 choices={name: str(values[i]) for name, values in decided.items()},
+                error_band=band,
             )
         )
     return out

@@ -48,6 +48,7 @@ TIME_CATEGORIES: tuple[str, ...] = (
     "cp_comm",
     "ep_comm",
     "optimizer",
+    "offload",
 )
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "other")
 

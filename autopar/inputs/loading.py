@@ -136,6 +136,10 @@ GPU_NUMBER_MAX: dict[str, float] = {
     "memory_reserve_gib": float(1 << 20),
     "gemm_efficiency": 1.0,
     "fp8_gemm_efficiency": 1.0,
+    "fp4_gemm_efficiency": 1.0,
+    "peak_fp4_tflop_per_s": 1e7,
+    "attention_exp_tera_per_s": 1e4,
+    "host_gb_per_s": 1e7,
 }
 # Spec field -> the key a user writes, for errors raised by the frozen specs.
 GPU_FIELD_KEYS: dict[str, str] = {
@@ -145,6 +149,9 @@ GPU_FIELD_KEYS: dict[str, str] = {
     "hbm_bytes_per_s": "hbm_tb_per_s",
     "nvlink_bytes_per_s": "nvlink_gb_per_s",
     "nic_bytes_per_s": "nic_gb_per_s",
+    "peak_fp4_flop_per_s": "peak_fp4_tflop_per_s",
+    "attention_exp_per_s": "attention_exp_tera_per_s",
+    "host_bytes_per_s": "host_gb_per_s",
     "intra_node_latency_s": "intra_node_latency_us",
     "inter_node_latency_s": "inter_node_latency_us",
     "memory_reserve_bytes": "memory_reserve_gib",
@@ -163,8 +170,22 @@ GPU_KEYS: tuple[str, ...] = (
     "gpus_per_node",
     "gemm_efficiency",
     "fp8_gemm_efficiency",
+    "generation",
+    "peak_fp4_tflop_per_s",
+    "fp4_gemm_efficiency",
+    "attention_exp_tera_per_s",
+    "host_gb_per_s",
 )
-GPU_OPTIONAL_KEYS: tuple[str, ...] = ("gemm_efficiency", "fp8_gemm_efficiency")
+GPU_OPTIONAL_NUMBERS: dict[str, tuple[str, float]] = {
+    # optional GPU key -> (GpuSpec field, scale to SI units)
+    "gemm_efficiency": ("gemm_efficiency", 1.0),
+    "fp8_gemm_efficiency": ("fp8_gemm_efficiency", 1.0),
+    "peak_fp4_tflop_per_s": ("peak_fp4_flop_per_s", 1e12),
+    "fp4_gemm_efficiency": ("fp4_gemm_efficiency", 1.0),
+    "attention_exp_tera_per_s": ("attention_exp_per_s", 1e12),
+    "host_gb_per_s": ("host_bytes_per_s", 1e9),
+}
+GPU_OPTIONAL_KEYS: tuple[str, ...] = ("generation", *GPU_OPTIONAL_NUMBERS)
 CLUSTER_KEYS: tuple[str, ...] = (
     "gpu",
     "gpus_per_node",
@@ -174,6 +195,8 @@ CLUSTER_KEYS: tuple[str, ...] = (
     "hbm_tb_per_s",
     "nvlink_gb_per_s",
     "nic_gb_per_s",
+    "peak_fp4_tflop_per_s",
+    "host_gb_per_s",
     "intra_node_latency_us",
     "inter_node_latency_us",
     "comm_profile",
@@ -463,10 +486,12 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
             nvlink_bytes_per_s=_number(data, "nvlink_gb_per_s") * 1e9,
             nic_bytes_per_s=_number(data, "nic_gb_per_s") * 1e9,
             gpus_per_node=_integer(data, "gpus_per_node", maximum=MAX_GPUS_PER_NODE),
-            gemm_efficiency=_number(data, "gemm_efficiency") if "gemm_efficiency" in data else None,
-            fp8_gemm_efficiency=_number(data, "fp8_gemm_efficiency")
-            if "fp8_gemm_efficiency" in data
-            else None,
+            generation=_string(data, "generation", "").strip().lower(),
+            **{
+                field: _number(data, key) * scale
+                for key, (field, scale) in GPU_OPTIONAL_NUMBERS.items()
+                if data.get(key) is not None
+            },
         )
     except InputError as err:
         raise err.with_field(GPU_FIELD_KEYS.get(err.field or "", err.field)) from None

@@ -54,7 +54,6 @@ FIELD_FLAGS: dict[str, str] = {
     "zero": "--zero",
     "recompute": "--recompute",
 }
-PRE_BLACKWELL_GPUS: tuple[str, ...] = ("a100", "h100", "h200", "mi300")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,12 +205,27 @@ def build_problem(options: ProblemOptions) -> Problem:
             ),
             stack=spec_stack,
         )
-        cluster.gpu.peak_flop_per_s(job.precision)
-        _check_fp8_recipe(spec_stack, cluster.gpu, job.precision)
+        _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
+        if spec_stack.cpu_offload_layers >= model.num_layers:
+            raise InputError(
+                f"must be below the model's {model.num_layers} layers (Megatron "
+                "transformer_config.py L1884: offloading can be done only for layers less than "
+                "num_layers)",
+                source="--cpu-offload-layers",
+            )
+        if spec_stack.cpu_offload_layers and spec_stack.cuda_graphs == "layers":
+            raise InputError(
+                "per-layer CUDA graphs do not run with CPU offloading (Megatron "
+                "transformer_config.py L2800-2801: 'CUDA graphs not supported with CPU "
+                "offloading' unless --cuda-graph-impl full_iteration); use cuda_graphs full "
+                "or none",
+                source="--cpu-offload-layers",
+            )
         search_options = _search_options(search)
     except InputError as err:
         flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")
-        raise InputError(err.rule, source=err.source or flag) from None
+        field = err.field if err.source else None  # a file's key stays named; a flag is the key
+        raise InputError(err.rule, source=err.source or flag, field=field) from None
     return Problem(model=model, cluster=cluster, training=training, options=search_options)
 
 
@@ -313,19 +327,31 @@ def _check_names(**names: object) -> None:
             )
 
 
-def _check_fp8_recipe(stack: StackSpec, gpu: GpuSpec, precision: str) -> None:
-    """MXFP8 needs Blackwell's block-scaled tensor cores (Megatron ``--fp8-recipe mxfp8``, TE
-    ``MXFP8BlockScaling``); on an earlier preset it is bad input. Without FP8 it has no effect
+def _gpu_source(job: JobOptions) -> str:
+    """Where the GPU's figures come from, for an error about one of them."""
+    if job.cluster:
+        return str(job.cluster)
+    gpu = job.gpu if isinstance(job.gpu, str) else None
+    return gpu if gpu and gpu.endswith((".yaml", ".yml", ".json")) else "--gpu"
+
+
+def _check_precision(gpu: GpuSpec, precision: str, stack: StackSpec, *, gpu_source: str) -> None:
+    """The GPU can run the precision and the FP8 recipe (hard rules of Transformer Engine,
+    ``pytorch/quantization.py`` L162-175: MXFP8 and NVFP4 need compute capability 10.0), and
+    its figures hold the peak the precision is priced at. Without FP8 the recipe has no effect
     and is accepted."""
-    if (
-        precision == "fp8"
-        and stack.fp8_recipe == "mxfp8"
-        and gpu.name.startswith(PRE_BLACKWELL_GPUS)
-    ):
+    if precision == "nvfp4" and gpu.runs("nvfp4") and gpu.peak_fp4_flop_per_s is None:
         raise InputError(
-            f"mxfp8 needs Blackwell tensor cores, {gpu.name} has none; use delayed, current "
-            "or blockwise",
-            field="fp8_recipe",
+            "is missing: --precision nvfp4 needs the GPU's dense FP4 peak",
+            source=gpu_source,
+            field="peak_fp4_tflop_per_s",
+        )
+    gpu.peak_flop_per_s(precision)
+    if precision == "fp8" and stack.fp8_recipe == "mxfp8" and not gpu.runs("mxfp8"):
+        raise InputError(
+            f"mxfp8 needs block-scaled FP8 tensor cores (Blackwell or CDNA 4), {gpu.name} has "
+            "none; use delayed, current or blockwise",
+            source="--fp8-recipe",
         )
 
 

@@ -15,7 +15,7 @@ from autopar.base.errors import InputError, excerpt
 from autopar.inputs.stack import StackSpec
 
 MlpKind = Literal["swiglu", "gelu", "squared_relu"]
-Precision = Literal["bf16", "fp8"]
+Precision = Literal["bf16", "fp8", "nvfp4"]
 Framework = Literal["megatron", "torchtitan", "deepspeed"]
 
 MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
@@ -23,7 +23,21 @@ LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
 """Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
 attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
 LAYER_FFNS: tuple[str, ...] = ("dense", "moe", "none")
-PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "nvfp4")
+GENERATION_FORMATS: dict[str, tuple[str, ...]] = {
+    "ampere": (),
+    "hopper": (),
+    "blackwell": ("mxfp8", "nvfp4"),
+    "blackwell-ultra": ("mxfp8", "nvfp4"),
+    "cdna3": (),
+    "cdna4": ("mxfp8",),
+}
+"""GPU generation -> the block-scaled formats its tensor cores run. MXFP8 and NVFP4 need compute
+capability 10.0 (Transformer Engine ``pytorch/quantization.py`` ``_compute_mxfp8_support`` and
+``_compute_nvfp4_support``, L162-175: "Device compute capability 10.0 or higher required");
+AMD CDNA 4 (MI350 series) runs the OCP MX formats (E8M0 scales per 32 elements: MXFP8, MXFP6,
+MXFP4; AMD CDNA 4 white paper), not NVFP4's E4M3 scales per 16 elements. A GPU file may name
+its ``generation``; without one no block-scaled format is assumed."""
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 GIB = 1024**3
 
@@ -300,10 +314,31 @@ class GpuSpec:
     calibrated default); Hopper presets carry the value measured on an H200."""
     fp8_gemm_efficiency: float | None = None
     """The same for FP8 GEMMs against the FP8 peak."""
+    peak_fp4_flop_per_s: float | None = None
+    """Dense FP4 peak (NVFP4 on NVIDIA, MXFP4 on AMD); ``None`` where there are no FP4 tensor
+    cores."""
+    fp4_gemm_efficiency: float | None = None
+    """Fraction of the FP4 peak that NVFP4 training GEMMs sustain (``None``: the cost model's)."""
+    generation: str = ""
+    """Architecture generation (``GENERATION_FORMATS``): which block-scaled formats exist."""
+    attention_exp_per_s: float | None = None
+    """Exponentials per second of the special-function units (MUFU ``ex2``), the bound of the
+    fused-attention forward on Blackwell (``None``: attention is priced as its GEMMs)."""
+    host_bytes_per_s: float | None = None
+    """GPU <-> host copy bandwidth per direction (PCIe, or NVLink-C2C on Grace parts): activation
+    CPU offloading (``None``: offloaded bytes are not priced)."""
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory_gib")
-        for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+        if self.generation not in ("", *GENERATION_FORMATS):
+            known = ", ".join(GENERATION_FORMATS)
+            raise InputError(
+                f"must be one of {known}, got {excerpt(self.generation)}", field="generation"
+            )
+        for name in ("peak_fp4_flop_per_s", "attention_exp_per_s", "host_bytes_per_s"):
+            if getattr(self, name) is not None:
+                _positive_number(getattr(self, name), name)
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
                 raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
@@ -318,8 +353,22 @@ class GpuSpec:
         if self.peak_fp8_flop_per_s is not None:
             _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
 
+    def runs(self, block_format: str) -> bool:
+        """Whether the tensor cores run ``block_format`` (``mxfp8``, ``nvfp4``) natively."""
+        return block_format in GENERATION_FORMATS.get(self.generation, ())
+
     def peak_flop_per_s(self, precision: str) -> float:
-        """Dense tensor-core peak for the training precision."""
+        """Dense tensor-core peak for the training precision (NVFP4: the FP4 peak)."""
+        if precision == "nvfp4":
+            if self.peak_fp4_flop_per_s is None or not self.runs("nvfp4"):
+                generation = self.generation or "not given"
+                raise InputError(
+                    f"nvfp4 needs NVIDIA Blackwell tensor cores (generation blackwell or "
+                    f"blackwell-ultra: compute capability 10.0) and a peak_fp4_tflop_per_s; "
+                    f"{self.name} (generation {generation}) has none: use fp8 or bf16",
+                    field="precision",
+                )
+            return self.peak_fp4_flop_per_s
         if precision == "fp8":
             if self.peak_fp8_flop_per_s is None:
                 raise InputError(

@@ -92,6 +92,17 @@ class Estimate:
     per_stage: PerStage | None = None
     """The per-stage pipeline plan this estimate runs (``autopar.layout.stages``), or ``None``
     for a uniform split; its figures then replace the uniform ones."""
+    error_band: dict[str, Any] | None = None
+    """How far the step time may be off: the class's band (``autopar.costs.error_bands``,
+    ``ErrorBand.to_dict``: ``rel_error``, ``num_runs``, ``class``, ``few_runs``, ``text``)."""
+
+    @property
+    def step_time_range_s(self) -> tuple[float, float] | None:
+        """(low, high) step time within the error band, or ``None`` without one."""
+        if self.error_band is None:
+            return None
+        rel = float(self.error_band["rel_error"])
+        return self.step_time_s * (1.0 - rel), self.step_time_s * (1.0 + rel)
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -106,6 +117,7 @@ class Estimate:
             "time_s": dict(self.time_s),
             "layout": self.layout.to_dict(),
             "choices": dict(self.choices),
+            **({"error_band": dict(self.error_band)} if self.error_band is not None else {}),
         }
         if self.per_stage is not None:
             out.update(self.per_stage.to_dict(self.step_time_s))

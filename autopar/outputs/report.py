@@ -32,8 +32,9 @@ def estimate_text(estimate: Estimate) -> str:
     if estimate.choices:
         chosen = " ".join(f"{k}={v}" for k, v in estimate.choices.items())
         lines.append(f"chosen       {chosen}")
+    band = f" ({estimate.error_band['text']})" if estimate.error_band else ""
     lines += [
-        f"step time    {estimate.step_time_s:.3f} s   tokens/s {estimate.tokens_per_s:,.0f}"
+        f"step time    {estimate.step_time_s:.3f} s{band}   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
         f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",
         "",

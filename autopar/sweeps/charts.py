@@ -97,6 +97,7 @@ def _band(go, trace: Trace, rows: list[SweepRow], key: SeriesKey, style: _Style)
     return go.Scatter(
         x=x + x[::-1],
         y=[p[2] for p in points] + [p[1] for p in points][::-1],
+        mode="lines",  # a shaded range: no markers on its outline
         fill="toself",
         fillcolor=_rgba(style.colour[key], 0.18),
         line={"width": 0},

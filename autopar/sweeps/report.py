@@ -75,12 +75,29 @@ class Column:
     """Free text (the reason a point has no layout): in the HTML table, not the text one."""
 
 
+def _throughput_at(step_field: str) -> Callable[[SweepRow], float]:
+    """Tokens/s per GPU at one end of the step time's error band (``autopar.costs.error_bands``):
+    the same tokens in the band's step time."""
+
+    def value(row: SweepRow) -> float:
+        step = getattr(row, step_field)
+        return row.tokens_per_s_per_gpu * row.step_time_s / step if step else math.nan
+
+    return value
+
+
 PANELS: tuple[Panel, ...] = (
     Panel(
         key="throughput",
         title="Throughput per GPU",
         axis="tokens/s per GPU",
-        traces=(Trace(label="tokens/s per GPU", value="tokens_per_s_per_gpu"),),
+        traces=(
+            Trace(
+                label="tokens/s per GPU",
+                value="tokens_per_s_per_gpu",
+                band=(_throughput_at("step_time_high_s"), _throughput_at("step_time_low_s")),
+            ),
+        ),
         tickformat=",.0f",
     ),
     Panel(
@@ -127,6 +144,7 @@ COLUMNS: tuple[Column, ...] = (
         for axis in AXES
     ),
     Column(key="step_time_s", title="step s", fmt=".3f"),
+    Column(key="error_band_pct", title="±%", fmt=".0f"),
     Column(key="tokens_per_s_per_gpu", title="tok/s/GPU", fmt=",.0f"),
     Column(key="mfu", title="MFU", fmt=".1%"),
     Column(key="memory_gib", title="GiB", fmt=".1f"),

@@ -60,6 +60,10 @@ class _SweepRowMethods:
 _POINT_FIELDS = [("gpus", int), ("gpu", str), ("seq_len", int), ("status", str)]
 _FIGURE_FIELDS = (
     "step_time_s",
+    "step_time_low_s",
+    "step_time_high_s",
+    "error_band_pct",
+    "error_band_runs",
     "tokens_per_s",
     "tokens_per_s_per_gpu",
     "mfu",
@@ -90,7 +94,9 @@ SweepRow = dataclasses.make_dataclass(
 )
 SweepRow.__module__ = __name__  # make_dataclass takes module= only from Python 3.12
 SweepRow.__doc__ = """One grid point: its inputs, the solver status, the best layout (one column per
-axis) and its figures (NaN when no layout was found)."""
+axis) and its figures (NaN when no layout was found). ``step_time_low_s`` / ``step_time_high_s``
+bound the step time by the error band of the prediction's class (``error_band_pct``, drawn from
+``error_band_runs`` published runs of the class; ``autopar.costs.error_bands``)."""
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SweepRow))
@@ -194,6 +200,8 @@ def _row(
         days = seconds / SECONDS_PER_DAY
         if gpu_hour_cost is not None:
             cost = gpus * seconds / SECONDS_PER_HOUR * gpu_hour_cost
+    low, high = best.step_time_range_s or (NAN, NAN)
+    band = best.error_band or {}
     return SweepRow(
         gpus=gpus,
         gpu=gpu,
@@ -201,6 +209,10 @@ def _row(
         status=status,
         **lay.to_dict(),
         step_time_s=best.step_time_s,
+        step_time_low_s=low,
+        step_time_high_s=high,
+        error_band_pct=100.0 * band.get("rel_error", NAN),
+        error_band_runs=float(band.get("num_runs", NAN)),
         tokens_per_s=best.tokens_per_s,
         tokens_per_s_per_gpu=best.tokens_per_s / gpus,
         mfu=best.mfu,

@@ -19,7 +19,7 @@ from typing import Any
 
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Estimate, Layout
-from autopar.outputs.emit.common import layout_of, refuse
+from autopar.outputs.emit.common import layout_of, refuse, refuse_megatron_only
 
 DEEPSPEED_TARGET = "DeepSpeed 0.19.8"
 
@@ -58,6 +58,7 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
     }
     if problem.training.precision == "fp8":
         raise refuse("deepspeed", "FP8 training (no DeepSpeed config key)", "use --format megatron")
+    refuse_megatron_only("deepspeed", problem)
     if problem.training.grad_precision == "bf16":
         config["communication_data_type"] = "bf16"  # DeepSpeed's gradient reduction dtype
     if lay.tp > 1:

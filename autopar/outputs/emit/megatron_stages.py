@@ -59,9 +59,12 @@ def layout_string(plan: StagePlan, *, num_mtp_layers: int = 0) -> str:
     return out + parts[-1]
 
 
-def recompute_flags(plan: StagePlan) -> tuple[list[Flag], str | None]:
+def recompute_flags(
+    plan: StagePlan, *, modules: list[str] | None = None
+) -> tuple[list[Flag], str | None]:
     """Megatron's recompute flags for ``plan`` and, when stock flags cannot say what the plan
-    says, a note (a ``#`` line)."""
+    says, a note (a ``#`` line). ``modules``: what selective recompute re-runs
+    (``autopar.outputs.emit.common.selective_modules``; ``None``: Megatron's default)."""
     modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
     counts = {r.num_layers for r in plan.recompute if r.mode == "full" and r.num_layers}
     wanted = ",".join(r.text() for r in plan.recompute)
@@ -70,7 +73,12 @@ def recompute_flags(plan: StagePlan) -> tuple[list[Flag], str | None]:
             return [], None
         # Some stages selective, others none: selective everywhere (safe on memory).
         note = None if modes == {"selective"} else _one_for_all_note(wanted, "selectively")
-        return [("--recompute-granularity", "selective")], note
+        if modules is not None and not modules:  # nothing of the stack's modules applies
+            return [], None
+        flags: list[Flag] = [("--recompute-granularity", "selective")]
+        if modules:
+            flags.append(("--recompute-modules", " ".join(modules)))
+        return flags, note
     # One K for every stage: the largest planned count, and every layer of a selective stage
     # (block recompute of fewer layers would keep more than selective keeps).
     selective = [
@@ -80,7 +88,7 @@ def recompute_flags(plan: StagePlan) -> tuple[list[Flag], str | None]:
         for c in plan.chunks_of(i)
     ]
     k = max([*counts, *selective])
-    flags: list[Flag] = [
+    flags = [
         ("--recompute-granularity", "full"),
         ("--recompute-method", "block"),
         ("--recompute-num-layers", str(k)),

@@ -24,7 +24,12 @@ from typing import Any
 
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
-from autopar.outputs.emit.common import layout_of, refuse, virtual_stage_layers
+from autopar.outputs.emit.common import (
+    layout_of,
+    refuse,
+    refuse_megatron_only,
+    virtual_stage_layers,
+)
 
 TORCHTITAN_TARGET = "torchtitan 0.3.0"
 TORCHTITAN_02_TARGET = "torchtitan 0.2.2"
@@ -135,6 +140,13 @@ def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) ->
     """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 (no expert TP:
     EP borrows FSDP and TP ranks, ``config/configs.py:279``) and an SP switch.
     Both reduce gradients in FP32 only (``mixed_precision_reduce: Literal["float32"]``)."""
+    where = (
+        " (0.2.2 has float8 and mx converters only, components/quantization/)"
+        if fmt == "torchtitan-0.2"
+        else ": torchtitan 0.3 sets it in a config_registry function (NVFP4LinearConverter, "
+        "components/quantization/nvfp4.py)"
+    )
+    refuse_megatron_only(fmt, problem, nvfp4=where)
     if problem.training.grad_precision == "bf16":
         raise refuse(
             fmt,
