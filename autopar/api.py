@@ -110,6 +110,7 @@ def solve_problem(
     if pipeline_plan == "per-stage":
         from autopar.pipeline.result import solve_result
 
+        problem = one_f_one_b_only(problem)
         result = solve_result(
             problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top
         )
@@ -135,6 +136,19 @@ def solve_problem(
     else:
         return result
     return dataclasses.replace(result, explanation=explanation)
+
+
+def one_f_one_b_only(problem: Problem) -> Problem:
+    """Per-stage plans are priced with Megatron's 1F1B (interleaved) schedule only, so their
+    search keeps to it; a request for nothing else is bad input."""
+    if "1f1b" not in problem.options.pipeline_schedules:
+        raise InputError(
+            "per-stage plans run the 1f1b schedule (interleaved with --vpp); "
+            f"got {', '.join(problem.options.pipeline_schedules)}",
+            source="--pipeline-schedule",
+        )
+    options = dataclasses.replace(problem.options, pipeline_schedules=("1f1b",))
+    return dataclasses.replace(problem, options=options)
 
 
 def check_solve_options(

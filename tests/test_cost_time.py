@@ -83,6 +83,7 @@ def test_slots_interleaving_divides_the_bubble() -> None:
         "pp": np.array([1, 8, 8]),
         "vpp": np.array([1, 1, 4]),
         "grad_accum": np.array([16, 16, 16]),
+        "schedule": np.zeros(3, dtype=np.int64),
     }
     assert PipelineSlots().evaluate(grid, None) == pytest.approx([16.0, 23.0, 16.0 + 7 / 4])
 
@@ -145,6 +146,7 @@ def test_terms_read_only_their_declared_axes() -> None:
         "recompute": 1,
         "zero": 1,
         "sp": 1,
+        "schedule": 0,
     }
     model = default_cost_model()
     for term in model.all_terms():

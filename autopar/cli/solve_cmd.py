@@ -50,6 +50,13 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=SEARCH,
             ),
         ] = None,
+        pipeline_schedule: Annotated[
+            str | None,
+            typer.Option(
+                help="Allowed pipeline schedules, e.g. zb-v,dualpipe-v, or any (every one the "
+                "framework ships); default 1f1b (interleaved with VPP).",
+            ),
+        ] = None,
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
@@ -99,6 +106,7 @@ def register(app: typer.Typer) -> None:
                 limits=limits,
                 recompute=recompute,
                 zero=zero,
+                pipeline_schedule=pipeline_schedule,
                 sequence_parallel=sequence_parallel,
                 allow_interleaving=interleaving,
                 allow_cp=context_parallel,

@@ -35,6 +35,13 @@ from typing import Protocol
 
 import numpy as np
 
+from autopar.costs.schedule_orders import (
+    V_SHAPED,
+    megatron_chunks,
+    pipeline_length,
+    rank_steps,
+)
+
 
 @functools.cache
 def schedule_chunks(num_microbatches: int, vpp: int, group: int) -> tuple[int, ...]:
@@ -203,3 +210,355 @@ class MegatronSchedule:
 
 MEGATRON = MegatronSchedule()
 """The schedule every per-stage plan runs today."""
+PHASES: tuple[str, ...] = ("F", "I", "W", "B")
+"""Operation phases (``autopar.costs.schedule_orders``): forward, input gradient, weight
+gradient, whole backward (``I + W``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Graph:
+    """One schedule's operations as arrays, per rank: the steps' phase and chunk of their first
+    and (for paired steps, else -1) second operation, and the step each waits on (-1: none)."""
+
+    steps: tuple[tuple[np.ndarray, ...], ...]
+    """Per rank ``(phase0, chunk0, phase1, chunk1)`` (int arrays) in run order."""
+    waits: tuple[tuple[list[int], ...], ...]
+    """Per rank, per step: the global ids of the (one or two) steps it waits on, -1 for none."""
+    offsets: tuple[int, ...]
+    """Global id of each rank's first step."""
+
+
+def _step_table(schedule: str, pp: int, vpp: int, m: int) -> list[np.ndarray]:
+    """Per rank, ``(steps, 2, 3)`` ints: each step's (phase code, stage, micro-batch) of its one
+    or two operations, ``-1`` where a step has one."""
+    out = []
+    for steps in rank_steps(schedule, pp, vpp, m):
+        table = np.full((len(steps), 2, 3), -1, dtype=np.int64)
+        for k, step in enumerate(steps):
+            for j, (phase, stage, b) in enumerate(step):
+                table[k, j] = (PHASES.index(phase), stage, b)
+        out.append(table)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule_graph(schedule: str, pp: int, vpp: int, m: int) -> _Graph:
+    """The dependencies of ``rank_steps`` (module docstring): ``F`` of a stage after ``F`` of
+    the stage before; ``I`` / ``B`` after the next stage's ``I`` / ``B``, or after the stage's
+    own ``F`` on the last stage of the pipeline; ``W`` after its ``I``, which the rank ran
+    before it (every order puts it later in the same rank's list). Operations are keyed
+    ``(phase*S + stage)*m + micro-batch``, so each wait is found by indexing."""
+    tables = _step_table(schedule, pp, vpp, m)
+    length = pipeline_length(schedule, pp, vpp)
+    stages = 2 * pp if schedule == "dualpipe" else pp * vpp
+    offsets = np.cumsum([0] + [len(t) for t in tables])[:-1]
+    flat = np.concatenate(tables) if tables else np.zeros((0, 2, 3), dtype=np.int64)
+    phase, stage, b = flat[..., 0], flat[..., 1], flat[..., 2]
+    owner = np.full(len(PHASES) * stages * m, -1, dtype=np.int64)
+    ok = phase >= 0
+    ids = np.broadcast_to(np.arange(len(flat))[:, None], phase.shape)
+    owner[((phase * stages + stage) * m + b)[ok]] = ids[ok]
+
+    def key(code: int, at: np.ndarray) -> np.ndarray:
+        return owner[(code * stages + at) * m + b]
+
+    first, last = stage % length == 0, stage % length == length - 1
+    nxt = np.minimum(stage + 1, stages - 1)
+    after_next = np.where(key(1, nxt) >= 0, key(1, nxt), key(3, nxt))
+    wait = np.select(
+        [
+            ~ok | (phase == 2),
+            (phase == 0) & first,
+            phase == 0,
+            last,
+        ],
+        [-1, -1, key(0, np.maximum(stage - 1, 0)), key(0, stage)],
+        default=after_next,
+    )
+    chunk = np.where(ok, _chunks(schedule, pp, stage), -1)
+    steps, waits = [], []
+    for rank, start in enumerate(offsets):
+        rows = slice(int(start), int(start) + len(tables[rank]))
+        steps.append((phase[rows, 0], chunk[rows, 0], phase[rows, 1], chunk[rows, 1]))
+        waits.append(tuple(wait[rows].tolist()))
+    return _Graph(steps=tuple(steps), waits=tuple(waits), offsets=tuple(int(o) for o in offsets))
+
+
+def _chunks(schedule: str, pp: int, stage: np.ndarray) -> np.ndarray:
+    """``chunk_of`` over an array of stages."""
+    if schedule in V_SHAPED:
+        return (stage >= pp).astype(np.int64)
+    return stage // pp
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """One simulated step of a schedule."""
+
+    step_s: float
+    """Finish time of the last operation."""
+    critical: tuple[int, int, int, int]
+    """On the longest path: forwards, input-gradient and weight-gradient backwards (a whole
+    backward counts once in each), and paired steps; empty counts unless asked for."""
+
+
+def _durations(graph: _Graph, forward, input_grad, weight_grad, pair_hidden) -> list[list[float]]:
+    """Each rank's step durations from per-(rank, chunk) phase times."""
+    out = []
+    for rank, (p0, c0, p1, c1) in enumerate(graph.steps):
+        table = np.stack(
+            [forward[rank], input_grad[rank], weight_grad[rank]]
+            + [input_grad[rank] + weight_grad[rank]]
+        )
+        paired = p1 >= 0
+        second = np.where(paired, table[np.maximum(p1, 0), np.maximum(c1, 0)], 0.0)
+        hidden = np.where(paired, pair_hidden[rank, np.maximum(c1, 0)], 0.0)
+        out.append((table[p0, c0] + second - hidden).tolist())
+    return out
+
+
+def local_chunks(schedule: str, vpp: int) -> int:
+    """Chunks a rank holds: ``vpp``, or two (one per direction) in DualPipe."""
+    return 2 if schedule == "dualpipe" else vpp
+
+
+def _as_grid(value, pp: int, vpp: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (pp, vpp))
+
+
+def simulate(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    num_microbatches: int,
+    forward_s,
+    input_grad_s,
+    weight_grad_s,
+    *,
+    pair_hidden_s=0.0,
+    critical: bool = False,
+) -> Simulation:
+    """Simulate one step of ``schedule``: each rank runs its steps in order, a step starting
+    when its rank is free and what it waits on is done (the longest path through the graph,
+    one pass over the steps). Times are one micro-batch's, per chunk: a scalar (every chunk
+    alike) or ``(pp, vpp)``; a whole backward takes ``input_grad + weight_grad``; a paired step
+    takes the sum of its two operations less ``pair_hidden_s`` of the backward's chunk (the
+    communication the pairing hides). With ``critical`` the longest path's operations are
+    counted (``Simulation.critical``)."""
+    m = int(num_microbatches)
+    graph = _schedule_graph(schedule, pp, vpp, m)
+    chunks = local_chunks(schedule, vpp)
+    forward, input_grad, weight_grad, hidden = (
+        _as_grid(x, pp, chunks) for x in (forward_s, input_grad_s, weight_grad_s, pair_hidden_s)
+    )
+    durations = _durations(graph, forward, input_grad, weight_grad, hidden)
+    total = graph.offsets[-1] + len(durations[-1])
+    done = [-1.0] * total
+    came = [-1] * total if critical else None
+    pos, free, last = [0] * pp, [0.0] * pp, [-1] * pp
+    remaining = total
+    while remaining:
+        progressed = 0
+        for rank in range(pp):
+            waits, dur, base = graph.waits[rank], durations[rank], graph.offsets[rank]
+            k, t, n, prev = pos[rank], free[rank], len(dur), last[rank]
+            while k < n:
+                start, origin = t, prev
+                for d in waits[k]:
+                    if d < 0:
+                        continue
+                    ready = done[d]
+                    if ready < 0.0:
+                        break
+                    if ready > start:
+                        start, origin = ready, d
+                else:
+                    t = start + dur[k]
+                    done[base + k] = t
+                    if came is not None:
+                        came[base + k] = origin
+                    prev = base + k
+                    k += 1
+                    continue
+                break
+            progressed += k - pos[rank]
+            pos[rank], free[rank], last[rank] = k, t, prev
+        if not progressed:
+            raise AssertionError(f"{schedule} deadlocked")
+        remaining -= progressed
+    step = max(free)
+    counts = _critical_counts(graph, came, done, step) if came is not None else (0, 0, 0, 0)
+    return Simulation(step_s=step, critical=counts)
+
+
+def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: float):
+    """The operations on the longest path, walked back from the last step to finish."""
+    rank_of = np.searchsorted(np.asarray(graph.offsets), np.arange(len(done)), side="right") - 1
+    i = int(np.argmax(done))
+    counts = [0, 0, 0, 0]
+    while i >= 0:
+        rank = int(rank_of[i])
+        k = i - graph.offsets[rank]
+        p0, _, p1, _ = (a[k] for a in graph.steps[rank])
+        for phase in (p0, p1):
+            if phase == 3:
+                counts[1] += 1
+                counts[2] += 1
+            elif phase >= 0:
+                counts[int(phase)] += 1
+        counts[3] += int(p1 >= 0)
+        i = came[i]
+    return tuple(counts)
+
+
+EXTRAPOLATE_ABOVE = 3
+"""Beyond ``3*pp`` micro-batches a schedule is simulated at ``2*pp`` and ``3*pp`` and extended
+linearly: with equal stages every schedule here reaches its steady state by ``2*pp``, after
+which each micro-batch adds the same operations to the longest path
+(``tests/test_schedule_slots.py`` checks it against direct simulation)."""
+
+
+def orderable(schedule: str, pp: int, vpp: int, m: int) -> bool:
+    """Whether ``schedule`` has an order for this shape (what its code builds at all; the
+    frameworks' further limits are rules, ``autopar.layout.schedule_rules``): the V schedules
+    two chunks per rank, GPipe one, DualPipeV ``m >= 2*pp``, DualPipe an even ``pp`` and ``m``
+    with ``m >= 2*pp`` (deepseek-ai/DualPipe dualpipe.py L332-333), the interleaved orders whole
+    rounds of micro-batches."""
+    if schedule in V_SHAPED:
+        return vpp == 2 and (schedule != "dualpipe-v" or m >= 2 * pp)
+    if schedule == "gpipe" or schedule == "dualpipe":
+        even = schedule == "gpipe" or (pp % 2 == 0 and m % 2 == 0 and m >= 2 * pp)
+        return vpp == 1 and even
+    if vpp > 1 and schedule in ("1f1b", "zb-h1"):  # torch: whole rounds (L3192-3198)
+        return m % max(1, m // pp) == 0
+    if schedule == "combined-1f1b":  # Megatron: VPP with pp > 1, whole groups of pp
+        return pp == 1 or (vpp > 1 and m % pp == 0)
+    return True
+
+
+def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | None:
+    """The slots of the schedules whose longest path has a closed form for equal stages, or
+    ``None``: 1F1B and GPipe ``m + pp - 1`` (Narayanan et al. 2021 §2.2, GPipe Huang et al.
+    2019 §2.2), interleaved and Looped BFS ``m + (pp-1)/vpp`` (Narayanan §2.2.2, Lamy-Poirier
+    2023 §4; interleaved with fewer than ``pp`` micro-batches, torch's one round of ``m``, each
+    missing one adds ``(vpp-1)/vpp``), ZB-H1 ``(pp-1)/vpp`` times
+    ``max(F, B, F + B - W)`` beyond ``m`` (Qi et al. 2024 §3.1, ZB-H1: ``(p-1)(T_F + T_B -
+    T_W)`` where ``T_W`` is at most ``T_F`` and ``T_B``; the max covers the others), each found
+    equal to the simulation in ``tests/test_schedule_slots.py``."""
+    f, b, w, _ = ratio
+    if pp == 1:
+        return (m, m, m, m - 1) if schedule == "combined-1f1b" else (m, m, m, 0)
+    if schedule == "gpipe" or (schedule == "1f1b" and vpp == 1):
+        return (m + pp - 1,) * 3 + (0,)
+    if schedule == "1f1b":  # torch's rounds of max(pp, m) micro-batches; below pp, less overlap
+        short = max(0, pp - m)
+        return (m + (pp - 1) / vpp + short * (vpp - 1) / vpp,) * 3 + (0,)
+    if m % pp == 0 and schedule == "looped-bfs":
+        return (m + (pp - 1) / vpp,) * 3 + (0,)
+    if m >= pp and schedule == "zb-h1":
+        extra = (pp - 1) / vpp
+        forms = {f: (1, 0, 0), b: (0, 1, 0), f + b - w: (1, 1, -1)}
+        shape = forms[max(forms)]
+        return tuple(m + extra * k for k in shape) + (0,)
+    return None
+
+
+def _simulated_counts(schedule: str, pp: int, vpp: int, m: int, ratio) -> np.ndarray:
+    f, b, w, h = (x / vpp for x in ratio)
+    sim = simulate(schedule, pp, vpp, m, f, b, w, pair_hidden_s=h, critical=True)
+    return np.asarray(sim.critical, dtype=np.float64) / vpp
+
+
+@functools.lru_cache(maxsize=65536)
+def schedule_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple[float, ...]:
+    """Slots of each phase: ``(forward, input gradient, weight gradient, pairs)`` such that one
+    step's pipeline takes ``sF*F + sI*I + sW*W - sP*H`` for equal stages whose micro-batch
+    times are ``ratio = (F, I, W, H)`` (``H``: what one paired step hides). They are the
+    operations on the longest path at those times (per stage: a chunk's operation counts
+    ``1/vpp``), so at any other times they give the length of that same path: a lower bound of
+    the step, exact at ``ratio`` (and everywhere for the closed forms)."""
+    if not orderable(schedule, pp, vpp, m):
+        return (np.inf, np.inf, np.inf, 0.0)
+    closed = _closed_slots(schedule, pp, vpp, m, ratio)
+    if closed is not None:
+        return tuple(float(x) for x in closed)
+    if m <= EXTRAPOLATE_ABOVE * pp:
+        return tuple(_simulated_counts(schedule, pp, vpp, m, ratio).tolist())
+    low = _simulated_counts(schedule, pp, vpp, 2 * pp, ratio)
+    high = _simulated_counts(schedule, pp, vpp, 3 * pp, ratio)
+    return tuple((high + (high - low) * (m - 3 * pp) / pp).tolist())
+
+
+SEQUENTIAL_PAIRS: frozenset[str] = frozenset({"dualpipe-v"})
+"""Schedules whose paired steps run the forward to its end before the backward: torch's
+runtime runs ``OVERLAP_F_B``'s sub-actions one after the other (schedules.py L2889-2894;
+torchtitan registers no overlapped runner), so the forward's activations are all held before
+the backward frees any. Megatron's combined 1F1B and DeepSeek's DualPipe interleave the two
+layer by layer, so their pairs are counted once done."""
+
+
+def _held_at_peak(arrays, vpp: int, *, sequential_pairs: bool) -> tuple[int, ...]:
+    """Per chunk, the micro-batches whose activations a rank holds at its peak, from its steps'
+    ``(phase0, chunk0, phase1, chunk1)`` (``_Graph.steps``): a forward takes them, a whole
+    backward or a weight gradient gives them back (an input gradient keeps what the weight
+    gradient needs: Qi et al. 2024 §4.1 count ``M_B`` until ``W``)."""
+    p0, c0, p1, c1 = arrays
+    sign = np.array([1, 0, -1, -1])  # F, I, W, B
+    first = np.zeros((len(p0), vpp), dtype=np.int64)
+    first[np.arange(len(p0)), c0] = sign[p0]
+    second = np.zeros_like(first)
+    paired = p1 >= 0
+    second[np.flatnonzero(paired), c1[paired]] = sign[p1[paired]]
+    after = np.cumsum(first + second, axis=0)
+    held = after
+    if sequential_pairs:  # the moment between a pair's forward and its backward counts too
+        held = np.concatenate([after, after - second])
+    peak = int(np.argmax(held.sum(axis=1)))
+    return tuple(int(x) for x in held[peak])
+
+
+def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple | None:
+    """The peaks that have a closed form (each equal to the order's in
+    ``tests/test_schedule_slots.py``), or ``None``. The loop-style schedules peak once their
+    warm-up is done: 1F1B (and the combined 1F1B, whose extra warm-up forward is offset by the
+    pair that follows) holds the first ``warm-up + 1`` forwards, ``min(pp - rank, m)`` without
+    interleaving (Megatron ``get_pp_rank_microbatches``, torch ``_get_warmup_ops``); ZB-H1
+    frees nothing before its first ``W``, ``rank`` steps later (torch
+    ``num_1f1b_microbatches = rank``). The V schedules peak in their first ``F1``: ZB-V holds
+    ``2*pp - rank - 1`` micro-batches on the first chunk and ``rank + 1`` on the second (once the
+    padding to ``2*pp - 1`` is gone), DualPipeV one more on the first (its first pair)."""
+    total = m * vpp
+    if schedule in ("1f1b", "combined-1f1b", "zb-h1") and (vpp > 1 or schedule != "zb-h1"):
+        if vpp == 1:
+            return (min(pp - rank, m),)
+        group = m // max(1, m // pp)
+        factor, extra = (1, rank) if schedule == "zb-h1" else (2, 0)
+        warm = min((vpp - 1) * group + factor * (pp - 1 - rank), total)
+        order = megatron_chunks(m, vpp, group)[: min(warm + 1 + extra, total)]
+        return tuple(order.count(c) for c in range(vpp))
+    if schedule == "zb-v" and m >= 2 * pp - 1:
+        return (2 * pp - rank - 1, rank + 1)
+    if schedule == "dualpipe-v" and m >= 2 * pp:
+        return (2 * pp - rank, rank + 1)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def in_flight_chunks(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """Per rank, per local chunk: the micro-batches held at the rank's peak (``_held_at_peak``;
+    with ``SEQUENTIAL_PAIRS`` a paired step peaks after its forward).
+    GPipe and Looped BFS run every forward first, so they hold all ``m``; the others peak in
+    their warm-up, so past ``EXTRAPOLATE_ABOVE*pp`` micro-batches the peak no longer grows
+    (``tests/test_schedule_slots.py``)."""
+    if schedule in ("gpipe", "looped-bfs") or not orderable(schedule, pp, vpp, m):
+        return ((m,) * vpp,) * pp
+    closed = [_closed_in_flight(schedule, pp, vpp, m, rank) for rank in range(pp)]
+    if all(c is not None for c in closed):
+        return tuple(closed)
+    m = min(m, EXTRAPOLATE_ABOVE * pp)
+    graph = _schedule_graph(schedule, pp, vpp, m)
+    sequential = schedule in SEQUENTIAL_PAIRS
+    chunks = local_chunks(schedule, vpp)
+    return tuple(
+        _held_at_peak(arrays, chunks, sequential_pairs=sequential) for arrays in graph.steps
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs.stack import StackSpec
 
@@ -39,6 +39,32 @@ AMD CDNA 4 (MI350 series) runs the OCP MX formats (E8M0 scales per 32 elements: 
 MXFP4; AMD CDNA 4 white paper), not NVFP4's E4M3 scales per 16 elements. A GPU file may name
 its ``generation``; without one no block-scaled format is assumed."""
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
+FRAMEWORK_SCHEDULES: dict[str, tuple[tuple[str, str], ...]] = {
+    "megatron": (
+        ("1f1b", "megatron/core/pipeline_parallel/schedules.py (1F1B; interleaved with VPP)"),
+        (
+            "combined-1f1b",
+            "--overlap-moe-expert-parallel-comm, pipeline_parallel/combined_1f1b.py",
+        ),
+    ),
+    "torchtitan": tuple(
+        (name, f"torch.distributed.pipelining.schedules.get_schedule_class({cls!r})")
+        for name, cls in (
+            ("1f1b", "1F1B / Interleaved1F1B"),
+            ("zb-h1", "InterleavedZeroBubble"),
+            ("zb-v", "ZBVZeroBubble"),
+            ("dualpipe-v", "DualPipeV"),
+            ("gpipe", "GPipe"),
+            ("looped-bfs", "LoopedBFS"),
+        )
+    ),
+    "deepspeed": (("1f1b", "deepspeed/runtime/pipe/engine.py L501 (TrainSchedule only)"),),
+}
+"""The pipeline schedules each framework ships, with where (Megatron-LM main of 2026-08;
+torchtitan runs every schedule ``torch.distributed.pipelining`` names, torch 2.14
+``schedules.py`` L3878-3904; DeepSpeed 0.19.8's pipe engine runs 1F1B only). Megatron-LM has no
+zero-bubble or DualPipe schedule (its ``--delay-wgrad-compute`` only serves the combined 1F1B,
+transformer_config.py L3074-3077)."""
 GIB = 1024**3
 
 
@@ -473,6 +499,9 @@ class SearchOptions:
     allow_interleaving: bool = True
     allow_cp: bool = True
     allow_ep: bool = True
+    pipeline_schedules: tuple[str, ...] = ("1f1b",)
+    """Allowed pipeline schedules (``autopar.base.axes.PIPELINE_SCHEDULES``), each one the
+    framework ships (``FRAMEWORK_SCHEDULES``)."""
     uneven_pipeline: bool = False
     """Allow a pipeline size that does not divide the layers: the middle stages take
     ``ceil(L/pp)`` layers and the first and last the rest, with or without interleaving
@@ -505,10 +534,29 @@ class SearchOptions:
                 raise InputError(f"must be among 0, 1, 2, 3, got {excerpt(stage)}", field="zero")
         if not self.zero_stages:
             raise InputError("at least one ZeRO stage must be allowed", field="zero")
+        self._check_schedules()
         for dim, value in (*self.pins, *self.maxima):
             if dim not in SEARCH_AXES:
                 raise InputError(f"unknown layout dimension {excerpt(dim)}", field=dim)
             _positive(value, dim)
+
+    def _check_schedules(self) -> None:
+        offered = dict(FRAMEWORK_SCHEDULES[self.framework])
+        for name in self.pipeline_schedules:
+            if name not in PIPELINE_SCHEDULES:
+                raise InputError(
+                    f"must be among {', '.join(PIPELINE_SCHEDULES)} or 'any', got {excerpt(name)}",
+                    field="pipeline_schedule",
+                )
+            if name not in offered:
+                ships = ", ".join(offered)
+                raise InputError(
+                    f"{self.framework} does not run the {name} schedule (it ships {ships}: "
+                    f"{'; '.join(f'{k}: {v}' for k, v in offered.items())})",
+                    field="pipeline_schedule",
+                )
+        if not self.pipeline_schedules:
+            raise InputError("at least one schedule must be allowed", field="pipeline_schedule")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

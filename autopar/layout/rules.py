@@ -12,27 +12,14 @@ model states them as tables of the allowed factorisations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from autopar.base.axes import RECOMPUTE_MODES
 from autopar.inputs.specs import Problem
-
-Grid = Mapping[str, np.ndarray]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
-    family: str
-    """Rule family reported when explaining infeasibility."""
-    text: str
-    """The rule as a user reads it."""
-    axes: tuple[str, ...]
-    check: Callable[[Grid], np.ndarray]
-    """Returns a boolean array: True where the rule holds."""
-    source: str
+from autopar.layout.rule import Grid, Rule
+from autopar.layout.schedule_rules import schedule_rules
 
 
 def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
@@ -508,6 +495,7 @@ def layout_rules(problem: Problem) -> tuple[Rule, ...]:
         *_offload_rules(problem),
         *_graph_rules(problem),
         *_schedule_rules(problem),
+        *schedule_rules(problem),
         *_placement_rules(problem),
         *_option_rules(problem),
     )

@@ -24,7 +24,14 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import GRID_AXES
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import (
+    CostModel,
+    Phases,
+    TermContext,
+    slot_phases,
+    term_phases,
+    weighted,
+)
 from autopar.layout.space import Space
 
 SEED = 20240607
@@ -201,6 +208,31 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
     )
 
 
+def _slotted_part(term, ctx: TermContext, slots, reference: Phases) -> _Part:
+    """``term`` weighted by the slots of its phases (``autopar.costs.terms.weighted``), the
+    slots taken at the ``reference`` phase times: a lower bound of the layout's own, equal to it
+    wherever the schedule's longest path is the reference's (``schedule_slots``)."""
+
+    def values(g: dict[str, np.ndarray]) -> np.ndarray:
+        size = len(next(iter(g.values()))) if g else 1
+        at = Phases(*(np.full(size, float(x)) for x in reference))
+        return weighted(slot_phases(slots, g, ctx, at), term_phases(term, g, ctx, size))
+
+    return _Part(f"{slots.name}*{term.name}", (*term.depends_on, *slots.depends_on), values)
+
+
+def reference_phases(grids: _Grids, terms, ctx: TermContext) -> Phases:
+    """The phase times the solver takes the schedules' slots at: the sum over the micro-batch
+    terms of each one's median over its own rows (``_slotted_part``)."""
+    parts = []
+    for term in terms:
+        grid = grids.grid(tuple(term.depends_on))
+        size = len(next(iter(grid.values()))) if grid else 1
+        phases = term_phases(term, grid, ctx, size)
+        parts.append([float(np.median(x)) if size else 0.0 for x in phases])
+    return Phases(*(float(sum(p[i] for p in parts)) for i in range(4)))
+
+
 def _merge(grids: _Grids, parts: list[_Part], *, max_rows: int) -> list[_Part]:
     """Sum parts into fewer tables: a part joins a table when the table over the union of their
     axes has at most ``max(max_rows, rows of the larger)`` rows (always when one's free axes
@@ -316,13 +348,16 @@ def _add_cost(
     small, the capacity becomes a row filter of that single table ("resource terms become
     allowed-row tables", DESIGN §3); returns whether it did.
     """
+    grids = _Grids(space, vm.deadline)
     time_parts = [_term_part(t, ctx) for t in cost_model.step_terms]
-    time_parts += [_term_part(t, ctx, cost_model.slots) for t in cost_model.microbatch_terms]
+    reference = reference_phases(grids, cost_model.microbatch_terms, ctx)
+    time_parts += [
+        _slotted_part(t, ctx, cost_model.slots, reference) for t in cost_model.microbatch_terms
+    ]
     memory_parts = [_term_part(t, ctx) for t in cost_model.static_memory_terms]
     memory_parts += [
         _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
     ]
-    grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
     memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from autopar.base.axes import tie_key
@@ -34,6 +35,14 @@ TOP_K_SLACK = 0.005
 """First enumeration bound for the runners-up: objective <= optimum * (1 + 0.5%)."""
 TOP_K_MAX_SLACK = 64.0
 """Runners-up slower than 65x the optimum are not looked for."""
+EXACT_SLACK_US = 2
+"""A layout's step and its objective agree within the objective's rounding to microseconds."""
+EXACT_LIMIT = 4096
+"""Layouts estimated, at most, to find the best step when the objective bounds it from below."""
+EXACT_CUT_NOTE = (
+    "not proven: a schedule's objective is a lower bound of its simulated step, and the "
+    "layouts it leaves in reach were too many to simulate in time"
+)
 
 
 def default_num_workers() -> int:
@@ -114,7 +123,36 @@ def _best_k(
         (f for f in overflow if tuple(f[1].values()) not in seen),
         key=lambda f: (f[0], tie_key(f[1])),
     )
-    return [row for _, row in (ranked + extra)[:top_k]]
+    return (ranked + extra)[:top_k]
+
+
+def _exact_best(
+    model: cp_model.CpModel,
+    vm: VarMap,
+    found: list[tuple[int, dict[str, int]]],
+    estimates: list,
+    *,
+    top_k: int,
+    deadline: float,
+    ctx: TermContext,
+    cost_model: CostModel,
+) -> tuple[list, bool]:
+    """The ``top_k`` best layouts by their own step time when the objective is a lower bound
+    of it (a zero-bubble or DualPipe schedule's slots at reference phase times:
+    ``autopar.search.cpsat._slotted_part``). Every layout whose objective reaches the k-th best
+    step found is enumerated and estimated: a layout left out has objective, hence step time,
+    above it. Returns the estimates and whether the enumeration completed."""
+    steps_us = [int(np.ceil(e.step_time_s * US_PER_S)) for e in estimates]
+    if all(step <= obj + EXACT_SLACK_US for (obj, _), step in zip(found, steps_us, strict=True)):
+        return estimates, True
+    bound = sorted(steps_us)[min(top_k, len(steps_us)) - 1]
+    left = deadline - time.perf_counter()
+    rows, complete = _within(model, vm, bound, limit=EXACT_LIMIT, time_limit_s=max(0.0, left))
+    known = {tuple(r.values()) for _, r in found}
+    extra = [r for _, r in rows if tuple(r.values()) not in known]
+    everything = estimates + estimate_many(_layouts_from_rows(extra), ctx, cost_model)
+    everything.sort(key=lambda e: (e.step_time_s, tie_key(e.layout.grid_row())))
+    return everything[:top_k], complete
 
 
 def _optimise(model, vm, *, time_limit_s, num_workers):
@@ -155,20 +193,35 @@ def solve_space(
             "infeasible" if status == cp_model.INFEASIBLE else "unknown", start, workers
         )
     incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
+    found = [(int(round(solver.objective_value)), incumbent)]
     if status == cp_model.OPTIMAL:
-        optimum = int(round(solver.objective_value))
-        rows = _best_k(model, vm, optimum, top_k, deadline) or [incumbent]
-    else:
-        rows = [incumbent]  # not proven: no ranking of runners-up to stand behind
-    estimates = estimate_many(_layouts_from_rows(rows), ctx, cost_model)
-    cut = len(rows) < top_k and time.perf_counter() >= deadline
+        found = _best_k(model, vm, found[0][0], top_k, deadline) or found
+    # not proven: no ranking of runners-up to stand behind
+    estimates = estimate_many(_layouts_from_rows([r for _, r in found]), ctx, cost_model)
+    notes = []
+    if len(found) < top_k and time.perf_counter() >= deadline:
+        notes.append(f"the time limit cut the runners-up short ({len(found)} of {top_k})")
+    proven = status == cp_model.OPTIMAL
+    if proven:
+        estimates, proven = _exact_best(
+            model,
+            vm,
+            found,
+            estimates,
+            top_k=top_k,
+            deadline=deadline,
+            ctx=ctx,
+            cost_model=cost_model,
+        )
+        if not proven:
+            notes.append(EXACT_CUT_NOTE)
     return SolveResult(
-        status="optimal" if status == cp_model.OPTIMAL else "feasible",
+        status="optimal" if proven else "feasible",
         solve_time_s=time.perf_counter() - start,
         layouts=tuple(estimates),
         best_bound_step_time_s=solver.best_objective_bound / US_PER_S,
         num_workers=workers,
-        notes=(f"the time limit cut the runners-up short ({len(rows)} of {top_k})",) if cut else (),
+        notes=tuple(notes),
     )
 
 
