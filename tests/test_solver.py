@@ -10,6 +10,7 @@ import pytest
 from autopar.api import make_context
 from autopar.costs.plugin import load_cost_model
 from autopar.inputs.specs import (
+    FRAMEWORK_SCHEDULES,
     GIB,
     ClusterSpec,
     GpuSpec,
@@ -203,3 +204,39 @@ def random_moe_problem(seed: int) -> Problem:
 @pytest.mark.parametrize("seed", range(2000, 2012))
 def test_cpsat_matches_brute_force_moe(seed: int) -> None:
     check_against_oracle(random_moe_problem(seed), load_cost_model(None))
+
+
+def random_schedule_problem(seed: int) -> Problem:
+    """A small torchtitan problem with a pipeline (PP pinned to 2, 3 or 4) searching every
+    schedule torchtitan ships: the zero-bubble and V schedules are priced by their simulation,
+    and the solver's objective for them is a lower bound of it; the answer must still be the
+    brute-force minimum of the simulated steps."""
+    dense = random_problem(seed)
+    rng = np.random.default_rng(seed)
+    pp = int(rng.choice([2, 3, 4]))
+    framework = "torchtitan"
+    options = dataclasses.replace(
+        dense.options,
+        framework=framework,
+        zero_stages=(0, 3),
+        pipeline_schedules=tuple(name for name, _ in FRAMEWORK_SCHEDULES[framework]),
+        pins=(("pp", pp),),
+    )
+    model = dataclasses.replace(dense.model, num_layers=int(rng.choice([12, 24])))
+    gpus = pp * int(rng.choice([1, 2, 4]))
+    training = dataclasses.replace(
+        dense.training, num_gpus=gpus, global_batch_sequences=gpus * int(rng.choice([4, 8, 12]))
+    )
+    return dataclasses.replace(dense, model=model, options=options, training=training)
+
+
+@pytest.mark.parametrize("seed", [*range(3000, 3010), 3016, 3033])  # 3001, 3016, 3033: bound loose
+def test_cpsat_matches_brute_force_with_every_schedule(seed: int) -> None:
+    check_against_oracle(random_schedule_problem(seed), load_cost_model(None))
+
+
+@pytest.mark.parametrize("seed", range(2000, 2006))
+def test_cpsat_matches_brute_force_moe_with_the_combined_1f1b(seed: int) -> None:
+    problem = random_moe_problem(seed)
+    options = dataclasses.replace(problem.options, pipeline_schedules=("1f1b", "combined-1f1b"))
+    check_against_oracle(dataclasses.replace(problem, options=options), load_cost_model(None))

@@ -300,6 +300,10 @@ class Simulation:
     critical: tuple[int, int, int, int]
     """On the longest path: forwards, input-gradient and weight-gradient backwards (a whole
     backward counts once in each), and paired steps; empty counts unless asked for."""
+    spans: tuple[tuple[float, float], ...] = ()
+    """Each rank's first start and last finish: with no synchronisation between steps (Qi et
+    al. 2024 §5, optimizer post-validation) a rank's next step starts at its own finish, so
+    its span, not the whole step, is what repeats."""
 
 
 def _durations(graph: _Graph, forward, input_grad, weight_grad, pair_hidden) -> list[list[float]]:
@@ -388,7 +392,11 @@ def simulate(
         remaining -= progressed
     step = max(free)
     counts = _critical_counts(graph, came, done, step) if came is not None else (0, 0, 0, 0)
-    return Simulation(step_s=step, critical=counts)
+    spans = tuple(
+        (done[base] - dur[0], end) if dur else (0.0, 0.0)
+        for base, dur, end in zip(graph.offsets, durations, free, strict=True)
+    )
+    return Simulation(step_s=step, critical=counts, spans=spans)
 
 
 def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: float):
