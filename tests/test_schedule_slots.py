@@ -9,6 +9,7 @@ import pytest
 from autopar.costs.schedule import (
     EXTRAPOLATE_ABOVE,
     SEQUENTIAL_PAIRS,
+    STEADY_FROM,
     _closed_in_flight,
     _closed_slots,
     _held_at_peak,
@@ -72,10 +73,10 @@ def test_slots_bound_the_step_from_below_and_meet_it_at_their_times(schedule):
 
 @pytest.mark.parametrize("schedule", ["zb-v", "dualpipe-v", "combined-1f1b"])
 def test_many_microbatches_extend_the_steady_state(schedule):
-    """Past ``EXTRAPOLATE_ABOVE * pp`` micro-batches the slots are extended from two shorter
+    """From ``STEADY_FROM * pp`` micro-batches on the slots are taken on the line through two
     simulations: equal to simulating them all."""
     pp, vpp = 3, 2
-    for m in (EXTRAPOLATE_ABOVE * pp + pp, EXTRAPOLATE_ABOVE * pp + 2 * pp + 3):
+    for m in (STEADY_FROM * pp + 1, STEADY_FROM * pp + pp + 2, 5 * pp + 3):
         if not orderable(schedule, pp, vpp, m):
             continue
         ratio = (*_ratio()[:3], 0.2)

@@ -37,7 +37,6 @@ import numpy as np
 
 from autopar.costs.schedule_orders import (
     V_SHAPED,
-    megatron_chunks,
     pipeline_length,
     rank_steps,
 )
@@ -420,9 +419,12 @@ def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: fl
 
 
 EXTRAPOLATE_ABOVE = 3
-"""Beyond ``3*pp`` micro-batches a schedule is simulated at ``2*pp`` and ``3*pp`` and extended
-linearly: with equal stages every schedule here reaches its steady state by ``2*pp``, after
-which each micro-batch adds the same operations to the longest path
+"""Past ``3*pp`` micro-batches a schedule's activation peak no longer grows (its warm-up is
+over; ``tests/test_schedule_slots.py``)."""
+STEADY_FROM = 2
+"""From ``2*pp`` micro-batches on, a schedule's slots are simulated at ``2*pp`` and ``3*pp``
+and taken on the line through them: with equal stages every schedule here is in its steady
+state by then, and each micro-batch adds the same operations to the longest path
 (``tests/test_schedule_slots.py`` checks it against direct simulation)."""
 
 
@@ -454,7 +456,7 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
     T_W)`` where ``T_W`` is at most ``T_F`` and ``T_B``; the max covers the others), each found
     equal to the simulation in ``tests/test_schedule_slots.py``."""
     f, b, w, _ = ratio
-    if pp == 1:
+    if pp == 1 and schedule not in ("dualpipe-v", "dualpipe"):  # one rank: no bubble
         return (m, m, m, m - 1) if schedule == "combined-1f1b" else (m, m, m, 0)
     if schedule == "gpipe" or (schedule == "1f1b" and vpp == 1):
         return (m + pp - 1,) * 3 + (0,)
@@ -490,11 +492,11 @@ def schedule_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple[flo
     closed = _closed_slots(schedule, pp, vpp, m, ratio)
     if closed is not None:
         return tuple(float(x) for x in closed)
-    if m <= EXTRAPOLATE_ABOVE * pp:
+    if pp == 1 or m < STEADY_FROM * pp or m in (STEADY_FROM * pp, (STEADY_FROM + 1) * pp):
         return tuple(_simulated_counts(schedule, pp, vpp, m, ratio).tolist())
-    low = _simulated_counts(schedule, pp, vpp, 2 * pp, ratio)
-    high = _simulated_counts(schedule, pp, vpp, 3 * pp, ratio)
-    return tuple((high + (high - low) * (m - 3 * pp) / pp).tolist())
+    low = _simulated_counts(schedule, pp, vpp, STEADY_FROM * pp, ratio)
+    high = _simulated_counts(schedule, pp, vpp, (STEADY_FROM + 1) * pp, ratio)
+    return tuple((low + (high - low) * (m - STEADY_FROM * pp) / pp).tolist())
 
 
 SEQUENTIAL_PAIRS: frozenset[str] = frozenset({"dualpipe-v"})
@@ -525,6 +527,21 @@ def _held_at_peak(arrays, vpp: int, *, sequential_pairs: bool) -> tuple[int, ...
     return tuple(int(x) for x in held[peak])
 
 
+def _first_chunks(m: int, vpp: int, group: int, units: int) -> tuple[int, ...]:
+    """How many of the first ``units`` forwards of ``megatron_chunks(m, vpp, group)`` fall on
+    each chunk, group by group (each group of micro-batches runs through every chunk)."""
+    counts = [0] * vpp
+    for first in range(0, m, group):
+        size = min(group, m - first)
+        for chunk in range(vpp):
+            take = min(size, units)
+            counts[chunk] += take
+            units -= take
+            if units == 0:
+                return tuple(counts)
+    return tuple(counts)
+
+
 def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple | None:
     """The peaks that have a closed form (each equal to the order's in
     ``tests/test_schedule_slots.py``), or ``None``. The loop-style schedules peak once their
@@ -542,8 +559,7 @@ def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tu
         group = m // max(1, m // pp)
         factor, extra = (1, rank) if schedule == "zb-h1" else (2, 0)
         warm = min((vpp - 1) * group + factor * (pp - 1 - rank), total)
-        order = megatron_chunks(m, vpp, group)[: min(warm + 1 + extra, total)]
-        return tuple(order.count(c) for c in range(vpp))
+        return _first_chunks(m, vpp, group, min(warm + 1 + extra, total))
     if schedule == "zb-v" and m >= 2 * pp - 1:
         return (2 * pp - rank - 1, rank + 1)
     if schedule == "dualpipe-v" and m >= 2 * pp:

@@ -132,6 +132,7 @@ def _exact_best(
     found: list[tuple[int, dict[str, int]]],
     estimates: list,
     *,
+    space: Space,
     top_k: int,
     deadline: float,
     ctx: TermContext,
@@ -140,19 +141,43 @@ def _exact_best(
     """The ``top_k`` best layouts by their own step time when the objective is a lower bound
     of it (a zero-bubble or DualPipe schedule's slots at reference phase times:
     ``autopar.search.cpsat._slotted_part``). Every layout whose objective reaches the k-th best
-    step found is enumerated and estimated: a layout left out has objective, hence step time,
-    above it. Returns the estimates and whether the enumeration completed."""
+    step found is enumerated and estimated with each schedule its rules allow (the fused table
+    keeps one per outer layout: ``autopar.search.cpsat.FOLDED``): a layout left out has
+    objective, hence step time, above it. Returns the estimates and whether the enumeration
+    completed."""
     steps_us = [int(np.ceil(e.step_time_s * US_PER_S)) for e in estimates]
     if all(step <= obj + EXACT_SLACK_US for (obj, _), step in zip(found, steps_us, strict=True)):
         return estimates, True
     bound = sorted(steps_us)[min(top_k, len(steps_us)) - 1]
     left = deadline - time.perf_counter()
     rows, complete = _within(model, vm, bound, limit=EXACT_LIMIT, time_limit_s=max(0.0, left))
-    known = {tuple(r.values()) for _, r in found}
-    extra = [r for _, r in rows if tuple(r.values()) not in known]
-    everything = estimates + estimate_many(_layouts_from_rows(extra), ctx, cost_model)
+    candidates = {tuple(r.items()): r for r in _with_each_schedule(space, [*found, *rows])}
+    everything = estimate_many(_layouts_from_rows(list(candidates.values())), ctx, cost_model)
     everything.sort(key=lambda e: (e.step_time_s, tie_key(e.layout.grid_row())))
-    return everything[:top_k], complete
+    return _distinct_outer(everything)[:top_k], complete
+
+
+def _with_each_schedule(space: Space, found) -> list[dict[str, int]]:
+    """Each found layout with every schedule of the space its rules allow."""
+    out = []
+    for _, row in found:
+        for code in space.domains["schedule"]:
+            other = {**row, "schedule": code}
+            if space.broken_rule(other) is None:
+                out.append(other)
+    return out
+
+
+def _distinct_outer(estimates: list) -> list:
+    """The best schedule of each outer layout (the fused table's runners-up are distinct in
+    their other axes: ``autopar.search.cpsat.FOLDED``)."""
+    seen, out = set(), []
+    for e in estimates:
+        key = tuple((a, v) for a, v in e.layout.grid_row().items() if a != "schedule")
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
 
 
 def _optimise(model, vm, *, time_limit_s, num_workers):
@@ -208,6 +233,7 @@ def solve_space(
             vm,
             found,
             estimates,
+            space=space,
             top_k=top_k,
             deadline=deadline,
             ctx=ctx,
