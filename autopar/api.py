@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.base.axes import GIVEN_AXES
-from autopar.base.errors import InputError
+from autopar.base.errors import InputError, excerpt
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives, collective_sources
 from autopar.costs.estimate import estimate
+from autopar.costs.goodput import overhead_factor
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs import limits as bounds
@@ -33,7 +34,7 @@ from autopar.inputs.specs import Problem
 from autopar.layout.alternatives import Optimum
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.results import Explanation, SolveResult
+from autopar.layout.results import OBJECTIVES, Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
 from autopar.search.alternatives import find_alternatives, find_optimum
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_GLOBAL_BATCH_TOKENS",
     "DEFAULT_SEQ_LEN",
     "build_problem",
+    "check_objective",
     "check_solve_options",
     "evaluate",
     "evaluate_problem",
@@ -91,19 +93,26 @@ def solve_problem(
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
     alternatives: bool = False,
+    objective: str = "step-time",
+    upper_bound_s: float | None = None,
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
     layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
     ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
     for a uniform plan, the fastest layout with each axis changed
-    (``autopar.search.alternatives``), within the same ``time_limit``."""
+    (``autopar.search.alternatives``), within the same ``time_limit``. ``objective="goodput"``
+    minimises the expected time per useful step under the cluster's failure model instead
+    (``autopar.costs.goodput``); ``upper_bound_s`` keeps only layouts whose objective is at
+    most that (a caller's incumbent: ``infeasible`` then means none is as good)."""
     top, time_limit, num_workers = check_solve_options(
         top=top, time_limit=time_limit, num_workers=num_workers
     )
     check_pipeline_plan(pipeline_plan)
+    check_objective(objective, pipeline_plan)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
+    factor = overhead_factor(cm) if objective == "goodput" else None
     ctx = make_context(problem)
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
@@ -121,13 +130,24 @@ def solve_problem(
         return dataclasses.replace(result, inputs=inputs, explanation=explanation)
     space = build_space(problem)
     left_s = max(0.0, deadline - time.perf_counter())  # the limit covers the set-up too
-    result = solve_space(space, ctx, cm, top_k=top, time_limit_s=left_s, num_workers=num_workers)
+    result = solve_space(
+        space,
+        ctx,
+        cm,
+        top_k=top,
+        time_limit_s=left_s,
+        num_workers=num_workers,
+        time_factor=factor,
+        upper_bound_s=upper_bound_s,
+    )
     result = dataclasses.replace(result, inputs=inputs)
     if alternatives and result.layouts:
         why = find_alternatives(
             space, ctx, cm, result.best, deadline=deadline, num_workers=num_workers
         )
         result = dataclasses.replace(result, alternatives=why)
+    if result.status == "infeasible" and upper_bound_s is not None:
+        return result  # nothing as good as the bound: the caller knows why
     if result.status == "infeasible":
         explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     elif result.status == "unknown":
@@ -154,6 +174,22 @@ def check_solve_options(
     return checked_top, limit, num_workers
 
 
+def check_objective(objective: object, pipeline_plan: str = "uniform") -> None:
+    """``--objective``: one of ``OBJECTIVES``; ``goodput`` ranks uniform layouts only (a
+    per-stage plan's checkpoint is not tabulated per plan)."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise InputError(
+            f"must be one of {', '.join(OBJECTIVES)}, got {excerpt(objective)}",
+            source="--objective",
+        )
+    if objective == "goodput" and pipeline_plan != "uniform":
+        raise InputError(
+            "goodput ranks uniform pipelines only; use --pipeline-plan uniform or --objective "
+            "step-time",
+            source="--objective",
+        )
+
+
 def solve(
     *,
     top: int = 1,
@@ -162,11 +198,13 @@ def solve(
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
     alternatives: bool = False,
+    objective: str = "step-time",
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
     ``make_problem``; ``status`` says whether it is proven optimal; ``alternatives=True`` adds
-    the fastest layout with each axis changed (``SolveResult.alternatives``)."""
+    the fastest layout with each axis changed (``SolveResult.alternatives``);
+    ``objective="goodput"`` ranks by the expected time per useful step under failures."""
     return solve_problem(
         make_problem(**options),
         top=top,
@@ -175,6 +213,7 @@ def solve(
         cost_model=cost_model,
         pipeline_plan=pipeline_plan,
         alternatives=alternatives,
+        objective=objective,
     )
 
 

@@ -132,24 +132,40 @@ def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool,
     return out
 
 
-def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """Dense-grid parameters on one rank of the most loaded stage: its layers, the input
-    embedding (and learned positions) on the first stage, the untied output layer and the MTP
-    modules on the last (Megatron ``theoretical_memory_usage.py``, "most loaded model shard";
-    for a uniform model that is the first stage, as there)."""
-    tp, pp = np.broadcast_arrays(
-        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
-    )
+def stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: int) -> list[np.ndarray]:
+    """Per stage of a ``pp``-stage pipeline, its dense-grid parameters over all its TP ranks
+    (one value per entry of ``tp``: the vocabulary is padded to ``128 * tp``): its layers, the
+    input embedding (and learned positions) on the first stage, the untied output layer and
+    the MTP modules on the last."""
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = embedding * (0.0 if model.tied_embeddings else 1.0)
+    return [
+        params + (embedding + positions) * first + output * last
+        for params, first, last in stage_layer_param_sums(model, pp)
+    ]
+
+
+def stage_moe_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Per stage of a ``pp``-stage pipeline, its MoE layers (MTP ones included)."""
+    return [
+        sum(n for kind, n in counts.items() if kind.endswith("/moe"))
+        for counts in all_stage_kinds(model, pp)
+    ]
+
+
+def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Dense-grid parameters on one rank of the most loaded stage (``stage_dense_params`` / tp;
+    Megatron ``theoretical_memory_usage.py``, "most loaded model shard"; for a uniform model
+    that is the first stage, as there)."""
+    tp, pp = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
+    )
     best = np.zeros(len(tp))
     for value in np.unique(pp):
         rows = pp == value
-        for params, first, last in stage_layer_param_sums(model, int(value)):
-            stage = params + (embedding[rows] + positions) * first + output[rows] * last
-            best[rows] = np.maximum(best[rows], stage)
+        best[rows] = np.max(stage_dense_params(model, tp[rows], int(value)), axis=0)
     return best / tp
 
 
@@ -182,7 +198,7 @@ class DenseParamMemory:
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
         params = first_stage_dense_params(ctx.model, tp, pp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = dense_shard_degree(grid, ctx, megatron_compatible=self.megatron_compatible)
         total = params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
         if self.part == "weights" and not self.megatron_compatible:
@@ -199,7 +215,7 @@ _PARTS: dict[str, tuple[float | None, int]] = {
 }
 
 
-def _bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
+def part_bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
     """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded. With BF16
     Adam moments (``StackSpec.optimizer_state_dtype``) the optimizer keeps 4 + 2 + 2 bytes."""
     bytes_per_param, stage = _PARTS[part]
@@ -230,7 +246,7 @@ class ExpertParamMemory:
         if not model.is_moe:
             return np.zeros(len(pp))
         params = stage_expert_layers(model, grid["pp"]) * expert_params(model) / (ep * etp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
 
@@ -240,11 +256,7 @@ def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     pp = np.atleast_1d(np.asarray(pp))
     out = np.zeros(len(pp))
     for value in np.unique(pp):
-        most = max(
-            sum(n for kind, n in counts.items() if kind.endswith("/moe"))
-            for counts in all_stage_kinds(model, int(value))
-        )
-        out[pp == value] = most
+        out[pp == value] = max(stage_moe_layers(model, int(value)))
     return out
 
 

@@ -127,6 +127,10 @@ class CostModel:
     flops: FlopCounter
     decisions: DecisionSource | None = None
     """Choices made inside terms, reported with each estimate (``Estimate.choices``)."""
+    checkpoint: ResourceTerm | None = None
+    """Bytes the most loaded rank writes to one checkpoint (``cost_models.checkpoint``): with
+    it, estimates carry goodput under failures (``autopar.costs.goodput``) and the search can
+    minimise the expected time per useful step; ``None``: no failure figures."""
 
     def __post_init__(self) -> None:
         for term in self.all_terms():
@@ -140,6 +144,7 @@ class CostModel:
             *self.static_memory_terms,
             *self.microbatch_memory_terms,
             self.in_flight,
+            *((self.checkpoint,) if self.checkpoint is not None else ()),
         )
 
 

@@ -27,6 +27,7 @@ from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
 from autopar.inputs.loading import load_cluster, load_model, load_stack
+from autopar.inputs.reliability import reliability_from_values
 from autopar.inputs.specs import (
     GIB,
     ClusterSpec,
@@ -74,6 +75,17 @@ class JobOptions:
     global_batch_tokens: int | None = None
     seq_len: int = DEFAULT_SEQ_LEN
     precision: str = "bf16"
+    gpu_mtbf_hours: float | None = None
+    """Hours between failures per GPU (``--gpu-mtbf-hours``); default: the cluster file's, else
+    ``autopar.inputs.reliability.DEFAULT_GPU_MTBF_HOURS``."""
+    restart_s: float | None = None
+    """Seconds from a failure to training again (``--restart-s``)."""
+    checkpoint_gb_per_s: float | None = None
+    """Storage write bandwidth of one server, GB/s (``--checkpoint-gb-per-s``)."""
+    train_tokens: float | None = None
+    """Tokens the run trains on (``--train-tokens``): days to train."""
+    gpu_hour_cost: float | None = None
+    """Price of a GPU-hour (``--gpu-hour-cost``): the cost of the run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +204,7 @@ def build_problem(options: ProblemOptions) -> Problem:
         comm_profile=job.comm_profile,
     )
     try:
+        cluster = _with_reliability(cluster, job)
         spec_stack = with_overrides(load_stack(stack), dict(options.stack.switches))
         reserve_given = dict(options.stack.switches).get("memory_reserve_gib")
         cluster = _with_reserve(cluster, spec_stack, flag_given=reserve_given)
@@ -204,6 +217,10 @@ def build_problem(options: ProblemOptions) -> Problem:
                 job.global_batch, job.global_batch_tokens, job.seq_len
             ),
             stack=spec_stack,
+            train_tokens=_run_number(job.train_tokens, "--train-tokens", bounds.MAX_TRAIN_TOKENS),
+            gpu_hour_cost=_run_number(
+                job.gpu_hour_cost, "--gpu-hour-cost", bounds.MAX_GPU_HOUR_COST
+            ),
         )
         _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
         if spec_stack.cpu_offload_layers >= model.num_layers:
@@ -227,6 +244,29 @@ def build_problem(options: ProblemOptions) -> Problem:
         field = err.field if err.source else None  # a file's key stays named; a flag is the key
         raise InputError(err.rule, source=err.source or flag, field=field) from None
     return Problem(model=model, cluster=cluster, training=training, options=search_options)
+
+
+def _with_reliability(cluster: ClusterSpec, job: JobOptions) -> ClusterSpec:
+    """The cluster's failure model with the flags over the cluster file's values; a bad value
+    is an ``InputError`` naming the flag."""
+    flags = {
+        "gpu_mtbf_hours": job.gpu_mtbf_hours,
+        "restart_s": job.restart_s,
+        "checkpoint_gb_per_s": job.checkpoint_gb_per_s,
+    }
+    if all(value is None for value in flags.values()):
+        return cluster
+    try:
+        reliability = reliability_from_values(flags, base=cluster.reliability)
+    except InputError as err:
+        raise InputError(err.rule, source=f"--{(err.field or '').replace('_', '-')}") from None
+    return dataclasses.replace(cluster, reliability=reliability)
+
+
+def _run_number(value: object, flag: str, maximum: float) -> float | None:
+    if value is None:
+        return None
+    return bounds.check_number(value, source=flag, maximum=maximum)
 
 
 def _search_options(search: SearchRequest) -> SearchOptions:

@@ -90,7 +90,8 @@ class SolveResult:
     solve_time_s: float
     layouts: tuple[Estimate, ...]
     best_bound_step_time_s: float | None = None
-    """Lower bound on the best step time proven by the solver."""
+    """Lower bound proven by the solver on the objective: the best step time, or with
+    ``objective == "goodput"`` the best expected time per useful step."""
     explanation: Explanation | None = None
     num_workers: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -98,6 +99,9 @@ class SolveResult:
     """The assumptions behind the answer (``autopar.inputs.echo``)."""
     alternatives: Alternatives | None = None
     """Why this layout: the fastest layout with each axis changed (``solve(alternatives=True)``)."""
+    objective: str = "step-time"
+    """What the search minimised: ``step-time`` or ``goodput`` (the expected time per useful
+    step under failures, ``Goodput.time_per_useful_step_s``)."""
 
     @property
     def best(self) -> Estimate:
@@ -117,7 +121,7 @@ class SolveResult:
     def gap(self) -> float | None:
         if not self.layouts or self.best_bound_step_time_s is None:
             return None
-        best = self.layouts[0].step_time_s
+        best = objective_value_s(self.layouts[0], self.objective)
         return max(0.0, (best - self.best_bound_step_time_s) / best)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +130,7 @@ class SolveResult:
             "solve_time_s": self.solve_time_s,
             "best_bound_step_time_s": self.best_bound_step_time_s,
             "gap": self.gap,
+            "objective": self.objective,
             "layouts": [estimate.to_dict() for estimate in self.layouts],
             "explanation": self.explanation.to_dict() if self.explanation else None,
             "notes": list(self.notes),
@@ -135,6 +140,18 @@ class SolveResult:
 
     def to_frame(self):
         return estimates_frame(self.layouts)
+
+
+OBJECTIVES: tuple[str, ...] = ("step-time", "goodput")
+"""What ``--objective`` may minimise (``SolveResult.objective``)."""
+
+
+def objective_value_s(estimate: Estimate, objective: str) -> float:
+    """The figure ``objective`` ranks ``estimate`` by: its step time, or its expected time per
+    useful step under failures."""
+    if objective == "goodput" and estimate.goodput is not None:
+        return estimate.goodput.time_per_useful_step_s
+    return estimate.step_time_s
 
 
 def flat_row(estimate: Estimate) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import GRID_AXES
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.space import Space
 
 SEED = 20240607
@@ -201,6 +201,15 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
     )
 
 
+def _scaled(part: _Part, factor: CostTerm, ctx: TermContext) -> _Part:
+    """``factor * part`` over the union of their axes."""
+    return _Part(
+        f"{factor.name}*{part.name}",
+        (*part.axes, *factor.depends_on),
+        lambda g: factor.evaluate(g, ctx) * part.values_of(g),
+    )
+
+
 def _merge(grids: _Grids, parts: list[_Part], *, max_rows: int) -> list[_Part]:
     """Sum parts into fewer tables: a part joins a table when the table over the union of their
     axes has at most ``max(max_rows, rows of the larger)`` rows (always when one's free axes
@@ -307,10 +316,14 @@ def _add_cost(
     vm: VarMap,
     *,
     fuse_memory: bool,
+    time_factor: CostTerm | None = None,
 ) -> bool:
     """Objective and memory as sums of tables; each per-micro-batch term is tabulated already
     multiplied by its multiplier (``slots`` or ``in_flight``), over the union of their axes,
-    so CP-SAT sees no product of variables.
+    so CP-SAT sees no product of variables. A ``time_factor`` (the expected wall seconds per
+    training second under failures, ``autopar.costs.goodput.OverheadFactor``) multiplies every
+    time table the same way, over the union of its axes: the objective is then the expected time
+    per useful step, still a sum of tables.
 
     With ``fuse_memory``, when time and memory each merge into one table and their union stays
     small, the capacity becomes a row filter of that single table ("resource terms become
@@ -324,6 +337,8 @@ def _add_cost(
     ]
     grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
+    if time_factor is not None:
+        times = [_scaled(part, time_factor, ctx) for part in times]
     memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:
         axes = (*times[0].axes, *memories[0].axes)
@@ -357,6 +372,7 @@ def build_model(
     explain: bool = False,
     memory_limit: bool = True,
     deadline: float | None = None,
+    time_factor: CostTerm | None = None,
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
@@ -377,7 +393,9 @@ def build_model(
     if explain:
         model.add_assumptions(list(vm.families.values()))
         return model, vm
-    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit)
+    fused = _add_cost(
+        model, space, cost_model, ctx, vm, fuse_memory=memory_limit, time_factor=time_factor
+    )
     # One variable for the step time, so that solution callbacks read it in O(1).
     step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
     model.add(step_us == vm.objective)
