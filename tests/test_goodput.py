@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from autopar.api import make_context, make_problem
+from autopar.base.axes import GRID_AXES
 from autopar.costs.goodput import (
     checkpoint_cost,
     daly_interval_s,
@@ -176,7 +177,7 @@ def test_dense_checkpoint_is_the_weight_shard_at_zero3_plus_the_optimizer_shard(
     problem = make_problem(model=model, gpus=gpus, seq_len=4096, global_batch=256)
     layout = _layout(problem, **values)
     ctx, grid = _figures(problem, layout)
-    ckpt = float(CheckpointBytes().evaluate(grid, ctx)[0])
+    ckpt = float(CheckpointBytes().rank_bytes(grid, ctx)[0])
     zero3 = {**grid, "zero": np.array([3])}
     weights = float(DenseParamMemory(part="weights").evaluate(zero3, ctx)[0])
     prefetch = 2.0 * dense_layer_params(ctx.model) / layout.tp * 2.0
@@ -184,18 +185,78 @@ def test_dense_checkpoint_is_the_weight_shard_at_zero3_plus_the_optimizer_shard(
     assert ckpt == pytest.approx(weights - prefetch + optimizer, rel=1e-12)
 
 
+def _grid(**columns) -> dict[str, np.ndarray]:
+    base = {"tp": 1, "pp": 1, "cp": 1, "zero": 1, "ep": 1, "etp": 1}
+    size = max(len(v) if isinstance(v, list) else 1 for v in columns.values())
+    out = {}
+    for axis, default in base.items():
+        value = columns.get(axis, default)
+        out[axis] = np.array(value if isinstance(value, list) else [value] * size)
+    return out
+
+
 def test_checkpoint_bytes_do_not_depend_on_zero_or_cp() -> None:
-    """Every shard is written once whoever holds it: ZeRO and CP move no checkpoint bytes."""
+    """Fully parallel save: every shard is written once whoever holds it, spread evenly, so
+    ZeRO and CP move no checkpoint bytes, and a server writes its GPUs' shares."""
     problem = make_problem(model="llama-70b", gpus=64, seq_len=8192, global_batch=256)
     ctx = make_context(problem)
-    grid = {
-        "tp": np.array([8, 8, 8, 8]),
-        "pp": np.array([4, 4, 4, 4]),
-        "cp": np.array([1, 2, 1, 2]),
-        "zero": np.array([0, 0, 1, 3]),
-    }
-    values = CheckpointBytes().evaluate(grid, ctx)
-    assert np.all(values == values[0])
+    grid = _grid(tp=8, pp=4, cp=[1, 2, 1, 2], zero=[0, 0, 1, 3])
+    rank = CheckpointBytes().rank_bytes(grid, ctx)
+    assert np.all(rank == rank[0])
+    assert np.all(CheckpointBytes().evaluate(grid, ctx) == rank * 8)
+
+
+def _server_by_ranks(ctx, layout: Layout) -> float:
+    """What the first server of a stage writes without the fully parallel save,
+    summed rank by rank (Megatron order: TP fastest, then CP, then DP): a first replica (CP and
+    DP rank 0) writes its whole model-parallel shard of a replicated part; every rank writes
+    its own shard of a ZeRO-sharded part."""
+    from cost_models.memory import stage_dense_params
+
+    stages = stage_dense_params(ctx.model, np.array([float(layout.tp)]), layout.pp)
+    totals = []
+    for params in stages:  # the most loaded stage's first server
+        shard = float(params[0]) / layout.tp
+        total = 0.0
+        for rank in range(ctx.cluster.gpus_per_server):
+            first = rank // layout.tp == 0  # cp rank 0 and dp rank 0
+            for bytes_per_param, sharded_from in ((2.0, 3), (12.0, 1)):
+                if layout.zero >= sharded_from:
+                    total += shard * bytes_per_param / (layout.dp * layout.cp)
+                elif first:
+                    total += shard * bytes_per_param
+        totals.append(total)
+    return max(totals)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [dict(tp=8, pp=4, zero=1), dict(tp=4, pp=4, zero=0), dict(tp=2, pp=2, cp=2, zero=1),
+     dict(tp=1, pp=8, zero=3)],
+)  # fmt: skip
+def test_first_replica_save_sums_the_servers_ranks(values) -> None:
+    """Without the fully parallel save the first server writes its first replicas' shards and
+    every rank's ZeRO shards: the term against a rank-by-rank sum."""
+    problem = make_problem(
+        model="llama-70b", gpus=64, seq_len=4096, global_batch=256,
+        ckpt_fully_parallel_save=False, zero="any",
+    )  # fmt: skip
+    layout = _layout(problem, **values)
+    ctx, grid = _figures(problem, layout)
+    expected = _server_by_ranks(ctx, layout)
+    assert CheckpointBytes().evaluate(grid, ctx)[0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_first_replica_save_makes_zero_matter() -> None:
+    """The distributed optimizer (ZeRO-1) spreads the optimizer shard that plain DDP's first
+    replica writes alone: its server writes less, so a layout with cheaper checkpoints exists."""
+    problem = make_problem(
+        model="llama-70b", gpus=64, seq_len=4096, global_batch=256, ckpt_fully_parallel_save=False
+    )
+    ctx = make_context(problem)
+    server = CheckpointBytes().evaluate(_grid(tp=8, pp=4, zero=[0, 1]), ctx)
+    # TP 8 fills the server with first replicas; DP 2 halves their optimizer shard under ZeRO-1
+    assert server[1] / server[0] == pytest.approx((2.0 + 12.0 / 2) / (2.0 + 12.0))
 
 
 def test_moe_checkpoint_adds_the_expert_shards() -> None:
@@ -204,15 +265,14 @@ def test_moe_checkpoint_adds_the_expert_shards() -> None:
     stage of both together is at most the sum of the two maxima the memory model takes."""
     problem = make_problem(model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256)
     ctx = make_context(problem)
-    grid = {"tp": np.array([4]), "pp": np.array([1]), "cp": np.array([1]), "ep": np.array([8]),
-            "etp": np.array([1]), "zero": np.array([1])}  # fmt: skip
+    grid = _grid(tp=4, pp=1, ep=8, zero=1)
     zero3 = {**grid, "zero": np.array([3])}
     prefetch = 2.0 * dense_layer_params(ctx.model) / 4 * 2.0
     dense = DenseParamMemory(part="weights").evaluate(zero3, ctx)[0] - prefetch
     dense += DenseParamMemory(part="optimizer").evaluate(grid, ctx)[0]
     expert = ExpertParamMemory(part="weights").evaluate(zero3, ctx)[0]
     expert += ExpertParamMemory(part="optimizer").evaluate(grid, ctx)[0]
-    ckpt = CheckpointBytes().evaluate(grid, ctx)[0]
+    ckpt = CheckpointBytes().rank_bytes(grid, ctx)[0]
     assert ckpt == pytest.approx(dense + expert, rel=1e-12)
     staged = {**grid, "pp": np.array([4])}
     staged3 = {**staged, "zero": np.array([3])}
@@ -223,7 +283,7 @@ def test_moe_checkpoint_adds_the_expert_shards() -> None:
         + ExpertParamMemory(part="weights").evaluate(staged3, ctx)[0]
         + ExpertParamMemory(part="optimizer").evaluate(staged, ctx)[0]
     )
-    assert CheckpointBytes().evaluate(staged, ctx)[0] <= upper * (1 + 1e-12)
+    assert CheckpointBytes().rank_bytes(staged, ctx)[0] <= upper * (1 + 1e-12)
 
 
 def test_whole_checkpoint_is_every_parameter_once() -> None:
@@ -232,8 +292,8 @@ def test_whole_checkpoint_is_every_parameter_once() -> None:
 
     problem = make_problem(model="llama-8b", gpus=8, seq_len=4096, global_batch=64)
     ctx = make_context(problem)
-    grid = {"tp": np.array([1]), "pp": np.array([1])}  # tp 1: no vocabulary padding
-    share = CheckpointBytes().evaluate(grid, ctx)[0]
+    grid = _grid(tp=1, pp=1)  # tp 1: no vocabulary padding
+    share = CheckpointBytes().rank_bytes(grid, ctx)[0]
     padded = parameter_count(ctx.model)
     assert share * 8 == pytest.approx(padded * 14.0, rel=2e-3)
 
@@ -244,14 +304,16 @@ def test_async_blocks_only_for_the_snapshot() -> None:
     problem = make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=256)
     ctx = make_context(problem)
     rank_bytes = np.array([1e9])
-    sync = checkpoint_cost(rank_bytes, ctx)
+    sync = checkpoint_cost(rank_bytes, rank_bytes * 8, ctx)
     per_server = ctx.cluster.reliability.server_bytes_per_s(ctx.cluster.gpus_per_server)
     assert sync.write_s[0] == pytest.approx(8 * 1e9 / per_server)
     assert sync.snapshot_s[0] == pytest.approx(1e9 / 64e9)
     assert sync.blocking_s[0] == pytest.approx(sync.write_s[0] + sync.snapshot_s[0])
     stack = dataclasses.replace(ctx.training.stack, async_checkpoint=True)
     training = dataclasses.replace(ctx.training, stack=stack)
-    asynchronous = checkpoint_cost(rank_bytes, dataclasses.replace(ctx, training=training))
+    asynchronous = checkpoint_cost(
+        rank_bytes, rank_bytes * 8, dataclasses.replace(ctx, training=training)
+    )
     assert asynchronous.blocking_s[0] == pytest.approx(sync.snapshot_s[0])
     assert asynchronous.lag_s[0] == pytest.approx(sync.write_s[0])
 
@@ -274,3 +336,68 @@ def test_estimates_carry_goodput_and_days() -> None:
     assert estimate.days_to_train == pytest.approx(estimate.days_to_train_failure_free / g.goodput)
     assert estimate.cost == pytest.approx(estimate.cost_failure_free / g.goodput)
     assert load_cost_model(None).checkpoint is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# the goodput objective: CP-SAT against brute force
+
+
+def _failure_prone(problem, *, parallel_save: bool = False):
+    """A cluster that fails often and writes slowly, with the first-replica save (where ZeRO
+    and the layout move the checkpoint), so that the checkpoint moves the optimum."""
+    from autopar.inputs.reliability import ReliabilitySpec
+
+    reliability = ReliabilitySpec(gpu_mtbf_hours=2.0, restart_s=60.0, checkpoint_bytes_per_s=2e7)
+    cluster = dataclasses.replace(problem.cluster, reliability=reliability)
+    stack = dataclasses.replace(problem.training.stack, ckpt_fully_parallel_save=parallel_save)
+    training = dataclasses.replace(problem.training, stack=stack)
+    return dataclasses.replace(problem, cluster=cluster, training=training)
+
+
+@pytest.mark.parametrize("seed", range(1000, 1012))
+def test_goodput_objective_matches_brute_force(seed: int) -> None:
+    """Minimising the expected time per useful step: CP-SAT's optimum equals the smallest
+    step time x overhead factor over every layout that fits, enumerated in numpy."""
+    from autopar.costs.goodput import overhead_factor
+    from autopar.costs.terms import memory_bytes, step_time_s
+    from autopar.layout.space import build_space
+    from autopar.search.solver import solve_space
+    from tests.test_solver import random_problem
+
+    problem = _failure_prone(random_problem(seed), parallel_save=seed % 3 == 0)
+    ctx, cost_model = make_context(problem), load_cost_model(None)
+    space = build_space(problem)
+    factor = overhead_factor(cost_model)
+    result = solve_space(space, ctx, cost_model, top_k=1, num_workers=2, time_factor=factor)
+    grid = space.pruned_grid(GRID_AXES)
+    expected = step_time_s(cost_model, grid, ctx) * factor.evaluate(grid, ctx)
+    fits = memory_bytes(cost_model, grid, ctx) <= ctx.cluster.usable_memory_bytes
+    if result.status == "infeasible":
+        assert not fits.any()
+        return
+    assert result.status == "optimal" and result.objective == "goodput"
+    best = result.best
+    row = {k: np.array([v]) for k, v in best.layout.grid_row().items()}
+    chosen = best.step_time_s * float(factor.evaluate(row, ctx)[0])
+    assert chosen == pytest.approx(float(expected[fits].min()), rel=1e-5, abs=1e-4)
+
+
+def test_goodput_objective_trades_step_time_for_cheaper_checkpoints() -> None:
+    """Llama-3 70B on 64 GPUs with slow storage, frequent failures and the first-replica save:
+    the step-time optimum writes fat checkpoints; the goodput objective takes a slower step
+    whose ZeRO-sharded checkpoint is cheaper, and wins on expected time per useful step."""
+    from autopar.api import solve
+
+    options = dict(
+        model="llama-70b", gpus=64, seq_len=4096, global_batch=256, zero="any",
+        ckpt_fully_parallel_save=False, checkpoint_gb_per_s=0.5, gpu_mtbf_hours=50.0,
+    )  # fmt: skip
+    fastest = solve(**options).best
+    useful = solve(objective="goodput", **options)
+    assert useful.objective == "goodput" and useful.status == "optimal"
+    best = useful.best
+    assert best.layout != fastest.layout
+    assert best.step_time_s >= fastest.step_time_s
+    assert best.goodput.goodput > fastest.goodput.goodput
+    assert best.goodput.time_per_useful_step_s < fastest.goodput.time_per_useful_step_s
+    assert best.goodput.checkpoint_bytes_per_server < fastest.goodput.checkpoint_bytes_per_server

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.errors import InputError
-from autopar.costs.terms import CostModel, Grid, TermContext
+from autopar.costs.terms import CheckpointTerm, CostModel, Grid, TermContext
 from autopar.inputs.reliability import DEFAULT_HOST_BYTES_PER_S
 from autopar.layout.plan import Goodput
 
@@ -121,13 +121,15 @@ class CheckpointCost:
     restart_s: float
 
 
-def checkpoint_cost(rank_bytes: np.ndarray, ctx: TermContext) -> CheckpointCost:
-    """The checkpoint of ``rank_bytes`` per most loaded rank on ``ctx``'s cluster."""
+def checkpoint_cost(
+    rank_bytes: np.ndarray, server_bytes: np.ndarray, ctx: TermContext
+) -> CheckpointCost:
+    """The checkpoint that makes the most loaded rank write ``rank_bytes`` and the most loaded
+    server ``server_bytes``, on ``ctx``'s cluster."""
     cluster, training = ctx.cluster, ctx.training
     reliability = cluster.reliability
     rank_bytes = np.asarray(rank_bytes, dtype=np.float64)
-    per_server = min(cluster.gpus_per_server, training.num_gpus)
-    server_bytes = rank_bytes * per_server
+    server_bytes = np.broadcast_to(np.asarray(server_bytes, dtype=np.float64), rank_bytes.shape)
     write_s = server_bytes / reliability.server_bytes_per_s(cluster.gpus_per_server)
     snapshot_s = rank_bytes / (cluster.gpu.host_bytes_per_s or DEFAULT_HOST_BYTES_PER_S)
     asynchronous = training.stack.async_checkpoint
@@ -161,7 +163,7 @@ class OverheadFactor:
     training second, a table over the checkpoint term's axes that the search multiplies into
     every time table to minimise the expected time per useful step (``--objective goodput``)."""
 
-    checkpoint: object
+    checkpoint: CheckpointTerm
     """The cost model's checkpoint term."""
     name: str = "failure_overhead"
     category: str = "goodput"
@@ -171,8 +173,13 @@ class OverheadFactor:
         return tuple(self.checkpoint.depends_on)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        cost = checkpoint_cost(self.checkpoint.evaluate(grid, ctx), ctx)
+        cost = checkpoint_of(self.checkpoint, grid, ctx)
         return 1.0 / best_goodput(cost)
+
+
+def checkpoint_of(term: CheckpointTerm, grid: Grid, ctx: TermContext) -> CheckpointCost:
+    """``checkpoint_cost`` of the layouts of ``grid`` under the cost model's checkpoint term."""
+    return checkpoint_cost(term.rank_bytes(grid, ctx), term.evaluate(grid, ctx), ctx)
 
 
 def overhead_factor(cost_model: CostModel) -> OverheadFactor:
@@ -212,8 +219,7 @@ def goodput_figures(
     if cost_model.checkpoint is None:
         return None
     size = len(step_s)
-    rank_bytes = np.broadcast_to(cost_model.checkpoint.evaluate(grid, ctx), (size,))
-    cost = checkpoint_cost(rank_bytes, ctx)
+    cost = checkpoint_of(cost_model.checkpoint, grid, ctx)
     steps, fraction = _whole_steps(cost, np.asarray(step_s, dtype=np.float64))
     reliability = ctx.cluster.reliability
     per_day = SECONDS_PER_DAY / cost.mtbf_s

@@ -236,6 +236,15 @@ class StackSpec:
     blocking part); a worker writes them. torchtitan ``checkpoint.async_mode`` (default
     ``disabled``, ``components/checkpointer/dcp.py`` L137)."""
 
+    ckpt_fully_parallel_save: bool = switch(
+        True,
+        help="Checkpoint shards spread evenly over the data-parallel ranks that hold them "
+        "(Megatron's default; --no-ckpt-fully-parallel-save: the first replica writes).",
+        label="parallel ckpt",
+    )
+    """Megatron ``fully_parallel_save`` (default True, ``training_config.py`` L511; the flag
+    ``--no-ckpt-fully-parallel-save`` turns it off): ``cost_models.checkpoint``."""
+
     def __post_init__(self) -> None:
         for item in SWITCHES:
             item.check(getattr(self, item.name))
