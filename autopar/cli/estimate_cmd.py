@@ -9,6 +9,7 @@ import typer
 
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
+from autopar.cli.failure_options import with_failure_options
 from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.progress import working
@@ -19,6 +20,7 @@ from autopar.inputs.problem import DEFAULT_SEQ_LEN
 def register(app: typer.Typer) -> None:
     @app.command("evaluate", cls=GroupedCommand, epilog=EXAMPLES["evaluate"])
     @guarded
+    @with_failure_options()
     @o.with_stack_options
     @o.with_axis_options("evaluate")
     def evaluate(
@@ -34,6 +36,7 @@ def register(app: typer.Typer) -> None:
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
         pipeline_plan: o.PipelinePlan = "uniform",

@@ -138,9 +138,10 @@ switch of it), all defaulting to the stack's own value; ``with_stack_options`` a
 
 def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The shared options of a command (pass its ``locals()``) as Python API keyword arguments,
-    the stack options (``stack_options``) included."""
+    the stack options (``stack_options``) and the failure model (``failure_options``,
+    ``autopar.cli.failure_options``) included."""
     out = {key: values[key] for key in COMMON_KEYS if key not in skip}
-    return {**out, **values.get("stack_options", {})}
+    return {**out, **values.get("stack_options", {}), **(values.get("failure_options") or {})}
 
 
 def with_stack_options(func: Callable) -> Callable:

@@ -10,6 +10,7 @@ import typer
 from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
+from autopar.cli.failure_options import Objective, with_failure_options
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.progress import working
@@ -21,6 +22,7 @@ from autopar.layout.results import Explanation
 def register(app: typer.Typer) -> None:
     @app.command("solve", cls=GroupedCommand, epilog=EXAMPLES["solve"])
     @guarded
+    @with_failure_options()
     @o.with_stack_options
     @o.with_axis_options("solve")
     def solve(
@@ -36,7 +38,9 @@ def register(app: typer.Typer) -> None:
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
+        objective: Objective = "step-time",
         recompute: Annotated[
             str,
             typer.Option(
@@ -91,6 +95,7 @@ def register(app: typer.Typer) -> None:
         started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
+        api.check_objective(objective, pipeline_plan)
         pins, limits = o.pins_and_limits(axis_values)
         with working("solving"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -114,6 +119,7 @@ def register(app: typer.Typer) -> None:
                 cost_model=cost_model,
                 pipeline_plan=pipeline_plan,
                 alternatives=format in WHY_FORMATS,  # the formats that print why this layout
+                objective=objective,
             )
         emit(render_solve(result, format, problem=problem), output)
         for note in framework_notes(result.best if result.layouts else None, format, problem):

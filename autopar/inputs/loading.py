@@ -500,6 +500,9 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
                 for key, (field, scale) in GPU_OPTIONAL_NUMBERS.items()
                 if data.get(key) is not None
             },
+            gpus_per_server=_integer(data, "gpus_per_server", maximum=MAX_GPUS_PER_NODE)
+            if data.get("gpus_per_server") is not None
+            else None,
         )
     except InputError as err:
         raise err.with_field(GPU_FIELD_KEYS.get(err.field or "", err.field)) from None

@@ -167,6 +167,18 @@ def flat_row(estimate: Estimate) -> dict[str, Any]:
         hfu=estimate.hfu,
         memory_gib=estimate.memory_bytes["total"] / GIB,
     )
+    g = estimate.goodput
+    row.update(
+        goodput=g.goodput if g else None,
+        time_per_useful_step_s=g.time_per_useful_step_s if g else None,
+        checkpoint_interval_steps=g.checkpoint_interval_steps if g else None,
+        checkpoint_interval_s=g.checkpoint_interval_s if g else None,
+        interruptions_per_day=g.interruptions_per_day if g else None,
+        days_to_train=estimate.days_to_train,
+        days_to_train_failure_free=estimate.days_to_train_failure_free,
+        cost=estimate.cost,
+        cost_failure_free=estimate.cost_failure_free,
+    )
     for category in memory_categories(estimate):
         row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB
     for category, value in estimate.time_s.items():

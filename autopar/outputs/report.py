@@ -37,6 +37,7 @@ def estimate_text(estimate: Estimate) -> str:
         f"step time    {estimate.step_time_s:.3f} s{band}   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
         f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",
+        *goodput_lines(estimate),
         "",
         f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
     ]
@@ -56,6 +57,42 @@ def estimate_text(estimate: Estimate) -> str:
     if estimate.per_stage is not None:
         lines += ["", stages_text(estimate.per_stage, step_time_s=estimate.step_time_s)]
     return "\n".join(lines)
+
+
+def _bytes_text(value: float) -> str:
+    return f"{value / 1e9:,.2f} GB" if value >= 1e8 else f"{value / 1e6:,.1f} MB"
+
+
+def goodput_lines(estimate: Estimate) -> list[str]:
+    """Failures, the checkpoint, its interval and the goodput (issue 22); days to train and
+    cost with and without failures when the run's tokens (and price) are given."""
+    g = estimate.goodput
+    if g is None:
+        return []
+    mode = "async: the host copy blocks" if g.async_checkpoint else "sync"
+    lines = [
+        f"failures     {g.interruptions_per_day:.2f} interruptions/day (one per "
+        f"{g.job_mtbf_s / 3600:.2f} h; MTBF {g.gpu_mtbf_hours:,.0f} h per GPU), "
+        f"restart {g.restart_s:,.0f} s",
+        f"checkpoint   {_bytes_text(g.checkpoint_bytes_per_gpu)} per GPU, "
+        f"{_bytes_text(g.checkpoint_bytes_per_server)} per server: write "
+        f"{g.checkpoint_write_s:.2f} s, blocks {g.checkpoint_blocking_s:.2f} s ({mode})",
+        f"interval     every {g.checkpoint_interval_steps:,} steps "
+        f"({g.checkpoint_interval_s:,.0f} s; --save-interval {g.checkpoint_interval_steps})",
+        f"goodput      {g.goodput:.1%} of wall time trains   "
+        f"{g.time_per_useful_step_s:.3f} s per useful step",
+    ]
+    if estimate.days_to_train is not None:
+        days = (
+            f"days         {estimate.days_to_train:,.1f} to train "
+            f"({estimate.days_to_train_failure_free:,.1f} without failures)"
+        )
+        if estimate.cost is not None:
+            days += (
+                f"   cost {estimate.cost:,.0f} ({estimate.cost_failure_free:,.0f} without failures)"
+            )
+        lines.append(days)
+    return lines
 
 
 def stages_text(per_stage: PerStage, *, step_time_s: float) -> str:
@@ -86,8 +123,10 @@ def stages_text(per_stage: PerStage, *, step_time_s: float) -> str:
     return "\n".join(["pipeline plan (per stage)", *rows, text])
 
 
-def runners_up_text(estimates: Sequence[Estimate]) -> str:
-    """One row per layout: every axis that varies or is not at its default, then the figures."""
+def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-time") -> str:
+    """One row per layout: every axis that varies or is not at its default, then the figures
+    (with the goodput objective, the goodput and the expected time per useful step too)."""
+    useful = objective == "goodput" and all(e.goodput is not None for e in estimates)
     axes = [
         axis
         for axis in AXES
@@ -95,12 +134,25 @@ def runners_up_text(estimates: Sequence[Estimate]) -> str:
         or any(getattr(e.layout, axis.layout_attr) != axis.default for e in estimates)
     ]
     cells = [
-        ["#", *(axis.title for axis in axes), "step s", "tok/s/GPU", "MFU", "GiB"],
+        [
+            "#",
+            *(axis.title for axis in axes),
+            "step s",
+            *(("goodput", "useful s") if useful else ()),
+            "tok/s/GPU",
+            "MFU",
+            "GiB",
+        ],
         *(
             [
                 str(i),
                 *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
                 f"{e.step_time_s:.3f}",
+                *(
+                    (f"{e.goodput.goodput:.1%}", f"{e.goodput.time_per_useful_step_s:.3f}")
+                    if useful
+                    else ()
+                ),
                 f"{e.tokens_per_s / e.layout.num_gpus:,.0f}",
                 f"{e.mfu:.1%}",
                 f"{e.memory_bytes['total'] / GIB:.1f}",
@@ -129,13 +181,15 @@ def solve_text(result: SolveResult) -> str:
         # per-stage plans: the search ranks by the schedule formula; the figures are the
         # simulated schedule (the notes say both)
         status += " for the schedule formula"
+    if result.objective == "goodput":
+        status += " for the expected time per useful step"
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
     notes = [f"note         {note}" for note in result.notes]
     parts = [head, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
-        parts += ["", "best layouts", runners_up_text(result.layouts)]
+        parts += ["", "best layouts", runners_up_text(result.layouts, objective=result.objective)]
     if result.alternatives is not None:
         parts += ["", alternatives_text(result.alternatives)]
     return "\n".join(parts)

@@ -1,0 +1,87 @@
+"""The failure-model options of the commands that build a problem (issue 22): the cluster's
+failure rate, restart time and checkpoint bandwidth (``autopar.inputs.reliability``; a cluster
+file's ``gpu_mtbf_hours``, ``restart_s``, ``checkpoint_gb_per_s`` are the defaults they
+override) and, for ``solve`` and ``evaluate``, the run's tokens and price (days to train and
+cost with and without failures); ``solve``'s ``--objective``."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+RELIABILITY_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    # keyword, flag, help
+    (
+        "gpu_mtbf_hours",
+        "--gpu-mtbf-hours",
+        "Hours between job-stopping failures per GPU (default 50,677: Llama 3's 419 "
+        "unexpected interruptions in 54 days on 16,384 H100s).",
+    ),
+    (
+        "restart_s",
+        "--restart-s",
+        "Seconds from a failure to training again: re-scheduling, start-up, loading the "
+        "checkpoint (default 600).",
+    ),
+    (
+        "checkpoint_gb_per_s",
+        "--checkpoint-gb-per-s",
+        "Checkpoint write bandwidth per server, GB/s, shared by its GPUs (default 0.122 per "
+        "GPU: Llama 3's 2 TB/s for 16,384 GPUs).",
+    ),
+)
+RUN_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("train_tokens", "--train-tokens", "Tokens to train on (15e12): days to train."),
+    ("gpu_hour_cost", "--gpu-hour-cost", "Price of one GPU-hour: the cost of the run."),
+)
+
+Objective = Annotated[
+    str,
+    typer.Option(
+        "--objective",
+        help="step-time (fastest step) or goodput (least expected time per useful step under "
+        "failures: checkpoints, lost work and restarts included).",
+        rich_help_panel=FAILURES,
+    ),
+]
+
+
+def _parameter(keyword: str, flag: str, help_text: str) -> inspect.Parameter:
+    return inspect.Parameter(
+        keyword,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            float | None, typer.Option(flag, help=help_text, rich_help_panel=FAILURES)
+        ],
+    )
+
+
+def with_failure_options(*, run: bool = True) -> Callable:
+    """Give a command function, which takes ``failure_options``, the options above (with
+    ``run``, the run's tokens and price too): typer reads the generated signature; the function
+    receives the given ones as one dict of ``make_problem`` keywords."""
+    declared = (*RELIABILITY_OPTIONS, *(RUN_OPTIONS if run else ()))
+    extra = [_parameter(*item) for item in declared]
+    names = [p.name for p in extra]
+
+    def decorate(func: Callable) -> Callable:
+        signature = inspect.signature(func, eval_str=True)
+        params = [p for p in signature.parameters.values() if p.name != "failure_options"]
+        head = [p for p in params if p.kind is not p.VAR_KEYWORD]
+        tail = [p for p in params if p.kind is p.VAR_KEYWORD]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in names if name in kwargs}
+            options = {k: v for k, v in given.items() if v is not None}
+            return func(*args, failure_options=options, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=[*head, *extra, *tail])
+        return wrapper
+
+    return decorate
