@@ -13,6 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
+FAILURES = "Failures"
+"""The help group of these options (``autopar.cli.help``: a group a command adds)."""
+
 RELIABILITY_OPTIONS: tuple[tuple[str, str, str], ...] = (
     # keyword, flag, help
     (

@@ -157,7 +157,6 @@ GPU_FIELD_KEYS: dict[str, str] = {
     "intra_node_latency_s": "intra_node_latency_us",
     "inter_node_latency_s": "inter_node_latency_us",
     "memory_reserve_bytes": "memory_reserve_gib",
-    "host_bytes_per_s": "host_gb_per_s",
     "checkpoint_bytes_per_s": "checkpoint_gb_per_s",
 }
 
