@@ -27,6 +27,8 @@ FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 WHY_FORMATS: tuple[str, ...] = ("table", "json")
 """The formats that say why a layout (solve's alternatives, evaluate's gap to the optimum);
 launcher files and CSV rows do not, so those commands skip the search for them."""
+LAUNCHERS: tuple[str, ...] = tuple(emitters.EMITTERS)
+"""The formats that write one layout's launch configuration."""
 
 
 def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:

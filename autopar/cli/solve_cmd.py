@@ -11,10 +11,17 @@ from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.failure_options import Objective, with_failure_options
+from autopar.cli.fallbacks_view import (
+    BatchTolerance,
+    EmitFallback,
+    FallbackNodes,
+    check_fallback_flags,
+    solve_with_fallbacks,
+)
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.progress import working
-from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_solve
+from autopar.cli.render import LAUNCHERS, WHY_FORMATS, check_format, framework_notes, render_solve
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
@@ -85,6 +92,9 @@ def register(app: typer.Typer) -> None:
         num_workers: Annotated[
             int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
         ] = None,
+        fallback_nodes: FallbackNodes = None,
+        batch_tolerance: BatchTolerance = 0.0,
+        emit_fallback: EmitFallback = None,
         format: o.Format = "table",
         output: o.Output = None,
         **axis_values: int | None,
@@ -96,6 +106,7 @@ def register(app: typer.Typer) -> None:
         check_format(format)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         api.check_objective(objective, pipeline_plan)
+        check_fallback_flags(format, fallback_nodes, emit_fallback, LAUNCHERS)
         pins, limits = o.pins_and_limits(axis_values)
         with working("solving"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -111,6 +122,10 @@ def register(app: typer.Typer) -> None:
                 tp_within_node=tp_within_node,
                 uneven_pipeline=uneven_pipeline,
             )
+            if fallback_nodes is not None:
+                from autopar.sweeps.fallbacks import check_fallback_options
+
+                check_fallback_options(problem, fallback_nodes, batch_tolerance)
             result = api.solve_problem(
                 problem,
                 top=top,
@@ -121,7 +136,18 @@ def register(app: typer.Typer) -> None:
                 alternatives=format in WHY_FORMATS,  # the formats that print why this layout
                 objective=objective,
             )
-        emit(render_solve(result, format, problem=problem), output)
+            code = 0
+            if fallback_nodes is not None and result.layouts:
+                left = max(0.0, time_limit - (time.perf_counter() - started))
+                options = dict(lost_servers=fallback_nodes, batch_tolerance=batch_tolerance,
+                               objective=objective, cost_model=cost_model, time_limit=left,
+                               num_workers=num_workers, emit=emit_fallback)  # fmt: skip
+                text, code = solve_with_fallbacks(result, problem, options, format)
+            else:
+                text = render_solve(result, format, problem=problem)
+        emit(text, output)
+        if code:
+            raise typer.Exit(EXIT_INFEASIBLE)
         for note in framework_notes(result.best if result.layouts else None, format, problem):
             typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):

@@ -17,10 +17,12 @@ optimal over every candidate without solving most of them:
 
 1. ``U0 = n x peak / FLOPs-per-token``: no layout beats 100% MFU (checked on every layout the
    solves return; a cost model that reports more is refused);
-2. ``U1 = B' s / min(slots x compute)``: the step is at least the compute terms (category
-   ``compute``) on the critical path, minimised over the candidate's own allowed rows (every
-   other term is non-negative), with the goodput objective divided by the smallest overhead
-   factor of that count;
+2. first from the count's compute rows at any batch (a step is at least ``grad_accum``
+   micro-batches of compute), then ``U1 = B' s / min(slots x compute)``: the step is at least
+   the compute terms (category ``compute``) on the critical path, minimised over the
+   candidate's own allowed rows (every other term is non-negative), with the goodput
+   objective divided by the smallest overhead factor of that count; a candidate whose memory
+   terms, each at its smallest, already overflow the GPU has no layout;
 3. the candidate solved by CP-SAT, bounded by the incumbent (``solve_problem``'s
    ``upper_bound_s``: "infeasible" proves it cannot beat it).
 
@@ -208,9 +210,30 @@ def compute_bound_s(problem: Problem, cost_model: CostModel, objective: str) -> 
         return math.inf
     compute = sum((np.broadcast_to(t.evaluate(grid, ctx), (size,)) for t in terms), np.zeros(size))
     bound = float(np.min(np.broadcast_to(cost_model.slots.evaluate(grid, ctx), (size,)) * compute))
+    if _least_memory_bytes(space, ctx, cost_model) > ctx.cluster.usable_memory_bytes:
+        return math.inf  # no row fits: every memory term at its smallest already overflows
     if objective == "goodput":
         bound *= _smallest_factor(problem, cost_model)
     return bound
+
+
+def _least_memory_bytes(space, ctx, cost_model: CostModel) -> float:
+    """A lower bound on the most loaded rank's memory over the allowed rows: each static term
+    and each ``in_flight x per-micro-batch`` term at its own smallest (all are non-negative)."""
+    parts = [(t, None) for t in cost_model.static_memory_terms]
+    parts += [(t, cost_model.in_flight) for t in cost_model.microbatch_memory_terms]
+    total = 0.0
+    for term, times in parts:
+        axes = (*term.depends_on, *(times.depends_on if times else ()))
+        grid = space.pruned_grid(axes)
+        size = len(next(iter(grid.values()))) if grid else 1
+        if size == 0:
+            return math.inf
+        values = np.broadcast_to(term.evaluate(grid, ctx), (size,))
+        if times is not None:
+            values = values * np.broadcast_to(times.evaluate(grid, ctx), (size,))
+        total += float(np.min(values))
+    return total
 
 
 def _smallest_factor(problem: Problem, cost_model: CostModel) -> float:
@@ -267,6 +290,8 @@ class _Search:
     refined: int = 0
     solved: int = 0
     counts: dict[int, tuple[np.ndarray, np.ndarray, float]] = field(default_factory=dict)
+    explained: dict[int, Explanation] = field(default_factory=dict)
+    """GPUs left -> why no layout runs on them (the first row without a fallback)."""
     """GPU count -> ``_count_bounds`` and the count's smallest overhead factor."""
 
     def count_bound(self, gpus: int, batch: int) -> float:
@@ -401,9 +426,21 @@ def batch_note(batch: int, original: int, train_tokens: float | None) -> str | N
 
 def _no_fallback(problem: Problem, pairs, limit: int, search: _Search) -> Explanation:
     """Why nothing runs on at most ``limit`` GPUs: the largest candidate's explanation (or,
-    with none, the remaining GPU count's: its product rule binds)."""
+    with none, the remaining GPU count's: its product rule binds); the rows after the first
+    such row (fewer GPUs still) repeat its explanation."""
     inside = [(g, b) for g, b in pairs if g <= limit]
     gpus, batch = inside[0] if inside else (limit, problem.training.global_batch_sequences)
+    if search.explained:  # fewer GPUs than a row already explained: the same causes bind
+        (first_limit, first), *_ = search.explained.items()
+        summary = f"no layout on {limit} GPUs or fewer either; at {first_limit}: {first.summary}"
+        return dataclasses.replace(first, summary=summary)
+    search.explained[limit] = _explain(problem, gpus, batch, limit, search, bool(inside))
+    return search.explained[limit]
+
+
+def _explain(
+    problem: Problem, gpus: int, batch: int, limit: int, search: _Search, inside: bool
+) -> Explanation:
     result = api.solve_problem(
         _candidate_problem(problem, gpus, batch),
         top=1,
