@@ -146,3 +146,24 @@ def test_cli_emits_a_fallback_in_a_launcher_format() -> None:
     sizes = [int(out.output.split(f"--{name} ")[1].split()[0]) for name in (
         "tensor-model-parallel-size", "pipeline-model-parallel-size")]  # fmt: skip
     assert 8 % (sizes[0] * sizes[1]) == 0 or sizes[0] * sizes[1] <= 8
+
+
+def test_fallbacks_json_follows_the_solve_schema() -> None:
+    """JSON: the solve, then its fallbacks, each row's layout an evaluate object, each field
+    in autopar/schemas/solve.schema.json; CSV: one row per lost-server count."""
+    import json
+
+    from tests.test_formats_cli import _validator
+
+    args = ["solve", "--gpus", "16", "--model", "llama-8b", "--global-batch", "64", "--top", "1",
+            "--fallback-nodes", "1"]  # fmt: skip
+    out = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    _validator("solve").validate(data)
+    row = data["fallbacks"]["fallbacks"][0]
+    assert row["lost_servers"] == 1 and row["remaining_gpus"] == 8
+    assert row["layout"]["goodput"]["goodput"] > 0
+    csv = CliRunner().invoke(app, [*args, "--format", "csv"])
+    assert csv.exit_code == 0 and csv.output.splitlines()[0].startswith("lost_servers,")
+    assert len(csv.output.strip().splitlines()) == 2
