@@ -14,7 +14,7 @@ from autopar.cli import app
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.terms import memory_bytes, step_time_s
 from autopar.layout.space import build_space
-from autopar.sweeps.fallbacks import _batches, candidates, fallbacks
+from autopar.sweeps.fallbacks import _batches, candidates, fallbacks_problem
 from tests.test_solver import random_problem
 
 TOLERANCE = 1e-4  # CP-SAT's integer microseconds against the oracle's floats
@@ -66,7 +66,7 @@ def test_fallbacks_match_brute_force(seed: int, tolerance: float) -> None:
     problem = _small(seed)
     gpus = problem.training.num_gpus
     lost = min(3, (gpus - 1) // 2)
-    result = fallbacks(problem, lost_servers=lost, batch_tolerance=tolerance, num_workers=1)
+    result = fallbacks_problem(problem, lost_servers=lost, batch_tolerance=tolerance, num_workers=1)
     for row in result.rows:
         expected = _brute_force(problem, row.remaining_gpus, tolerance)
         if expected == 0.0:
@@ -98,12 +98,12 @@ def test_lost_node_of_a_power_of_two_job_idles_gpus() -> None:
     """Llama-3 8B on 32 H100s, batch 256: 24 GPUs admit no layout of that batch with an even
     split, so the fallback leaves some idle; a batch tolerance uses more of them."""
     problem = make_problem(model="llama-8b", gpus=32, seq_len=4096, global_batch=256)
-    exact = fallbacks(problem, lost_servers=1)
+    exact = fallbacks_problem(problem, lost_servers=1)
     row = exact.rows[0]
     assert row.status == "optimal" and row.remaining_gpus == 24
     assert row.gpus < 24 and row.global_batch == 256 and row.note is None
     assert 0 < row.throughput_lost < 1
-    loose = fallbacks(problem, lost_servers=1, batch_tolerance=0.1, baseline=exact.baseline)
+    loose = fallbacks_problem(problem, lost_servers=1, batch_tolerance=0.1, baseline=exact.baseline)
     assert loose.rows[0].tokens_per_s >= row.tokens_per_s
     assert loose.rows[0].global_batch != 256 and loose.rows[0].gpus > row.gpus
     assert "sqrt" in loose.rows[0].note
@@ -111,7 +111,7 @@ def test_lost_node_of_a_power_of_two_job_idles_gpus() -> None:
 
 def test_trays_of_gb200_are_the_unit_lost() -> None:
     problem = make_problem(model="llama-8b", gpus=144, gpu="gb200", global_batch=288)
-    result = fallbacks(problem, lost_servers=2)
+    result = fallbacks_problem(problem, lost_servers=2)
     assert result.gpus_per_server == 4
     assert [row.remaining_gpus for row in result.rows] == [140, 136]
 

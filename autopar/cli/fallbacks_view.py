@@ -142,10 +142,10 @@ def solve_with_fallbacks(result, problem, options: dict[str, Any], fmt: str) -> 
     ``emit`` the one to write in a launcher format) rendered in ``fmt``, and the exit code:
     1 only when the fallback asked for in a launcher format has no layout."""
     from autopar.cli.render import render_estimate, render_solve
-    from autopar.sweeps.fallbacks import fallbacks
+    from autopar.sweeps.fallbacks import fallbacks_problem
 
     emit = options.pop("emit")
-    found = fallbacks(problem, baseline=result, **options)
+    found = fallbacks_problem(problem, baseline=result, **options)
     if emit is None:
         return render_with_fallbacks(render_solve(result, fmt, problem=problem), found, fmt), 0
     row = found.rows[emit - 1]

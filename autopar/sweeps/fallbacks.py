@@ -492,7 +492,7 @@ def _row(search: _Search, index: int, baseline_tokens: float | None, pairs) -> F
     )
 
 
-def fallbacks(
+def fallbacks_problem(
     problem: Problem,
     *,
     lost_servers: int,
@@ -541,4 +541,26 @@ def fallbacks(
         refined=search.refined,
         solved=search.solved,
         solve_time_s=time.perf_counter() - start,
+    )
+
+
+def fallbacks(
+    *,
+    lost_servers: int,
+    batch_tolerance: float = 0.0,
+    objective: str = "step-time",
+    cost_model: str | CostModel | None = None,
+    time_limit: float = 60.0,
+    num_workers: int | None = None,
+    **options: Any,
+) -> FallbackResult:
+    """``fallbacks_problem`` for the options of ``make_problem`` (``model=``, ``gpus=`` ...)."""
+    return fallbacks_problem(
+        api.make_problem(**options),
+        lost_servers=lost_servers,
+        batch_tolerance=batch_tolerance,
+        objective=objective,
+        cost_model=cost_model,
+        time_limit=time_limit,
+        num_workers=num_workers,
     )
