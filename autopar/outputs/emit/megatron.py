@@ -342,7 +342,23 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     ]
     flags += _zero(lay, training.stack) + recompute
     flags += _stack(model, lay, training.stack)
-    return flags + _precision(training)
+    return flags + _precision(training) + _checkpoint(item, training.stack)
+
+
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> list[Flag]:
+    """The checkpoint interval that maximises goodput (``Goodput.checkpoint_interval_steps``,
+    ``--save-interval``, training_config.py L398), the asynchronous save (``--async-save``
+    needs ``--use-persistent-ckpt-worker``, arguments.py L1814-1820) and the first-replica save
+    (``--no-ckpt-fully-parallel-save``, L511) when the stack asks for them."""
+    flags: list[Flag] = []
+    goodput = item.goodput if isinstance(item, Estimate) else None
+    if goodput is not None:
+        flags.append(("--save-interval", str(goodput.checkpoint_interval_steps)))
+    if stack.async_checkpoint:
+        flags += [("--async-save", None), ("--use-persistent-ckpt-worker", None)]
+    if not stack.ckpt_fully_parallel_save:
+        flags.append(("--no-ckpt-fully-parallel-save", None))
+    return flags
 
 
 def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
@@ -364,7 +380,7 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     notes = [
         f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, stack {stack.name}, "
         f"{MEGATRON_TARGET}.",
-        "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
+        "# Add data, optimizer, schedule and --save flags; replace NullTokenizer by yours.",
     ]
     if lay.vpp > 1 and lay.pp == 2 and not stack.pp_comm_overlap:
         notes.append(
