@@ -6,12 +6,13 @@ cost with and without failures); ``solve``'s ``--objective``."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from autopar.cli.options import with_option_group
 
 FAILURES = "Failures"
 """The help group of these options (``autopar.cli.help``: a group a command adds)."""
@@ -66,25 +67,7 @@ def _parameter(keyword: str, flag: str, help_text: str) -> inspect.Parameter:
 
 def with_failure_options(*, run: bool = True) -> Callable:
     """Give a command function, which takes ``failure_options``, the options above (with
-    ``run``, the run's tokens and price too): typer reads the generated signature; the function
-    receives the given ones as one dict of ``make_problem`` keywords."""
+    ``run``, the run's tokens and price too), the given ones as ``make_problem`` keywords."""
     declared = (*RELIABILITY_OPTIONS, *(RUN_OPTIONS if run else ()))
     extra = [_parameter(*item) for item in declared]
-    names = [p.name for p in extra]
-
-    def decorate(func: Callable) -> Callable:
-        signature = inspect.signature(func, eval_str=True)
-        params = [p for p in signature.parameters.values() if p.name != "failure_options"]
-        head = [p for p in params if p.kind is not p.VAR_KEYWORD]
-        tail = [p for p in params if p.kind is p.VAR_KEYWORD]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            given = {name: kwargs.pop(name) for name in names if name in kwargs}
-            options = {k: v for k, v in given.items() if v is not None}
-            return func(*args, failure_options=options, **kwargs)
-
-        wrapper.__signature__ = signature.replace(parameters=[*head, *extra, *tail])
-        return wrapper
-
-    return decorate
+    return lambda func: with_option_group(func, extra, "failure_options", given_only=True)

@@ -544,23 +544,18 @@ def fallbacks_problem(
     )
 
 
-def fallbacks(
-    *,
-    lost_servers: int,
-    batch_tolerance: float = 0.0,
-    objective: str = "step-time",
-    cost_model: str | CostModel | None = None,
-    time_limit: float = 60.0,
-    num_workers: int | None = None,
-    **options: Any,
-) -> FallbackResult:
-    """``fallbacks_problem`` for the options of ``make_problem`` (``model=``, ``gpus=`` ...)."""
-    return fallbacks_problem(
-        api.make_problem(**options),
-        lost_servers=lost_servers,
-        batch_tolerance=batch_tolerance,
-        objective=objective,
-        cost_model=cost_model,
-        time_limit=time_limit,
-        num_workers=num_workers,
-    )
+FALLBACK_KEYWORDS: tuple[str, ...] = (
+    "batch_tolerance",
+    "objective",
+    "cost_model",
+    "time_limit",
+    "num_workers",
+)
+"""``fallbacks_problem``'s own keywords; ``fallbacks`` passes the others to ``make_problem``."""
+
+
+def fallbacks(*, lost_servers: int, **options: Any) -> FallbackResult:
+    """``fallbacks_problem`` for the options of ``make_problem`` (``model=``, ``gpus=`` ...) and
+    its own (``FALLBACK_KEYWORDS``)."""
+    own = {k: options.pop(k) for k in FALLBACK_KEYWORDS if k in options}
+    return fallbacks_problem(api.make_problem(**options), lost_servers=lost_servers, **own)
