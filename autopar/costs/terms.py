@@ -150,6 +150,8 @@ class CostModel:
     def __post_init__(self) -> None:
         for term in self.all_terms():
             _check_term(term)
+        if self.checkpoint is not None:
+            _check_term(self.checkpoint)
 
     def all_terms(self) -> tuple[CostTerm | ResourceTerm, ...]:
         return (
@@ -159,7 +161,6 @@ class CostModel:
             *self.static_memory_terms,
             *self.microbatch_memory_terms,
             self.in_flight,
-            *((self.checkpoint,) if self.checkpoint is not None else ()),
         )
 
 
