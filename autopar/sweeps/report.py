@@ -112,7 +112,10 @@ PANELS: tuple[Panel, ...] = (
         key="days",
         title="Time to train {train_tokens}",
         axis="days",
-        traces=(Trace(label="days", value="days_to_train"),),
+        traces=(
+            Trace(label="days with failures", value="days_to_train"),
+            Trace(label="days without failures", value="days_to_train_failure_free", dash="dash"),
+        ),
         tickformat=",.0f",
         hoverformat=",.1f",
         needs=("--train-tokens",),
@@ -121,10 +124,21 @@ PANELS: tuple[Panel, ...] = (
         key="cost",
         title="Cost to train {train_tokens} at {rate}",
         axis="cost ({currency})",
-        traces=(Trace(label="cost", value="cost"),),
+        traces=(
+            Trace(label="cost with failures", value="cost"),
+            Trace(label="cost without failures", value="cost_failure_free", dash="dash"),
+        ),
         tickformat=",.3s",
         hoverformat=",.0f",
         needs=("--train-tokens", "--gpu-hour-cost"),
+    ),
+    Panel(
+        key="goodput",
+        title="Goodput under failures",
+        axis="wall time that trains",
+        traces=(Trace(label="goodput", value="goodput"),),
+        tickformat=".0%",
+        hoverformat=".1%",
     ),
 )
 """The charts against GPU count, in page order (the memory chart follows them)."""
@@ -148,8 +162,11 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="tokens_per_s_per_gpu", title="tok/s/GPU", fmt=",.0f"),
     Column(key="mfu", title="MFU", fmt=".1%"),
     Column(key="memory_gib", title="GiB", fmt=".1f"),
+    Column(key="goodput", title="goodput", fmt=".1%"),
     Column(key="days_to_train", title="days", fmt=",.1f"),
+    Column(key="days_to_train_failure_free", title="days ff", fmt=",.1f"),
     Column(key="cost", title="cost {currency}", fmt=",.0f"),
+    Column(key="cost_failure_free", title="cost ff", fmt=",.0f"),
     Column(key="reason", title="why no layout", wide=True),
 )
 """The layout table, in order: the point, one column per layout axis, the figures."""
