@@ -401,3 +401,42 @@ def test_goodput_objective_trades_step_time_for_cheaper_checkpoints() -> None:
     assert best.goodput.goodput > fastest.goodput.goodput
     assert best.goodput.time_per_useful_step_s < fastest.goodput.time_per_useful_step_s
     assert best.goodput.checkpoint_bytes_per_server < fastest.goodput.checkpoint_bytes_per_server
+
+
+def test_cluster_file_keys_and_flags_set_the_failure_model(tmp_path) -> None:
+    """A cluster file's gpu_mtbf_hours / restart_s / checkpoint_gb_per_s are the defaults the
+    flags override; a bad value names the file and the key, or the flag."""
+    from autopar.base.errors import InputError
+    from autopar.inputs.reliability import DEFAULT_GPU_MTBF_HOURS
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("gpu: h100\ngpu_mtbf_hours: 20000\nrestart_s: 120\ncheckpoint_gb_per_s: 4\n")
+    base = dict(model="llama-8b", gpus=16)
+    spec = make_problem(**base, cluster=str(cluster)).cluster.reliability
+    assert (spec.gpu_mtbf_hours, spec.restart_s, spec.checkpoint_bytes_per_s) == (2e4, 120.0, 4e9)
+    flagged = make_problem(**base, cluster=str(cluster), restart_s=30.0).cluster.reliability
+    assert flagged.restart_s == 30.0 and flagged.gpu_mtbf_hours == 2e4
+    assert make_problem(**base).cluster.reliability.gpu_mtbf_hours == DEFAULT_GPU_MTBF_HOURS
+    cluster.write_text("gpu: h100\ngpu_mtbf_hours: -5\n")
+    with pytest.raises(InputError, match=r"cluster.yaml: gpu_mtbf_hours: must be a finite"):
+        make_problem(**base, cluster=str(cluster))
+    for flag, value in (("gpu_mtbf_hours", float("inf")), ("restart_s", 0.0),
+                        ("checkpoint_gb_per_s", float("nan")), ("train_tokens", -1.0)):  # fmt: skip
+        with pytest.raises(InputError, match=f"--{flag.replace('_', '-')}: "):
+            make_problem(**base, **{flag: value})
+
+
+def test_cli_rejects_a_bad_objective_or_rate_naming_the_flag() -> None:
+    from typer.testing import CliRunner
+
+    from autopar.cli import app
+
+    base = ["solve", "--gpus", "16", "--model", "llama-8b", "--top", "1"]
+    for extra, flag in (
+        (["--objective", "fast"], "--objective"),
+        (["--objective", "goodput", "--pipeline-plan", "per-stage"], "--objective"),
+        (["--gpu-mtbf-hours", "-1"], "--gpu-mtbf-hours"),
+        (["--checkpoint-gb-per-s", "inf"], "--checkpoint-gb-per-s"),
+    ):
+        out = CliRunner().invoke(app, [*base, *extra])
+        assert out.exit_code == 2 and flag in out.output, (extra, out.output)
