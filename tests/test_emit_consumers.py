@@ -542,3 +542,26 @@ def test_torchtitan_refuses_presets_it_cannot_express_in_one_line(name):
     assert "\n" not in message and "cannot express" in message and "--format" in message
     if name == "deepseek-v3":  # the one difference is named
         assert "num_mtp_layers 0 (the model has 1)" in message
+
+
+def test_checkpoint_settings_reach_each_consumer() -> None:
+    """The goodput-optimal interval and the async save, parsed by each consumer itself:
+    Megatron-LM's parser, Megatron-Bridge's CheckpointConfig, torchtitan 0.3's ConfigManager."""
+    import autopar
+
+    options = dict(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True)
+    est = autopar.evaluate(**options, tp=1, pp=1, zero=3, framework="torchtitan")
+    problem = autopar.make_problem(**options, framework="torchtitan")
+    interval = est.goodput.checkpoint_interval_steps
+    args = consumers.megatron_parse(emit.megatron_args(est, problem))
+    assert args["--save-interval"] == [str(interval)]
+    assert "--async-save" in args and "--use-persistent-ckpt-worker" in args
+    overrides = emit.bridge_overrides(
+        autopar.evaluate(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
+        autopar.make_problem(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
+    )
+    assert overrides["checkpoint"]["async_save"] is True
+    consumers.bridge_check(overrides)
+    config = consumers.torchtitan_parse(emit.torchtitan_args(est, problem))
+    assert config.checkpoint.interval == interval
+    assert config.checkpoint.async_mode == "async"

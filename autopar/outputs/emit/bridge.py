@@ -25,6 +25,7 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.common import (
     check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -256,7 +257,24 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
     sections["model"] |= stack["model"]
     sections["comm_overlap"] = stack["comm_overlap"]
     sections["mixed_precision"] = {"": _mixed_precision(training)}
+    checkpoint = _checkpoint(item, training.stack)
+    if checkpoint:
+        sections["checkpoint"] = sections.get("checkpoint", {}) | checkpoint
     return sections
+
+
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> dict[str, Any]:
+    """``CheckpointConfig``: the goodput-optimal ``save_interval``, the asynchronous save (with
+    the persistent worker Megatron needs) and the first-replica save, when the stack asks."""
+    out: dict[str, Any] = {}
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        out["save_interval"] = interval
+    if stack.async_checkpoint:
+        out |= {"async_save": True, "use_persistent_ckpt_worker": True}
+    if not stack.ckpt_fully_parallel_save:
+        out["fully_parallel_save"] = False
+    return out
 
 
 _FP8_RECIPES = {

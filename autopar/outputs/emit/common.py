@@ -179,3 +179,10 @@ def unsupported_layers(model: ModelSpec) -> list[str]:
     if model.attention_sinks:
         missing.append("attention sinks")
     return missing
+
+
+def checkpoint_interval_of(item: Estimate | Layout) -> int | None:
+    """The goodput-optimal checkpoint interval in steps of an estimate (``None`` for a bare
+    layout, or a cost model without a checkpoint term)."""
+    goodput = item.goodput if isinstance(item, Estimate) else None
+    return goodput.checkpoint_interval_steps if goodput is not None else None

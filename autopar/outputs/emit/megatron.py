@@ -19,6 +19,7 @@ from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit
 from autopar.outputs.emit.common import (
     check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -351,9 +352,9 @@ def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> list[Flag]:
     needs ``--use-persistent-ckpt-worker``, arguments.py L1814-1820) and the first-replica save
     (``--no-ckpt-fully-parallel-save``, L511) when the stack asks for them."""
     flags: list[Flag] = []
-    goodput = item.goodput if isinstance(item, Estimate) else None
-    if goodput is not None:
-        flags.append(("--save-interval", str(goodput.checkpoint_interval_steps)))
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        flags.append(("--save-interval", str(interval)))
     if stack.async_checkpoint:
         flags += [("--async-save", None), ("--use-persistent-ckpt-worker", None)]
     if not stack.ckpt_fully_parallel_save:
