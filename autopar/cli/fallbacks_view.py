@@ -42,8 +42,16 @@ EmitFallback = Annotated[
 ]
 
 
-def check_fallback_flags(fmt: str, nodes: int | None, emit: int | None, launchers) -> None:
-    """A launcher format writes one layout: with fallbacks, ``--emit-fallback`` names which."""
+def check_fallback_flags(
+    fmt: str, nodes: int | None, emit: int | None, launchers, pipeline_plan: str = "uniform"
+) -> None:
+    """A launcher format writes one layout: with fallbacks, ``--emit-fallback`` names which;
+    fallbacks are uniform pipelines."""
+    if nodes is not None and pipeline_plan != "uniform":
+        raise InputError(
+            "fallbacks search uniform pipelines; drop --pipeline-plan per-stage",
+            source="--fallback-nodes",
+        )
     if emit is not None and nodes is None:
         raise InputError("needs --fallback-nodes K (K >= the fallback)", source="--emit-fallback")
     if emit is not None and not 1 <= emit <= nodes:

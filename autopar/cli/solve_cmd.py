@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         check_format(format)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         api.check_objective(objective, pipeline_plan)
-        check_fallback_flags(format, fallback_nodes, emit_fallback, LAUNCHERS)
+        check_fallback_flags(format, fallback_nodes, emit_fallback, LAUNCHERS, pipeline_plan)
         pins, limits = o.pins_and_limits(axis_values)
         with working("solving"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
