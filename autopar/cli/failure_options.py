@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from autopar.cli.help import TRAINING
 from autopar.cli.options import with_option_group
 
 FAILURES = "Failures"
@@ -54,13 +55,13 @@ Objective = Annotated[
 ]
 
 
-def _parameter(keyword: str, flag: str, help_text: str) -> inspect.Parameter:
+def _parameter(keyword: str, flag: str, help_text: str, panel: str = FAILURES) -> inspect.Parameter:
     return inspect.Parameter(
         keyword,
         inspect.Parameter.KEYWORD_ONLY,
         default=None,
         annotation=Annotated[
-            float | None, typer.Option(flag, help=help_text, rich_help_panel=FAILURES)
+            float | None, typer.Option(flag, help=help_text, rich_help_panel=panel)
         ],
     )
 
@@ -68,6 +69,6 @@ def _parameter(keyword: str, flag: str, help_text: str) -> inspect.Parameter:
 def with_failure_options(*, run: bool = True) -> Callable:
     """Give a command function, which takes ``failure_options``, the options above (with
     ``run``, the run's tokens and price too), the given ones as ``make_problem`` keywords."""
-    declared = (*RELIABILITY_OPTIONS, *(RUN_OPTIONS if run else ()))
-    extra = [_parameter(*item) for item in declared]
+    extra = [_parameter(*item) for item in RELIABILITY_OPTIONS]
+    extra += [_parameter(*item, panel=TRAINING) for item in (RUN_OPTIONS if run else ())]
     return lambda func: with_option_group(func, extra, "failure_options", given_only=True)

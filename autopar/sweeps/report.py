@@ -163,10 +163,10 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="mfu", title="MFU", fmt=".1%"),
     Column(key="memory_gib", title="GiB", fmt=".1f"),
     Column(key="goodput", title="goodput", fmt=".1%"),
+    Column(key="days_to_train_failure_free", title="days (no failures)", fmt=",.1f"),
+    Column(key="cost_failure_free", title="cost (no failures)", fmt=",.0f"),
     Column(key="days_to_train", title="days", fmt=",.1f"),
-    Column(key="days_to_train_failure_free", title="days ff", fmt=",.1f"),
     Column(key="cost", title="cost {currency}", fmt=",.0f"),
-    Column(key="cost_failure_free", title="cost ff", fmt=",.0f"),
     Column(key="reason", title="why no layout", wide=True),
 )
 """The layout table, in order: the point, one column per layout axis, the figures."""
