@@ -207,7 +207,6 @@ CLUSTER_KEYS: tuple[str, ...] = (
     "memory_reserve_gib",
     "name",
     "gpus_per_server",
-    "host_gb_per_s",
     *RELIABILITY_KEYS,
 )
 
