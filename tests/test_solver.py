@@ -156,16 +156,16 @@ def test_infeasible_problem_explains_what_binds() -> None:
 
 def test_uneven_pipeline_makes_405b_fit_where_even_splits_cannot() -> None:
     """126 layers: with an even split PP can only be 1 or 2 at a power-of-two GPU count, which
-    cannot hold 405B in 80 GB; Megatron's uneven first/last stages allow PP 8 or 16."""
+    cannot hold 405B in 80 GB; Megatron's uneven splits (the default) allow PP 8 or 16."""
     from autopar.api import make_problem
 
-    even = make_problem(model="llama-3.1-405b", gpus=2048, seq_len=8192, global_batch=512)
-    assert _solve(even).status == "infeasible"
-    uneven = dataclasses.replace(
-        even, options=dataclasses.replace(even.options, uneven_pipeline=True)
-    )
+    uneven = make_problem(model="llama-3.1-405b", gpus=2048, seq_len=8192, global_batch=512)
     best = _solve(uneven).best
     assert best.fits and 126 % best.layout.pp != 0
+    even = dataclasses.replace(
+        uneven, options=dataclasses.replace(uneven.options, uneven_pipeline=False)
+    )
+    assert _solve(even).status == "infeasible"
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])

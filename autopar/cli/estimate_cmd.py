@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         stack_options: dict | None = None,
         failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         stage_layers: o.StageLayers = None,
         stage_recompute: o.StageRecompute = None,

@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
         tp_within_node: Annotated[
             bool, typer.Option(help="Keep TP inside the NVLink domain.", rich_help_panel=SEARCH)
         ] = True,
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         top: Annotated[
             int, typer.Option(help="How many best layouts to report.", rich_help_panel=OUTPUT)

@@ -111,7 +111,7 @@ class SearchRequest:
     allow_cp: bool = True
     allow_ep: bool = True
     tp_within_node: bool = True
-    uneven_pipeline: bool = False
+    uneven_pipeline: bool = True
     pins: tuple[tuple[str, int], ...] = ()
     """Fixed axis values (``tp=8``)."""
     limits: tuple[tuple[str, int], ...] = ()

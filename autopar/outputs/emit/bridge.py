@@ -120,8 +120,10 @@ def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, 
                 "solve with --etp 1",
             )
         fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
-    if lay.pp > 1:  # the split the solver planned (autopar.layout.rules.pipeline_split)
-        split = split_of(model.num_layers, lay.pp, lay.vpp)
+    if lay.pp > 1:  # the split the solver planned (autopar.layout.split.pipeline_split)
+        split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+        if split.layout is not None:
+            fields["pipeline_model_parallel_layout"] = split.layout
         fields |= {
             "account_for_embedding_in_pipeline_split": split.account_for_embedding,
             "account_for_loss_in_pipeline_split": split.account_for_loss,
