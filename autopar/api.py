@@ -32,6 +32,7 @@ from autopar.inputs.problem import (
 )
 from autopar.inputs.specs import Problem
 from autopar.layout.alternatives import Optimum
+from autopar.layout.coverage import coverage
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import OBJECTIVES, Explanation, SolveResult
@@ -139,6 +140,7 @@ def solve_problem(
         num_workers=num_workers,
         time_factor=factor,
         upper_bound_s=upper_bound_s,
+        coverage=coverage(problem, space),
     )
     result = dataclasses.replace(result, inputs=inputs)
     if alternatives and result.layouts:

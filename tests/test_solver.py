@@ -72,10 +72,10 @@ def assert_valid(problem: Problem, layout: Layout) -> None:
     assert build_space(problem).broken_rule(layout.grid_row()) is None
 
 
-def check_against_oracle(problem: Problem, cost_model) -> None:
+def check_against_oracle(problem: Problem, cost_model, method: str = "auto") -> None:
     ctx = make_context(problem)
     space = build_space(problem)  # one space for the solver and the oracle
-    result = solve_space(space, ctx, cost_model, top_k=3, num_workers=2)
+    result = solve_space(space, ctx, cost_model, top_k=3, num_workers=2, method=method)
     loose, strict = oracle_min_s(space, ctx, cost_model, margins_bytes=(0.0, MIB))
     if result.status == "infeasible":
         assert strict == float("inf"), f"oracle found {strict} s for {problem}"
@@ -91,14 +91,16 @@ def check_against_oracle(problem: Problem, cost_model) -> None:
     assert len({e.layout for e in result.layouts}) == len(result.layouts)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", range(200))
-def test_cpsat_matches_brute_force_toy_model(seed: int) -> None:
-    check_against_oracle(random_problem(seed), toy_cost_model())
+def test_search_matches_brute_force_toy_model(seed: int, method: str) -> None:
+    check_against_oracle(random_problem(seed), toy_cost_model(), method)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", range(1000, 1030))
-def test_cpsat_matches_brute_force_default_model(seed: int) -> None:
-    check_against_oracle(random_problem(seed), load_cost_model(None))
+def test_search_matches_brute_force_default_model(seed: int, method: str) -> None:
+    check_against_oracle(random_problem(seed), load_cost_model(None), method)
 
 
 def _llama(gpus: int = 64, memory_gib: float | None = None, **options) -> Problem:

@@ -14,6 +14,7 @@ from autopar.base.axes import AXES
 from autopar.base.errors import InfeasibleError
 from autopar.inputs.specs import GIB
 from autopar.layout.alternatives import Alternatives
+from autopar.layout.coverage import Coverage
 from autopar.layout.plan import Estimate
 
 
@@ -81,6 +82,28 @@ class Explanation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Proof:
+    """How the status was established and over what: ``enumeration`` (every layout of the space
+    scored: ``layouts`` of them) or ``cp-sat`` (CP-SAT's optimality proof or bound), over
+    ``coverage`` (``autopar.layout.coverage``)."""
+
+    method: str
+    coverage: Coverage
+    layouts: int | None = None
+
+    def text(self) -> str:
+        return self.coverage.text(self.layouts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "layouts": self.layouts,
+            "covers": self.text(),
+            **self.coverage.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SolveResult:
     """What ``autopar.solve`` returns: status, timing and the best layouts, best first."""
 
@@ -102,6 +125,8 @@ class SolveResult:
     objective: str = "step-time"
     """What the search minimised: ``step-time`` or ``goodput`` (the expected time per useful
     step under failures, ``Goodput.time_per_useful_step_s``)."""
+    proof: Proof | None = None
+    """What the status covers (the method and the space searched)."""
 
     @property
     def best(self) -> Estimate:
@@ -135,6 +160,7 @@ class SolveResult:
             "explanation": self.explanation.to_dict() if self.explanation else None,
             "notes": list(self.notes),
             "alternatives": self.alternatives.to_dict() if self.alternatives else None,
+            "proof": self.proof.to_dict() if self.proof else None,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 

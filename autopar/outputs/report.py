@@ -186,8 +186,9 @@ def solve_text(result: SolveResult) -> str:
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
+    covers = [f"covers       {result.proof.text()}"] if result.proof else []
     notes = [f"note         {note}" for note in result.notes]
-    parts = [head, *notes, estimate_text(result.best)]
+    parts = [head, *covers, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
         parts += ["", "best layouts", runners_up_text(result.layouts, objective=result.objective)]
     if result.alternatives is not None:
@@ -201,6 +202,8 @@ def explanation_text(result: SolveResult) -> str:
     lines = [f"status       {result.status}"]
     if result.inputs:
         lines.append(f"inputs       {inputs_text(result.inputs)}")
+    if result.proof:
+        lines.append(f"searched     {result.proof.text()}")
     for family in explanation.families:
         lines.append(f"conflict     {family.family}: {'; '.join(family.rules)}")
     miss = explanation.nearest_miss

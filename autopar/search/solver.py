@@ -1,4 +1,11 @@
-"""Run CP-SAT on a space: the optimum, the runners-up, and the status (DESIGN §3).
+"""Search a space: the optimum, the runners-up, and the status (DESIGN §3).
+
+Every layout of the uniform space is scored first (``autopar.costs.score``: each term once on its
+own axes, joined in numpy), which is exact and takes a fraction of a second for the spaces of
+real jobs (``benchmarks/solve_scaling.py``): the best scored layout is the optimum by
+enumeration. CP-SAT proves the optimum when scoring cannot finish within the time limit (or
+when asked, ``method="cp-sat"``: the oracle tests check both against brute force), seeded with
+the best layout scored so far.
 
 Determinism: the optimum's objective value is unique. The best layouts are then enumerated with
 a single worker under an objective bound (``objective <= optimum * (1 + slack)``, the slack
@@ -15,15 +22,18 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from autopar.base.axes import tie_key
 from autopar.base.deadline import TimeLimitReached
 from autopar.costs.estimate import estimate_many
+from autopar.costs.score import score_space
 from autopar.costs.terms import CostModel, CostTerm, TermContext
+from autopar.layout.coverage import Coverage
 from autopar.layout.plan import Layout
-from autopar.layout.results import SolveResult
+from autopar.layout.results import Proof, SolveResult
 from autopar.layout.space import Space
 from autopar.search import interrupt
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
@@ -128,6 +138,25 @@ def _layouts_from_rows(rows: list[dict[str, int]]) -> list[Layout]:
     return [Layout.from_grid_row(row) for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """What the search minimises: the step time, or with ``time_factor`` the step time times it
+    (the expected time per useful step, ``autopar.costs.goodput``); with ``upper_bound_s``, only
+    layouts whose objective is at most that."""
+
+    time_factor: CostTerm | None = None
+    upper_bound_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return "step-time" if self.time_factor is None else "goodput"
+
+    @property
+    def scored(self) -> bool:
+        """Whether scoring answers it (the step time, no bound); else CP-SAT alone."""
+        return self.time_factor is None and self.upper_bound_s is None
+
+
 def solve_space(
     space: Space,
     ctx: TermContext,
@@ -138,35 +167,86 @@ def solve_space(
     num_workers: int | None = None,
     time_factor: CostTerm | None = None,
     upper_bound_s: float | None = None,
+    method: str = "auto",
+    coverage: Coverage | None = None,
 ) -> SolveResult:
     """Minimise the cost model's step time over the layouts of ``space`` (with
     ``time_factor``, the step time times it: the expected time per useful step,
     ``autopar.costs.goodput``); with ``upper_bound_s``, only layouts whose objective is at most
     that are looked at. When nothing fits, the status is ``infeasible`` (proven) or ``unknown``
-    (time out), with no explanation."""
+    (time out), with no explanation.
+
+    ``method``: ``enumerate`` scores every layout (``autopar.costs.score``: exact, and its best
+    layout is the optimum by enumeration); ``cp-sat`` proves it with CP-SAT, seeded with the
+    best layout scoring found (a whole feasible hint: when the limit strikes, the best found is
+    the answer, with CP-SAT's bound and gap); ``auto`` enumerates and falls back to CP-SAT only
+    when the deadline ends scoring early. ``coverage`` is what the proof covers."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
+    cover = coverage or Coverage(framework=ctx.options.framework)
     if not all(space.domains.values()):  # a rule, pin or limit leaves an axis no value
-        return _no_solution("infeasible", start, workers)
+        return _no_solution("infeasible", start, workers, Proof(method="rules", coverage=cover))
+    goal = Goal(time_factor=time_factor, upper_bound_s=upper_bound_s)
+    scores = None
+    if method in ("auto", "enumerate") and goal.scored:
+        scores = score_space(space, ctx, cost_model, top=top_k, deadline=deadline)
+        if scores.complete:
+            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover)
+    hint = scores.best[0] if scores and scores.best else None
+    return _cpsat(space, ctx, cost_model, hint, start, deadline, workers, top_k, cover, goal)
+
+
+def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover) -> SolveResult:
+    proof = Proof(method="enumeration", coverage=cover, layouts=scores.layouts)
+    if not scores.best:
+        return _no_solution("infeasible", start, workers, proof)
+    rows = [item.row for item in scores.best[:top_k]]
+    return SolveResult(
+        status="optimal",
+        solve_time_s=time.perf_counter() - start,
+        layouts=tuple(estimate_many(_layouts_from_rows(rows), ctx, cost_model)),
+        best_bound_step_time_s=scores.best[0].step_s,
+        num_workers=workers,
+        proof=proof,
+    )
+
+
+def _cpsat(
+    space, ctx, cost_model, hint, start, deadline, workers, top_k, cover, goal
+) -> SolveResult:
+    """CP-SAT over ``space``, every variable hinted to ``hint`` (a ``Scored`` layout that fits,
+    or ``None``); the hint is the answer when CP-SAT finds nothing better in time."""
+    proof = Proof(method="cp-sat", coverage=cover)
     try:
-        model, vm = build_model(space, cost_model, ctx, deadline=deadline, time_factor=time_factor)
+        model, vm = build_model(
+            space,
+            cost_model,
+            ctx,
+            deadline=deadline,
+            time_factor=goal.time_factor,
+            hint_row=hint.row if hint else None,
+        )
     except TimeLimitReached:  # the time limit ran out while the model was being built
-        return _no_solution("unknown", start, workers)
-    if upper_bound_s is not None:
+        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None)
+    if goal.upper_bound_s is not None:
         # Only layouts at least as good as the bound (a caller's incumbent elsewhere).
-        model.add(vm.objective <= int(upper_bound_s * US_PER_S))
+        model.add(vm.objective <= int(goal.upper_bound_s * US_PER_S))
     left = max(0.0, deadline - time.perf_counter())
     solver, status = _optimise(model, vm, time_limit_s=left, num_workers=workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _no_solution(
-            "infeasible" if status == cp_model.INFEASIBLE else "unknown", start, workers
-        )
+        if status == cp_model.INFEASIBLE:
+            return _no_solution("infeasible", start, workers, proof)
+        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None)
     incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
+    bound = solver.best_objective_bound / US_PER_S
     if status == cp_model.OPTIMAL:
         optimum = int(round(solver.objective_value))
         rows = _best_k(model, vm, optimum, top_k, deadline) or [incumbent]
     else:
+        best_us = int(round(solver.objective_value))
+        if hint is not None and hint.step_us < best_us:
+            return _hinted(hint, ctx, cost_model, start, workers, proof, bound=bound)
         rows = [incumbent]  # not proven: no ranking of runners-up to stand behind
     estimates = estimate_many(_layouts_from_rows(rows), ctx, cost_model)
     cut = len(rows) < top_k and time.perf_counter() >= deadline
@@ -174,17 +254,34 @@ def solve_space(
         status="optimal" if status == cp_model.OPTIMAL else "feasible",
         solve_time_s=time.perf_counter() - start,
         layouts=tuple(estimates),
-        best_bound_step_time_s=solver.best_objective_bound / US_PER_S,
+        best_bound_step_time_s=bound,
         num_workers=workers,
-        objective="step-time" if time_factor is None else "goodput",
+        objective=goal.name,
         notes=(f"the time limit cut the runners-up short ({len(rows)} of {top_k})",) if cut else (),
+        proof=proof,
     )
 
 
-def _no_solution(status: str, start: float, workers: int) -> SolveResult:
+def _hinted(hint, ctx, cost_model, start, workers, proof, *, bound) -> SolveResult:
+    """The hint as the answer when the time limit struck before CP-SAT bettered it."""
+    if hint is None:
+        return _no_solution("unknown", start, workers, proof)
+    return SolveResult(
+        status="feasible",
+        solve_time_s=time.perf_counter() - start,
+        layouts=tuple(estimate_many(_layouts_from_rows([hint.row]), ctx, cost_model)),
+        best_bound_step_time_s=bound,
+        num_workers=workers,
+        notes=("the time limit struck first: the best layout scored, not proven optimal",),
+        proof=proof,
+    )
+
+
+def _no_solution(status: str, start: float, workers: int, proof: Proof | None) -> SolveResult:
     return SolveResult(
         status=status,
         solve_time_s=time.perf_counter() - start,
         layouts=(),
         num_workers=workers,
+        proof=proof,
     )

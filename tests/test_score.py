@@ -1,0 +1,83 @@
+"""Scoring every layout (autopar.costs.score) against the brute-force oracle: the same layouts,
+the same figures, the same best rows in the documented order; the band and the memory front;
+and the fallback when the time limit strikes (issue 21: an answer whatever the load)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from autopar.api import make_context, make_problem
+from autopar.base.axes import GRID_AXES, tie_key
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.score import US_PER_S, score_space
+from autopar.layout.space import build_space
+from autopar.search.solver import solve_space
+from tests.oracle import enumerate_layouts
+from tests.test_solver import random_problem
+from tests.toy_cost_model import toy_cost_model
+
+
+def _oracle_rows(space, ctx, cost_model):
+    grid, times, memory = enumerate_layouts(space, ctx, cost_model)
+    rows = [{a: int(grid[a][i]) for a in GRID_AXES} for i in range(len(times))]
+    return rows, times, memory
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_scores_are_the_oracle_s(seed: int) -> None:
+    problem = random_problem(seed)
+    cost_model = toy_cost_model() if seed % 2 else load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    capacity = ctx.cluster.usable_memory_bytes
+    scores = score_space(space, ctx, cost_model, top=4, band=0.2, front=True)
+    fits = memory <= capacity
+    assert (scores.layouts, scores.fitting) == (len(rows), int(fits.sum()))
+    ranked = sorted(
+        (i for i in range(len(rows)) if fits[i]),
+        key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])),
+    )
+    assert [s.row for s in scores.best[:4]] == [rows[i] for i in ranked[:4]]
+    for item in scores.best:
+        i = rows.index(item.row)
+        assert item.step_s == pytest.approx(times[i], rel=1e-12)
+        assert item.memory_bytes == pytest.approx(memory[i], rel=1e-12)
+    if ranked:
+        limit = times[ranked[0]] * 1.2
+        assert len(scores.within_band) == int((fits & (times <= limit)).sum())
+    # the front: no layout is both at least as fast and lighter than a front point
+    for point in scores.front:
+        assert not np.any((times < point.step_s) & (memory < point.memory_bytes))
+    if len(times):
+        assert min(p.memory_bytes for p in scores.front) == pytest.approx(memory.min())
+
+
+def test_virtual_stages_are_folded_not_enumerated() -> None:
+    """DeepSeek-V3 on 2048 H100s: 890k layouts (every virtual-stage count Megatron's layout flag
+    accepts), scored exactly; the oracle needs the full grid."""
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space = make_context(problem), build_space(problem)
+    scores = score_space(space, ctx, load_cost_model(None), top=1)
+    assert scores.layouts > 500_000 and scores.complete
+    assert scores.best[0].row["pp"] > 1  # the uneven pipeline is in the space
+
+
+def test_a_deadline_keeps_what_was_scored() -> None:
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space = make_context(problem), build_space(problem)
+    scores = score_space(space, ctx, load_cost_model(None), deadline=time.perf_counter() - 1)
+    assert not scores.complete and scores.layouts > 0  # the first chunk is always scored
+
+
+def test_the_time_limit_leaves_the_best_layout_scored_not_nothing() -> None:
+    """With no time for CP-SAT (the limit struck while scoring), the answer is the best layout
+    scored so far, status feasible, and the result says so."""
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space = make_context(problem), build_space(problem)
+    result = solve_space(space, ctx, load_cost_model(None), time_limit_s=0.0)
+    assert result.status == "feasible" and result.layouts and result.best.fits
+    assert any("time limit" in note for note in result.notes)
+    assert result.proof.method == "cp-sat"
