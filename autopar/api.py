@@ -18,6 +18,7 @@ from typing import Any
 from autopar.base.axes import GIVEN_AXES
 from autopar.base.errors import InputError, excerpt
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives, collective_sources
+from autopar.costs.error_bands import BANDED_COST_MODELS, band_of
 from autopar.costs.estimate import estimate
 from autopar.costs.goodput import overhead_factor
 from autopar.costs.plugin import load_cost_model
@@ -35,7 +36,7 @@ from autopar.layout.alternatives import Optimum
 from autopar.layout.coverage import coverage
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.results import OBJECTIVES, Explanation, SolveResult
+from autopar.layout.results import OBJECTIVES, PREFER, Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
 from autopar.search.alternatives import find_alternatives, find_optimum
@@ -96,10 +97,13 @@ def solve_problem(
     alternatives: bool = False,
     objective: str = "step-time",
     upper_bound_s: float | None = None,
+    prefer: str = "fastest",
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
-    fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
+    fits, the result carries the explanation. The layouts within the cost model's error band of
+    the fastest are marked as ties (``SolveResult.ties``); ``prefer="headroom"`` ranks them
+    first by ``autopar.layout.results.PREFERENCE``. ``pipeline_plan="per-stage"`` also chooses
+    the layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
     ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
     for a uniform plan, the fastest layout with each axis changed
     (``autopar.search.alternatives``), within the same ``time_limit``. ``objective="goodput"``
@@ -111,6 +115,7 @@ def solve_problem(
     )
     check_pipeline_plan(pipeline_plan)
     check_objective(objective, pipeline_plan)
+    check_prefer(prefer)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
     factor = overhead_factor(cm) if objective == "goodput" else None
@@ -141,6 +146,8 @@ def solve_problem(
         time_factor=factor,
         upper_bound_s=upper_bound_s,
         coverage=coverage(problem, space),
+        band=band_of(problem) if cm.name in BANDED_COST_MODELS else None,
+        prefer=prefer,
     )
     result = dataclasses.replace(result, inputs=inputs)
     if alternatives and result.layouts:
@@ -157,6 +164,13 @@ def solve_problem(
     else:
         return result
     return dataclasses.replace(result, explanation=explanation)
+
+
+def check_prefer(prefer: object) -> None:
+    if prefer not in PREFER:
+        raise InputError(
+            f"must be one of {', '.join(PREFER)}, got {excerpt(prefer)}", source="--prefer"
+        )
 
 
 def check_solve_options(
@@ -201,6 +215,7 @@ def solve(
     pipeline_plan: str = "uniform",
     alternatives: bool = False,
     objective: str = "step-time",
+    prefer: str = "fastest",
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
@@ -216,6 +231,7 @@ def solve(
         pipeline_plan=pipeline_plan,
         alternatives=alternatives,
         objective=objective,
+        prefer=prefer,
     )
 
 

@@ -205,3 +205,27 @@ def random_moe_problem(seed: int) -> Problem:
 @pytest.mark.parametrize("seed", range(2000, 2012))
 def test_cpsat_matches_brute_force_moe(seed: int) -> None:
     check_against_oracle(random_moe_problem(seed), load_cost_model(None))
+
+
+def test_ties_are_marked_and_the_preferred_one_has_headroom() -> None:
+    """Issue 21: layouts within the cost model's error band of the fastest are ties; with
+    --prefer headroom the first one fills at most HEADROOM_FILL of the memory, and it is the
+    fastest such tie (Llama-3 70B on 1024 H100s: the fastest fills 98%)."""
+    from autopar.api import make_problem
+    from autopar.layout.results import HEADROOM_FILL
+
+    problem = make_problem(model="llama-70b", gpus=1024)
+    fastest = _solve(problem, top_k=3)
+    ties = fastest.ties
+    assert ties is not None and ties.count > 1 and ties.fastest == 0
+    limit = fastest.best.step_time_s * (1 + ties.rel_error)
+    assert all(fastest.layouts[i].step_time_s <= limit for i in ties.tied)
+    capacity = fastest.best.capacity_bytes
+    pick = fastest.layouts[ties.preferred]
+    assert (
+        pick.memory_bytes["total"] <= HEADROOM_FILL * capacity < fastest.best.memory_bytes["total"]
+    )
+    roomy = _solve(problem, top_k=3, prefer="headroom")
+    assert roomy.best.layout == pick.layout and roomy.ties.preferred == 0
+    assert roomy.layouts[roomy.ties.fastest].layout == fastest.best.layout
+    assert all(e.step_time_s <= limit for e in roomy.layouts[:-1])

@@ -86,6 +86,15 @@ def register(app: typer.Typer) -> None:
         top: Annotated[
             int, typer.Option(help="How many best layouts to report.", rich_help_panel=OUTPUT)
         ] = 5,
+        prefer: Annotated[
+            str,
+            typer.Option(
+                help="Among layouts tied within the cost model's error band: fastest (the "
+                "fastest prediction first, ties marked) or headroom (ties first, those within "
+                "85% of the memory, fastest first).",
+                rich_help_panel=OUTPUT,
+            ),
+        ] = "fastest",
         time_limit: Annotated[
             float, typer.Option(help="Solver time limit in seconds.", rich_help_panel=SEARCH)
         ] = 10.0,
@@ -135,6 +144,7 @@ def register(app: typer.Typer) -> None:
                 pipeline_plan=pipeline_plan,
                 alternatives=format in WHY_FORMATS,  # the formats that print why this layout
                 objective=objective,
+                prefer=prefer,
             )
             code = 0
             if fallback_nodes is not None and result.layouts:

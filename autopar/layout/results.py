@@ -103,6 +103,74 @@ class Proof:
         }
 
 
+HEADROOM_FILL = 0.85
+"""The share of the usable memory a preferred tie fills at most: the 83 published runs of the
+validation fill a median 72% of their GPU's memory by autopar's prediction, three in four at most
+83%, nine in ten at most 87% (``benchmarks/validate_published.py``, memory column)."""
+PREFERENCE: tuple[str, ...] = (
+    f"fills at most {HEADROOM_FILL:.0%} of the usable memory",
+    "fastest",
+    "fewest GPUs per model replica (tp*cp*pp)",
+)
+"""How autopar ranks layouts whose predicted step times tie within the error band."""
+PREFER: tuple[str, ...] = ("fastest", "headroom")
+"""``fastest``: the fastest prediction first, its ties marked; ``headroom``: the tied layouts
+first, ranked by ``PREFERENCE``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ties:
+    """The layouts whose step time is within the cost model's error band of the fastest
+    (``|t - t_fastest| <= rel_error * t_fastest``, the band of the problem's class: issue 20)."""
+
+    rel_error: float
+    band: str
+    """The band as the user reads it (``±8%, 38 published runs``)."""
+    count: int
+    """Layouts of the space within the band (the fastest included)."""
+    tied: tuple[int, ...]
+    """Indices of ``SolveResult.layouts`` that tie with the fastest."""
+    fastest: int
+    preferred: int
+    """Index of the tied layout ``PREFERENCE`` puts first."""
+    prefer: str = "fastest"
+
+    def text(self, layouts: Sequence[Estimate]) -> str:
+        fast = layouts[self.fastest]
+        head = (
+            f"{self.count} layout{'s' if self.count != 1 else ''} within {self.band} of the "
+            f"fastest ({fast.step_time_s:.3f} s, {_gib(fast)} GiB)"
+        )
+        order = ", then ".join(PREFERENCE)
+        if self.count <= 1:
+            return f"{head}: no tie"
+        if self.prefer == "headroom":
+            return f"{head} tie: ranked among them by {order}"
+        if self.preferred == self.fastest:
+            return f"{head} tie: by {order} the fastest comes first too"
+        pick = layouts[self.preferred]
+        return (
+            f"{head} tie: by {order}, #{self.preferred + 1} comes first "
+            f"({_gib(pick)} GiB, {pick.step_time_s:.3f} s; --prefer headroom)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rel_error": self.rel_error,
+            "band": self.band,
+            "count": self.count,
+            "tied": list(self.tied),
+            "fastest": self.fastest,
+            "preferred": self.preferred,
+            "prefer": self.prefer,
+            "preference": list(PREFERENCE),
+        }
+
+
+def _gib(estimate: Estimate) -> str:
+    return f"{estimate.memory_bytes['total'] / GIB:.1f}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SolveResult:
     """What ``autopar.solve`` returns: status, timing and the best layouts, best first."""
@@ -127,6 +195,8 @@ class SolveResult:
     step under failures, ``Goodput.time_per_useful_step_s``)."""
     proof: Proof | None = None
     """What the status covers (the method and the space searched)."""
+    ties: Ties | None = None
+    """The layouts within the error band of the fastest, and the one autopar prefers."""
 
     @property
     def best(self) -> Estimate:
@@ -161,6 +231,7 @@ class SolveResult:
             "notes": list(self.notes),
             "alternatives": self.alternatives.to_dict() if self.alternatives else None,
             "proof": self.proof.to_dict() if self.proof else None,
+            "ties": self.ties.to_dict() if self.ties else None,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 

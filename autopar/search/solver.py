@@ -28,12 +28,13 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import tie_key
 from autopar.base.deadline import TimeLimitReached
+from autopar.costs.error_bands import ErrorBand
 from autopar.costs.estimate import estimate_many
-from autopar.costs.score import score_space
+from autopar.costs.score import Scored, score_space
 from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.coverage import Coverage
 from autopar.layout.plan import Layout
-from autopar.layout.results import Proof, SolveResult
+from autopar.layout.results import HEADROOM_FILL, Proof, SolveResult, Ties
 from autopar.layout.space import Space
 from autopar.search import interrupt
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
@@ -169,6 +170,8 @@ def solve_space(
     upper_bound_s: float | None = None,
     method: str = "auto",
     coverage: Coverage | None = None,
+    band: ErrorBand | None = None,
+    prefer: str = "fastest",
 ) -> SolveResult:
     """Minimise the cost model's step time over the layouts of ``space`` (with
     ``time_factor``, the step time times it: the expected time per useful step,
@@ -180,7 +183,9 @@ def solve_space(
     layout is the optimum by enumeration); ``cp-sat`` proves it with CP-SAT, seeded with the
     best layout scoring found (a whole feasible hint: when the limit strikes, the best found is
     the answer, with CP-SAT's bound and gap); ``auto`` enumerates and falls back to CP-SAT only
-    when the deadline ends scoring early. ``coverage`` is what the proof covers."""
+    when the deadline ends scoring early. ``coverage`` is what the proof covers. With ``band``
+    (the cost model's error band of this class), the layouts within it of the fastest are
+    ties (``SolveResult.ties``); ``prefer="headroom"`` ranks them first by ``PREFERENCE``."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
@@ -190,26 +195,63 @@ def solve_space(
     goal = Goal(time_factor=time_factor, upper_bound_s=upper_bound_s)
     scores = None
     if method in ("auto", "enumerate") and goal.scored:
-        scores = score_space(space, ctx, cost_model, top=top_k, deadline=deadline)
+        rel = band.rel_error if band is not None else 0.0
+        scores = score_space(space, ctx, cost_model, top=top_k, band=rel, deadline=deadline)
         if scores.complete:
-            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover)
+            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, prefer)
     hint = scores.best[0] if scores and scores.best else None
     return _cpsat(space, ctx, cost_model, hint, start, deadline, workers, top_k, cover, goal)
 
 
-def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover) -> SolveResult:
+def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, prefer):
+    """The answer of a complete scoring: the best rows in order, the ties of ``band`` marked
+    and the preferred tie among them (first with ``prefer="headroom"``)."""
     proof = Proof(method="enumeration", coverage=cover, layouts=scores.layouts)
     if not scores.best:
         return _no_solution("infeasible", start, workers, proof)
     rows = [item.row for item in scores.best[:top_k]]
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    tied = sorted(scores.within_band, key=_preference(capacity)) if band is not None else []
+    if tied and prefer == "headroom":
+        first = [item.row for item in tied[:top_k]]
+        rows = first + [row for row in rows if row not in first][: max(0, top_k - len(first))]
+    for must in ([tied[0].row] if tied else []) + [scores.best[0].row]:
+        if must not in rows:  # the preferred tie and the fastest are always shown
+            rows.append(must)
+    estimates = tuple(estimate_many(_layouts_from_rows(rows), ctx, cost_model))
+    ties = None
+    if tied:
+        limit = scores.best[0].step_s * (1 + band.rel_error)
+        ties = Ties(
+            rel_error=band.rel_error,
+            band=band.text(),
+            count=len(tied),
+            tied=tuple(i for i, e in enumerate(estimates) if e.step_time_s <= limit),
+            fastest=rows.index(scores.best[0].row),
+            preferred=rows.index(tied[0].row),
+            prefer=prefer,
+        )
     return SolveResult(
         status="optimal",
         solve_time_s=time.perf_counter() - start,
-        layouts=tuple(estimate_many(_layouts_from_rows(rows), ctx, cost_model)),
+        layouts=estimates,
         best_bound_step_time_s=scores.best[0].step_s,
         num_workers=workers,
         proof=proof,
+        ties=ties,
     )
+
+
+def _preference(capacity_bytes: float):
+    """``PREFERENCE``: within ``HEADROOM_FILL`` of the usable memory, then fastest, then fewest
+    GPUs per model replica, then the search's own order."""
+
+    def key(item: Scored) -> tuple:
+        row = item.row
+        roomy = item.memory_bytes <= HEADROOM_FILL * capacity_bytes
+        return (not roomy, item.step_us, row["tp"] * row["cp"] * row["pp"], tie_key(row))
+
+    return key
 
 
 def _cpsat(
