@@ -41,6 +41,7 @@ from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
 from autopar.search.alternatives import find_alternatives, find_optimum
 from autopar.search.explain import explain_infeasible
+from autopar.search.notes import default_batch_note
 from autopar.search.solver import solve_space
 
 __all__ = [
@@ -149,6 +150,9 @@ def solve_problem(
         band=band_of(problem) if cm.name in BANDED_COST_MODELS else None,
         prefer=prefer,
     )
+    note = default_batch_note(problem, result.best.layout if result.layouts else None)
+    if note and (result.layouts or result.status == "infeasible"):
+        result = dataclasses.replace(result, notes=(*result.notes, note))
     result = dataclasses.replace(result, inputs=inputs)
     if alternatives and result.layouts:
         why = find_alternatives(

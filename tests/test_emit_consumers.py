@@ -15,7 +15,7 @@ import autopar
 from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.plan import Layout
-from autopar.layout.rules import pipeline_split
+from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
 from tests import consumers
 
@@ -36,7 +36,7 @@ def _interleaving(layers: int) -> tuple[int, int] | None:
 
 def _split_of_kind(layers: int, kind: str) -> tuple[int, int] | None:
     """A (pp, vpp) whose planned split accounts for the embedding, or has first/last-stage
-    layer counts with interleaving (``autopar.layout.rules.pipeline_split``)."""
+    layer counts with interleaving (``autopar.layout.split.pipeline_split``)."""
     for pp in range(3, 17):
         for vpp in (1, 2, 3, 4) if kind == "account_for_embedding" else (2, 3, 4):
             split = pipeline_split(layers, pp, vpp)

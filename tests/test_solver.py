@@ -217,15 +217,21 @@ def test_ties_are_marked_and_the_preferred_one_has_headroom() -> None:
     problem = make_problem(model="llama-70b", gpus=1024)
     fastest = _solve(problem, top_k=3)
     ties = fastest.ties
-    assert ties is not None and ties.count > 1 and ties.fastest == 0
+    assert ties is not None and ties.count > 1 and ties.fastest_index == 0
     limit = fastest.best.step_time_s * (1 + ties.rel_error)
     assert all(fastest.layouts[i].step_time_s <= limit for i in ties.tied)
+    assert len(fastest.layouts) == 3 and ties.preferred_index == 2
     capacity = fastest.best.capacity_bytes
-    pick = fastest.layouts[ties.preferred]
+    pick = ties.preferred
+    assert fastest.layouts[2].layout == pick.layout
     assert (
         pick.memory_bytes["total"] <= HEADROOM_FILL * capacity < fastest.best.memory_bytes["total"]
     )
+    assert pick.step_time_s <= limit
     roomy = _solve(problem, top_k=3, prefer="headroom")
-    assert roomy.best.layout == pick.layout and roomy.ties.preferred == 0
-    assert roomy.layouts[roomy.ties.fastest].layout == fastest.best.layout
-    assert all(e.step_time_s <= limit for e in roomy.layouts[:-1])
+    assert roomy.best.layout == pick.layout and roomy.ties.preferred_index == 0
+    assert roomy.layouts[roomy.ties.fastest_index].layout == fastest.best.layout
+    assert all(e.step_time_s <= limit for e in roomy.layouts)
+    one = _solve(problem, top_k=1)
+    assert len(one.layouts) == 1 and one.ties.preferred.layout == pick.layout
+    assert pick.layout.text() in one.ties.text()

@@ -108,7 +108,13 @@ def score_space(
     count = len(next(iter(rows.values()))) if rows else 0
     if not count or not len(fold):
         return Scores(layouts=0, fitting=0, best=())
-    tables = {term.name: _table(space, ctx, term) for term in _all_terms(cost_model)}
+    tables: dict[str, _Table] = {}
+    try:
+        for term in _all_terms(cost_model):
+            check_deadline(deadline)
+            tables[term.name] = _table(space, ctx, term)
+    except TimeLimitReached:  # not one layout scored
+        return Scores(layouts=0, fitting=0, best=(), complete=False)
     step = max(1, CHUNK_CELLS // len(fold))
     acc, complete = _Acc(), True
     capacity = float(ctx.cluster.usable_memory_bytes)

@@ -221,6 +221,7 @@ def build_problem(options: ProblemOptions) -> Problem:
             gpu_hour_cost=_run_number(
                 job.gpu_hour_cost, "--gpu-hour-cost", bounds.MAX_GPU_HOUR_COST
             ),
+            default_batch=job.global_batch is None and job.global_batch_tokens is None,
         )
         _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
         if spec_stack.cpu_offload_layers >= model.num_layers:

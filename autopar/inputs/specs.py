@@ -452,6 +452,9 @@ class TrainingSpec:
     """Tokens the whole run trains on (``--train-tokens``): gives days to train."""
     gpu_hour_cost: float | None = None
     """Price of one GPU-hour (``--gpu-hour-cost``): gives the cost of the run."""
+    default_batch: bool = False
+    """The batch is autopar's default (4 Mi tokens), not one the user gave: answers say so when
+    it leaves a pipeline too few micro-batches (``autopar.search.notes``)."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")

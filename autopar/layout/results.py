@@ -15,7 +15,7 @@ from autopar.base.errors import InfeasibleError
 from autopar.inputs.specs import GIB
 from autopar.layout.alternatives import Alternatives
 from autopar.layout.coverage import Coverage
-from autopar.layout.plan import Estimate
+from autopar.layout.plan import Estimate, Layout
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,7 +31,9 @@ class RuleFamily:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NearestMiss:
-    """The layout (and, for a per-stage plan, the stage) that comes closest to fitting."""
+    """The layout (and, for a per-stage plan, the stage) that comes closest to fitting, among
+    the layouts worth training with (``autopar.search.explain.SENSIBLE_SLOWDOWN``); the least
+    memory at any speed beside it when that is another layout."""
 
     min_memory_bytes: float
     capacity_bytes: float
@@ -40,6 +42,25 @@ class NearestMiss:
     stage: int | None = None
     """The fullest stage of the closest per-stage plan."""
     stage_layers: int | None = None
+    step_time_s: float | None = None
+    least_memory_bytes: float | None = None
+    """The least memory at any speed (splitting the sequence or the model past reason)."""
+    least_layout: dict[str, Any] | None = None
+    least_step_time_s: float | None = None
+
+    def text(self) -> str:
+        out = (
+            f"The smallest per-GPU footprint worth training with is "
+            f"{self.min_memory_bytes / GIB:.1f} GiB ({_layout_text(self.layout)}"
+            + (f", {self.step_time_s:.2f} s" if self.step_time_s else "")
+            + f"), above {self.capacity_bytes / GIB:.1f} GiB"
+        )
+        if self.least_layout and self.least_layout != self.layout and self.least_step_time_s:
+            out += (
+                f"; at any speed {self.least_memory_bytes / GIB:.1f} GiB "
+                f"({_layout_text(self.least_layout)}, {self.least_step_time_s:.2f} s)"
+            )
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -49,7 +70,18 @@ class NearestMiss:
         }
         if self.stage is not None:
             out.update(stage=self.stage, stage_layers=self.stage_layers)
+        if self.step_time_s is not None:
+            out.update(
+                step_time_s=self.step_time_s,
+                least_memory_bytes=self.least_memory_bytes,
+                least_layout=self.least_layout,
+                least_step_time_s=self.least_step_time_s,
+            )
         return out
+
+
+def _layout_text(layout: dict[str, Any]) -> str:
+    return Layout(**layout).text()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,13 +162,16 @@ class Ties:
     """Layouts of the space within the band (the fastest included)."""
     tied: tuple[int, ...]
     """Indices of ``SolveResult.layouts`` that tie with the fastest."""
-    fastest: int
-    preferred: int
-    """Index of the tied layout ``PREFERENCE`` puts first."""
+    fastest: Estimate
+    preferred: Estimate
+    """The tie ``PREFERENCE`` puts first."""
     prefer: str = "fastest"
+    fastest_index: int | None = None
+    """Index of ``fastest`` in ``SolveResult.layouts`` (``None``: not among them)."""
+    preferred_index: int | None = None
 
-    def text(self, layouts: Sequence[Estimate]) -> str:
-        fast = layouts[self.fastest]
+    def text(self) -> str:
+        fast = self.fastest
         head = (
             f"{self.count} layout{'s' if self.count != 1 else ''} within {self.band} of the "
             f"fastest ({fast.step_time_s:.3f} s, {_gib(fast)} GiB)"
@@ -146,12 +181,13 @@ class Ties:
             return f"{head}: no tie"
         if self.prefer == "headroom":
             return f"{head} tie: ranked among them by {order}"
-        if self.preferred == self.fastest:
+        if self.preferred.layout == fast.layout:
             return f"{head} tie: by {order} the fastest comes first too"
-        pick = layouts[self.preferred]
+        pick = self.preferred
+        where = f"#{self.preferred_index + 1}" if self.preferred_index is not None else "it"
         return (
-            f"{head} tie: by {order}, #{self.preferred + 1} comes first "
-            f"({_gib(pick)} GiB, {pick.step_time_s:.3f} s; --prefer headroom)"
+            f"{head} tie: by {order}, {pick.layout.text()} comes first ({where}: "
+            f"{_gib(pick)} GiB, {pick.step_time_s:.3f} s; --prefer headroom)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,11 +196,20 @@ class Ties:
             "band": self.band,
             "count": self.count,
             "tied": list(self.tied),
-            "fastest": self.fastest,
-            "preferred": self.preferred,
+            "fastest": _tie_dict(self.fastest, self.fastest_index),
+            "preferred": _tie_dict(self.preferred, self.preferred_index),
             "prefer": self.prefer,
             "preference": list(PREFERENCE),
         }
+
+
+def _tie_dict(estimate: Estimate, index: int | None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "layout": estimate.layout.to_dict(),
+        "step_time_s": estimate.step_time_s,
+        "memory_bytes": estimate.memory_bytes["total"],
+    }
 
 
 def _gib(estimate: Estimate) -> str:

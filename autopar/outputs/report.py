@@ -176,9 +176,9 @@ def runners_up_text(
 
 
 def _tie_mark(ties: Ties, index: int) -> str:
-    if index == ties.fastest:
+    if index == ties.fastest_index:
         return "fastest"
-    if index == ties.preferred:
+    if index == ties.preferred_index:
         return "prefer"
     return "=" if index in ties.tied else ""
 
@@ -204,7 +204,7 @@ def solve_text(result: SolveResult) -> str:
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
     covers = [f"covers       {result.proof.text()}"] if result.proof else []
-    ties = [f"ties         {result.ties.text(result.layouts)}"] if result.ties else []
+    ties = [f"ties         {result.ties.text()}"] if result.ties else []
     notes = [f"note         {note}" for note in result.notes]
     parts = [head, *covers, *ties, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
@@ -226,15 +226,22 @@ def explanation_text(result: SolveResult) -> str:
         lines.append(f"inputs       {inputs_text(result.inputs)}")
     if result.proof:
         lines.append(f"searched     {result.proof.text()}")
+    lines += [f"note         {note}" for note in result.notes]
     for family in explanation.families:
         lines.append(f"conflict     {family.family}: {'; '.join(family.rules)}")
     miss = explanation.nearest_miss
     if miss:
+        step = f", {miss.step_time_s:.2f} s" if miss.step_time_s else ""
         lines.append(
             f"nearest miss {miss.min_memory_bytes / GIB:.1f} GiB per GPU at best, "
-            f"{Layout(**miss.layout).text()} "
+            f"{Layout(**miss.layout).text()}{step} "
             f"(capacity {miss.capacity_bytes / GIB:.1f} GiB)"
         )
+        if miss.least_layout and miss.least_layout != miss.layout:
+            lines.append(
+                f"             (at any speed {miss.least_memory_bytes / GIB:.1f} GiB, "
+                f"{Layout(**miss.least_layout).text()}, {miss.least_step_time_s:.2f} s)"
+            )
     if explanation.suggestions:
         lines.append("would fit:")
         lines += [f"  - {change}" for change in explanation.suggestions]

@@ -214,22 +214,27 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, pre
     tied = sorted(scores.within_band, key=_preference(capacity)) if band is not None else []
     if tied and prefer == "headroom":
         first = [item.row for item in tied[:top_k]]
-        rows = first + [row for row in rows if row not in first][: max(0, top_k - len(first))]
-    for must in ([tied[0].row] if tied else []) + [scores.best[0].row]:
-        if must not in rows:  # the preferred tie and the fastest are always shown
-            rows.append(must)
+        rows = (first + [row for row in rows if row not in first])[:top_k]
+    shown = tied[0].row if tied and prefer == "fastest" else scores.best[0].row
+    if shown not in rows and top_k > 1:
+        rows[-1] = shown  # the preferred tie, or the fastest, is always among the layouts
     estimates = tuple(estimate_many(_layouts_from_rows(rows), ctx, cost_model))
     ties = None
     if tied:
         limit = scores.best[0].step_s * (1 + band.rel_error)
+        extra = estimate_many(
+            _layouts_from_rows([scores.best[0].row, tied[0].row]), ctx, cost_model
+        )
         ties = Ties(
             rel_error=band.rel_error,
             band=band.text(),
             count=len(tied),
             tied=tuple(i for i, e in enumerate(estimates) if e.step_time_s <= limit),
-            fastest=rows.index(scores.best[0].row),
-            preferred=rows.index(tied[0].row),
+            fastest=extra[0],
+            preferred=extra[1],
             prefer=prefer,
+            fastest_index=rows.index(scores.best[0].row) if scores.best[0].row in rows else None,
+            preferred_index=rows.index(tied[0].row) if tied[0].row in rows else None,
         )
     return SolveResult(
         status="optimal",
