@@ -21,7 +21,7 @@ from autopar.cli.fallbacks_view import (
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.progress import working
-from autopar.cli.render import LAUNCHERS, WHY_FORMATS, check_format, framework_notes, render_solve
+from autopar.cli.render import LAUNCHERS, WHY_FORMATS, format_targets, framework_notes, render_solve
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
@@ -96,8 +96,13 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "fastest",
         time_limit: Annotated[
-            float, typer.Option(help="Solver time limit in seconds.", rich_help_panel=SEARCH)
-        ] = 10.0,
+            float | None,
+            typer.Option(
+                help="Seconds for the whole command; default: sized from the problem (10 s plus "
+                "0.2 ms per layout), and scoring the uniform space always finishes.",
+                rich_help_panel=SEARCH,
+            ),
+        ] = None,
         num_workers: Annotated[
             int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
         ] = None,
@@ -112,10 +117,11 @@ def register(app: typer.Typer) -> None:
         from autopar import api  # the search floors: loaded by the commands that solve
 
         started = time.perf_counter()  # --time-limit covers the whole command
-        check_format(format)
+        targets = format_targets(format, output)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         api.check_objective(objective, pipeline_plan)
-        check_fallback_flags(format, fallback_nodes, emit_fallback, LAUNCHERS, pipeline_plan)
+        for fmt, _ in targets:
+            check_fallback_flags(fmt, fallback_nodes, emit_fallback, LAUNCHERS, pipeline_plan)
         pins, limits = o.pins_and_limits(axis_values)
         with working("solving"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -138,31 +144,37 @@ def register(app: typer.Typer) -> None:
             result = api.solve_problem(
                 problem,
                 top=top,
-                time_limit=max(0.0, time_limit - (time.perf_counter() - started)),
+                time_limit=None
+                if time_limit is None
+                else max(0.0, time_limit - (time.perf_counter() - started)),
                 num_workers=num_workers,
                 cost_model=cost_model,
                 pipeline_plan=pipeline_plan,
-                alternatives=format in WHY_FORMATS,  # the formats that print why this layout
+                alternatives=any(fmt in WHY_FORMATS for fmt, _ in targets),  # "why this layout"
                 objective=objective,
                 prefer=prefer,
             )
             code = 0
+            formats = [fmt for fmt, _ in targets]
             if fallback_nodes is not None and result.layouts:
-                left = max(0.0, time_limit - (time.perf_counter() - started))
                 options = dict(lost_servers=fallback_nodes, batch_tolerance=batch_tolerance,
-                               objective=objective, cost_model=cost_model, time_limit=left,
+                               objective=objective, cost_model=cost_model,
                                num_workers=num_workers, emit=emit_fallback)  # fmt: skip
-                text, code = solve_with_fallbacks(result, problem, options, format)
+                if time_limit is not None:  # else the fallbacks' own default
+                    options["time_limit"] = max(0.0, time_limit - (time.perf_counter() - started))
+                texts, code = solve_with_fallbacks(result, problem, options, formats)
             else:
-                text = render_solve(result, format, problem=problem)
-        emit(text, output)
+                texts = [render_solve(result, fmt, problem=problem) for fmt in formats]
+        best = result.best if result.layouts else None
+        for (fmt, path), text in zip(targets, texts, strict=True):
+            emit(text, path)
+            for note in framework_notes(best, fmt, problem):
+                typer.echo(note, err=True)
         if code:
             raise typer.Exit(EXIT_INFEASIBLE)
-        for note in framework_notes(result.best if result.layouts else None, format, problem):
-            typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):
             explanation = result.explanation or Explanation(summary="no layout found")
-            if format == "table":
+            if targets[0][0] == "table":
                 families = [f.family for f in explanation.families]
                 binds = f"binding: {', '.join(families)}" if families else "no layout found"
                 line = f"{binds} (explanation above)"

@@ -39,12 +39,25 @@ from autopar.layout.space import Space
 from autopar.search import interrupt
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
 
+SIZED_LIMIT_BASE_S = 10.0
+SIZED_LIMIT_PER_LAYOUT_S = 2e-4
+"""A limit the user does not set is sized from the problem (``sized_time_limit_s``): 10 s plus
+0.2 ms per layout of the uniform space. Scoring takes 1-5 us a layout; the per-stage search,
+whose outer layouts are these, took 14.6 s for DeepSeek-V3's 890k on a loaded 2-core machine
+(0.02 ms each) and its bounds grow with the rows they keep."""
+SIZED_LIMIT_MAX_S = 600.0
 MAX_TIES = 64
 """Enumerations for the runners-up stop at max(MAX_TIES, 8 * top_k) layouts."""
 TOP_K_SLACK = 0.005
 """First enumeration bound for the runners-up: objective <= optimum * (1 + 0.5%)."""
 TOP_K_MAX_SLACK = 64.0
 """Runners-up slower than 65x the optimum are not looked for."""
+
+
+def sized_time_limit_s(layouts: int) -> float:
+    """The time limit of a problem whose uniform space holds ``layouts`` layouts, when the
+    user sets none (``SIZED_LIMIT_PER_LAYOUT_S``)."""
+    return min(SIZED_LIMIT_MAX_S, SIZED_LIMIT_BASE_S + SIZED_LIMIT_PER_LAYOUT_S * layouts)
 
 
 def default_num_workers() -> int:
@@ -164,7 +177,7 @@ def solve_space(
     cost_model: CostModel,
     *,
     top_k: int = 1,
-    time_limit_s: float = 10.0,
+    time_limit_s: float | None = 10.0,
     num_workers: int | None = None,
     time_factor: CostTerm | None = None,
     upper_bound_s: float | None = None,
@@ -183,12 +196,13 @@ def solve_space(
     layout is the optimum by enumeration); ``cp-sat`` proves it with CP-SAT, seeded with the
     best layout scoring found (a whole feasible hint: when the limit strikes, the best found is
     the answer, with CP-SAT's bound and gap); ``auto`` enumerates and falls back to CP-SAT only
-    when the deadline ends scoring early. ``coverage`` is what the proof covers. With ``band``
+    when the deadline ends scoring early (``time_limit_s=None``: scoring runs to the end, and
+    CP-SAT's limit is ``sized_time_limit_s``). ``coverage`` is what the proof covers. With ``band``
     (the cost model's error band of this class), the layouts within it of the fastest are
     ties (``SolveResult.ties``); ``prefer="headroom"`` ranks them first by ``PREFERENCE``."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
-    deadline = start + time_limit_s
+    deadline = None if time_limit_s is None else start + time_limit_s
     cover = coverage or Coverage(framework=ctx.options.framework)
     if not all(space.domains.values()):  # a rule, pin or limit leaves an axis no value
         return _no_solution("infeasible", start, workers, Proof(method="rules", coverage=cover))
@@ -200,6 +214,8 @@ def solve_space(
         if scores.complete:
             return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, prefer)
     hint = scores.best[0] if scores and scores.best else None
+    if deadline is None:  # no limit given: CP-SAT's is sized from the problem
+        deadline = start + sized_time_limit_s(scores.layouts if scores else 0)
     return _cpsat(space, ctx, cost_model, hint, start, deadline, workers, top_k, cover, goal)
 
 
