@@ -29,6 +29,7 @@ from autopar.inputs.problem import (
     DEFAULT_GLOBAL_BATCH_TOKENS,
     DEFAULT_SEQ_LEN,
     build_problem,
+    check_keywords,
     make_problem,
 )
 from autopar.inputs.specs import Problem
@@ -229,6 +230,19 @@ def check_objective(objective: object, pipeline_plan: str = "uniform") -> None:
         )
 
 
+SOLVE_KEYWORDS: tuple[str, ...] = (
+    "top",
+    "time_limit",
+    "num_workers",
+    "cost_model",
+    "pipeline_plan",
+    "prefer",
+    "alternatives",
+    "objective",
+)
+"""``solve``'s own keywords besides ``make_problem``'s (one vocabulary with the CLI)."""
+
+
 def solve(
     *,
     top: int = 1,
@@ -245,6 +259,7 @@ def solve(
     ``make_problem``; ``status`` says whether it is proven optimal; ``alternatives=True`` adds
     the fastest layout with each axis changed (``SolveResult.alternatives``);
     ``objective="goodput"`` ranks by the expected time per useful step under failures."""
+    check_keywords(options, own=SOLVE_KEYWORDS)
     return solve_problem(
         make_problem(**options),
         top=top,
@@ -306,6 +321,8 @@ def evaluate(
     count and the batch. ``pipeline_plan="per-stage"`` (implied by ``stage_layers`` or
     ``stage_recompute``) scores it with a per-stage plan (``plan_of``)."""
     attrs = {axis.layout_attr for axis in GIVEN_AXES}
+    own = (*attrs, "cost_model", "pipeline_plan", "stage_layers", "stage_recompute")
+    check_keywords(options, own=own)
     values = {k: options.pop(k) for k in list(options) if k in attrs}
     problem = make_problem(**options)
     if stage_layers is not None or stage_recompute is not None:

@@ -131,9 +131,9 @@ def register(app: typer.Typer) -> None:
                 recompute=recompute,
                 zero=zero,
                 sequence_parallel=sequence_parallel,
-                allow_interleaving=interleaving,
-                allow_cp=context_parallel,
-                allow_ep=expert_parallel,
+                interleaving=interleaving,
+                context_parallel=context_parallel,
+                expert_parallel=expert_parallel,
                 tp_within_node=tp_within_node,
                 uneven_pipeline=uneven_pipeline,
             )
