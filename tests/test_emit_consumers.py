@@ -200,7 +200,10 @@ def _stages_match(lay: Layout, problem, parallelism: dict) -> None:
     per_stage = consumers.torchtitan_stage_layers(problem.model.num_layers, parallelism)
     assert len(per_stage) == lay.pp * lay.vpp
     assert sum(per_stage) == problem.model.num_layers
-    planned = emit.common.virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    model = problem.model
+    planned = emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert per_stage == planned
 
 
@@ -517,7 +520,9 @@ def test_torchtitan_config_manager_reads_every_expressible_preset(name, tmp_path
     schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
     assert par.pipeline_parallel_schedule == schedule
     stages = consumers.torchtitan_stage_layers(model.num_layers, _parallelism_fields(par))
-    assert stages == emit.common.virtual_stage_layers(model.num_layers, lay.pp, lay.vpp)
+    assert stages == emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert config.training.global_batch_size == problem.training.global_batch_sequences
     assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
 

@@ -65,19 +65,44 @@ def test_virtual_stages_are_folded_not_enumerated() -> None:
     assert scores.best[0].row["pp"] > 1  # the uneven pipeline is in the space
 
 
-def test_a_deadline_keeps_what_was_scored() -> None:
+def _deadline_after_the_tables(monkeypatch, cost_model) -> None:
+    """The deadline strikes once every term's table is built: after the first chunk."""
+    from autopar.base.deadline import TimeLimitReached
+    from autopar.costs import score
+
+    tables = len(list(score._all_terms(cost_model)))
+    calls = []
+
+    def check(deadline) -> None:
+        calls.append(deadline)
+        if len(calls) > tables:
+            raise TimeLimitReached()
+
+    monkeypatch.setattr(score, "check_deadline", check)
+
+
+def test_a_deadline_keeps_what_was_scored(monkeypatch) -> None:
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space, cost_model = make_context(problem), build_space(problem), load_cost_model(None)
+    _deadline_after_the_tables(monkeypatch, cost_model)
+    scores = score_space(space, ctx, cost_model, deadline=time.perf_counter() + 60)
+    assert not scores.complete and 0 < scores.layouts < 890_000 and scores.best
+
+
+def test_a_deadline_before_any_table_scores_nothing() -> None:
     problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
     ctx, space = make_context(problem), build_space(problem)
     scores = score_space(space, ctx, load_cost_model(None), deadline=time.perf_counter() - 1)
-    assert not scores.complete and scores.layouts > 0  # the first chunk is always scored
+    assert not scores.complete and scores.layouts == 0 and not scores.best
 
 
-def test_the_time_limit_leaves_the_best_layout_scored_not_nothing() -> None:
-    """With no time for CP-SAT (the limit struck while scoring), the answer is the best layout
-    scored so far, status feasible, and the result says so."""
+def test_the_time_limit_leaves_the_best_layout_scored_not_nothing(monkeypatch) -> None:
+    """When the limit strikes while scoring (and so before CP-SAT can build its model), the
+    answer is the best layout scored so far, status feasible, and the result says so."""
     problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
-    ctx, space = make_context(problem), build_space(problem)
-    result = solve_space(space, ctx, load_cost_model(None), time_limit_s=0.0)
+    ctx, space, cost_model = make_context(problem), build_space(problem), load_cost_model(None)
+    _deadline_after_the_tables(monkeypatch, cost_model)
+    result = solve_space(space, ctx, cost_model, time_limit_s=0.5)
     assert result.status == "feasible" and result.layouts and result.best.fits
     assert any("time limit" in note for note in result.notes)
     assert result.proof.method == "cp-sat"
