@@ -53,7 +53,7 @@ def test_a_limit_left_to_autopar_always_scores_the_whole_space() -> None:
 
 
 def test_a_per_stage_search_out_of_time_answers_with_the_uniform_layout(monkeypatch) -> None:
-    from autopar.pipeline import search
+    from autopar.pipeline import result as search
 
     def out_of_time(problem, ctx, cm, **_):
         return SolveResult(status="unknown", solve_time_s=1.0, layouts=())

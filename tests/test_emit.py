@@ -265,7 +265,7 @@ def test_bf16_gradients_reach_the_framework_configs():
     ],
 )
 def test_uneven_pipeline_split_reaches_megatron(pp, flags):
-    """Llama-3.1 405B's 126 layers: the split autopar.layout.rules.pipeline_split planned."""
+    """Llama-3.1 405B's 126 layers: the split autopar.layout.split.pipeline_split planned."""
     problem = autopar.make_problem(
         model="llama-3.1-405b", gpus=1024, seq_len=8192, global_batch=512, uneven_pipeline=True
     )
