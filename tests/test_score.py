@@ -106,3 +106,29 @@ def test_the_time_limit_leaves_the_best_layout_scored_not_nothing(monkeypatch) -
     assert result.status == "feasible" and result.layouts and result.best.fits
     assert any("time limit" in note for note in result.notes)
     assert result.proof.method == "cp-sat"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_best_of_every_axis_value_is_the_oracle_s(seed: int) -> None:
+    """``by_axis``: for each free axis and value, the fastest fitting layout (whole
+    microseconds, then tie_key) and the least memory, as brute force finds them; a value no
+    allowed layout has is absent."""
+    from autopar.base.axes import FREE_AXES
+
+    problem = random_problem(seed)
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    fits = memory <= ctx.cluster.usable_memory_bytes
+    scores = score_space(space, ctx, cost_model, by_axis=True)
+    for axis in FREE_AXES:
+        assert set(scores.least_by_axis.get(axis, {})) == {r[axis] for r in rows}, axis
+        for value in {r[axis] for r in rows}:
+            at = [i for i, r in enumerate(rows) if r[axis] == value]
+            assert scores.least_by_axis[axis][value] == pytest.approx(min(memory[at]))
+            fitting = [i for i in at if fits[i]]
+            if not fitting:
+                assert value not in scores.by_axis.get(axis, {})
+                continue
+            key = min(fitting, key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])))
+            assert scores.by_axis[axis][value].row == rows[key], (axis, value)

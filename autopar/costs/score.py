@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autopar.base.axes import GRID_AXES, tie_key
+from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
 from autopar.costs.terms import CostModel, TermContext
 from autopar.layout.space import Space
@@ -67,6 +67,12 @@ class Scores:
     the least memory at each step time (``front=True``)."""
     complete: bool = True
     """False when the deadline ended scoring early (the figures cover the rows scored)."""
+    by_axis: dict[str, dict[int, Scored]] = field(default_factory=dict)
+    """For every free axis and each of its values, the fastest fitting layout with that value
+    (``by_axis=True``; the order of ``best``)."""
+    least_by_axis: dict[str, dict[int, float]] = field(default_factory=dict)
+    """For every free axis and each of its values the rules allow in some layout, the least
+    memory of a layout with it, fitting or not (``by_axis=True``)."""
 
 
 @dataclass(slots=True)
@@ -89,6 +95,8 @@ class _Acc:
     best: list[Scored] = field(default_factory=list)
     band: list[Scored] = field(default_factory=list)
     front: list[Scored] = field(default_factory=list)
+    by_axis: dict[str, dict[int, Scored]] = field(default_factory=dict)
+    least_by_axis: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
 def score_space(
@@ -99,10 +107,12 @@ def score_space(
     top: int = 1,
     band: float = 0.0,
     front: bool = False,
+    by_axis: bool = False,
     deadline: float | None = None,
 ) -> Scores:
     """Score every layout of ``space`` (module docstring); ``band``: keep the fitting layouts
-    within ``(1 + band)`` of the best step time; ``front``: keep the memory front."""
+    within ``(1 + band)`` of the best step time; ``front``: keep the memory front; ``by_axis``:
+    keep the fastest layout and the least memory of every value of every axis."""
     rows = space.pruned_grid([a for a in GRID_AXES if a != FOLD_AXIS])
     fold = np.array(space.domains[FOLD_AXIS], dtype=np.int64)
     count = len(next(iter(rows.values()))) if rows else 0
@@ -131,6 +141,8 @@ def score_space(
         acc.layouts += int(valid.sum())
         acc.fitting += int(fits.sum())
         _reduce(acc, chunk, fold, times, memory, valid, fits, top=top, band=band, front=front)
+        if by_axis:
+            _reduce_by_axis(acc, chunk, fold, times, memory, valid, fits)
     return Scores(
         layouts=acc.layouts,
         fitting=acc.fitting,
@@ -138,6 +150,8 @@ def score_space(
         within_band=_within(acc.band, acc.best, band),
         front=_front(acc.front) if front else (),
         complete=complete,
+        by_axis=acc.by_axis,
+        least_by_axis=acc.least_by_axis,
     )
 
 
@@ -290,6 +304,54 @@ def _reduce(acc: _Acc, chunk, fold, times, memory, valid, fits, *, top, band, fr
         least = np.minimum.accumulate(flat_m[order])
         keep = order[np.concatenate([[True], least[1:] < least[:-1]])] if len(order) else order
         acc.front = _front(acc.front + _scored(chunk, fold, times, memory, keep))
+
+
+def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
+    """Each row's place in ``tie_key`` order (the axes in ``cells`` override the chunk's)."""
+    ordered = (*FREE_AXES, *(a for a in GRID_AXES if a not in FREE_AXES))
+    keys = [AXIS[a].prefer * np.asarray(cells.get(a, chunk.get(a))) for a in ordered]
+    rank = np.empty(len(keys[0]), dtype=np.int64)
+    rank[np.lexsort(keys[::-1])] = np.arange(len(keys[0]))
+    return rank
+
+
+def _reduce_by_axis(acc: _Acc, chunk, fold, times, memory, valid, fits) -> None:
+    """The fastest fitting cell (whole microseconds, then ``tie_key``) and the least memory of
+    every value of every free axis in this chunk, merged into ``acc``."""
+    n = len(chunk["tp"])
+    us = np.where(fits, np.round(times * US_PER_S), np.inf)
+    mem = np.where(valid, memory, np.inf)
+    col = np.argmin(us, axis=1)  # among a row's ties the smallest vpp (tie_key's order)
+    row_us = us[np.arange(n), col]
+    rank = _tie_rank(chunk, {FOLD_AXIS: fold[col]})
+    rank_x = _tie_rank(chunk, {FOLD_AXIS: np.zeros(n, dtype=np.int64)})  # vpp fixed: x order
+    for axis in FREE_AXES:
+        if axis == FOLD_AXIS:
+            values = fold
+            cells = [(int(np.lexsort((rank_x, us[:, c]))[0]), c) for c in range(len(fold))]
+            least = mem.min(axis=0)
+        else:
+            column = chunk[axis]
+            order = np.lexsort((rank, row_us, column))
+            values, first = np.unique(column[order], return_index=True)
+            cells = [(int(order[i]), int(col[order[i]])) for i in first]
+            least = [mem[column == v].min() for v in values]
+        for value, (r, c), low in zip(values.tolist(), cells, least, strict=True):
+            _merge_axis(acc, axis, value, chunk, fold, times, memory, (r, c), us[r, c], float(low))
+
+
+def _merge_axis(acc: _Acc, axis, value, chunk, fold, times, memory, cell, cell_us, low) -> None:
+    if not np.isfinite(low):  # no layout the rules allow has this value (here)
+        return
+    lows = acc.least_by_axis.setdefault(axis, {})
+    lows[value] = min(lows.get(value, np.inf), low)
+    if not np.isfinite(cell_us):
+        return
+    r, c = cell
+    (item,) = _scored(chunk, fold, times, memory, np.array([r * len(fold) + c]))
+    bests = acc.by_axis.setdefault(axis, {})
+    if value not in bests or _order(item) < _order(bests[value]):
+        bests[value] = item
 
 
 def _keep_top(ranked: list[Scored], top: int) -> list[Scored]:
