@@ -71,13 +71,19 @@ def _deadline_after_the_tables(monkeypatch, cost_model) -> None:
     from autopar.costs import score
 
     tables = len(list(score._all_terms(cost_model)))
-    calls = []
+    built = []
+    table = score._table
+
+    def counted(*args, **kwargs):
+        out = table(*args, **kwargs)
+        built.append(out)
+        return out
 
     def check(deadline) -> None:
-        calls.append(deadline)
-        if len(calls) > tables:
+        if len(built) >= tables:
             raise TimeLimitReached()
 
+    monkeypatch.setattr(score, "_table", counted)
     monkeypatch.setattr(score, "check_deadline", check)
 
 

@@ -1,14 +1,15 @@
 """Every layout of a space scored, exactly and fast: the cost model's terms as tables joined in
 numpy (issue 21: an answer whatever the load).
 
-Each term is evaluated once, on its own axes (``Space.pruned_grid(term.depends_on)``: the tables
-the CP-SAT model links with indicators, DESIGN §3), and its values are gathered onto the rows of
-the space by a key code over those axes. The virtual-stage axis is folded: the rows are the
-layouts of every other axis, each with one column per virtual-stage count, and the rules and
-terms that read ``vpp`` are evaluated on that matrix; the space grows with the virtual-stage
-counts Megatron accepts without the rows growing with them. Step time and memory are composed as
-``autopar.costs.terms`` composes them (``steps + slots * micro-batch terms``; ``static +
-in_flight * micro-batch memory``), in float, so every layout has the figure ``estimate`` gives it.
+Each term is evaluated once, on its own axes (the keys of ``Space.pruned_grid(term.depends_on)``
+that some layout has: the tables the CP-SAT model links with indicators, DESIGN §3), and its
+values are gathered onto the rows of the space by a key code over those axes. The virtual-stage
+axis is folded: the rows are the layouts of every other axis, each with one column per
+virtual-stage count, and the rules and terms that read ``vpp`` are evaluated on that matrix; the
+space grows with the virtual-stage counts Megatron accepts without the rows growing with them.
+Step time and memory are composed as ``autopar.costs.terms`` composes them (``steps + slots *
+micro-batch terms``; ``static + in_flight * micro-batch memory``), in float, so every layout has
+the figure ``estimate`` gives it.
 
 The result keeps what a search answers with: the best layouts in the documented order (step time
 to the microsecond, then ``autopar.base.axes.tie_key``), the layouts within a band of the best,
@@ -26,7 +27,7 @@ import numpy as np
 from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
 from autopar.costs.terms import CostModel, TermContext
-from autopar.layout.space import Space
+from autopar.layout.space import DERIVED, Space
 
 FOLD_AXIS = "vpp"
 US_PER_S = 1_000_000
@@ -120,9 +121,8 @@ def score_space(
         return Scores(layouts=0, fitting=0, best=())
     tables: dict[str, _Table] = {}
     try:
-        for term in _all_terms(cost_model):
-            check_deadline(deadline)
-            tables[term.name] = _table(space, ctx, term)
+        for term in _all_terms(cost_model):  # the deadline checked before each evaluation
+            tables[term.name] = _table(space, ctx, term, rows, fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     step = max(1, CHUNK_CELLS // len(fold))
@@ -187,11 +187,11 @@ def _codes(space: Space, grid: dict[str, np.ndarray], axes: tuple[str, ...], cac
     return code
 
 
-def _table(space: Space, ctx: TermContext, term) -> _Table:
+def _table(space: Space, ctx: TermContext, term, rows, fold, deadline=None) -> _Table:
     axes = space.key_axes(term.depends_on)
-    sub = space.pruned_grid(term.depends_on)
+    sub = _keys(space, term, rows, fold)
     size = len(next(iter(sub.values()))) if sub else 1
-    values = np.broadcast_to(np.asarray(term.evaluate(sub, ctx), dtype=np.float64), (size,))
+    values = _evaluated(term, sub, ctx, size, deadline)
     if not axes:
         return _Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
     ordered = (*[a for a in axes if a != FOLD_AXIS], *[a for a in axes if a == FOLD_AXIS])
@@ -203,6 +203,48 @@ def _table(space: Space, ctx: TermContext, term) -> _Table:
         return _Table(axes=ordered, codes=codes, values=values, dense=dense)
     order = np.argsort(codes, kind="stable")
     return _Table(axes=ordered, codes=codes[order], values=values[order])
+
+
+def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray):
+    """The term's keys that some row of the space has: its axes' distinct combinations among
+    ``rows`` (with the derived columns they fix), crossed with the virtual-stage counts when it
+    reads them, less the cells its rules over ``vpp`` forbid; the same keys as
+    ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
+    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows)."""
+    free = space.free_axes(term.depends_on)
+    outer = [a for a in free if a != FOLD_AXIS]
+    if not free:
+        return {}
+    if outer:
+        _, first = np.unique(_codes(space, rows, tuple(outer)), return_index=True)
+        derived = [a for a in DERIVED if a in rows and set(space.free_axes([a])) <= set(outer)]
+        sub = {a: rows[a][first] for a in (*outer, *derived)}
+    else:
+        sub = {}
+    if FOLD_AXIS not in free:
+        return sub
+    n = len(first) if outer else 1
+    sub = {a: np.repeat(v, len(fold)) for a, v in sub.items()}
+    sub[FOLD_AXIS] = np.tile(fold, n)
+    keep = np.ones(len(sub[FOLD_AXIS]), dtype=bool)
+    for rule in space.rules:
+        if FOLD_AXIS in rule.axes and set(rule.axes) <= set(sub):
+            keep &= rule.check(sub)
+    return {a: v[keep] for a, v in sub.items()}
+
+
+def _evaluated(term, sub: dict[str, np.ndarray], ctx: TermContext, size: int, deadline):
+    """``term`` on every row of ``sub``, ``CHUNK_CELLS`` rows at a time, the deadline checked
+    before each (a term over millions of keys takes seconds: 997,920 GPUs)."""
+    check_deadline(deadline)
+    if size <= CHUNK_CELLS:
+        return np.broadcast_to(np.asarray(term.evaluate(sub, ctx), dtype=np.float64), (size,))
+    out = np.empty(size)
+    for start in range(0, size, CHUNK_CELLS):
+        check_deadline(deadline)
+        part = {a: v[start : start + CHUNK_CELLS] for a, v in sub.items()}
+        out[start : start + CHUNK_CELLS] = term.evaluate(part, ctx)
+    return out
 
 
 def _gather(space: Space, table: _Table, chunk, fold: np.ndarray, cache: dict):
