@@ -59,6 +59,9 @@ def test_the_rule_agrees_with_the_split() -> None:
         ("deepseek-v3", 1024, 8, 4),  # Megatron-Bridge's DeepSeek-V3 layout: 61 layers + MTP
         ("deepseek-v3", 1024, 4, 2),
         ("deepseek-v3", 1024, 8, 1),  # first/last counts, the MTP module on the last stage
+        ("deepseek-v3", 1024, 2, 1),  # 31 / 30 + MTP: first/last counts, no middle stage
+        ("deepseek-v3", 1024, 2, 4),  # the same split in chunks: a layout
+        ("deepseek-v3", 1024, 4, 1),  # 15 / 16 / 16 / 14 + MTP
         ("llama-3.1-405b", 1024, 8, 8),  # embedding and loss accounted
         ("llama-3.1-405b", 1024, 8, 16),  # the embedding and the loss alone in their chunks
         ("llama-3.1-405b", 1024, 6, 2),  # even stages, uneven chunks: a layout
@@ -91,6 +94,9 @@ def test_known_splits() -> None:
     deepseek = pipeline_split(61, 8, 1, mtp_layers=1)
     assert deepseek.stage_layers == (7, 8, 8, 8, 8, 8, 8, 6)  # the MTP module counts on the last
     assert pipeline_split(61, 8, 4, mtp_layers=1).layout.endswith("|tmL")
+    # one slot short, MTP on the last stage: balanced counting it (account-for gave 30 / 31+MTP)
+    assert pipeline_split(61, 2, 1, mtp_layers=1).stage_layers == (31, 30)
+    assert pipeline_split(61, 2, 1).account_for_embedding  # no MTP: Megatron's own 30 / 31
     assert pipeline_split(80, 81, 1) is None and pipeline_split(4, 1, 2) is None
 
 

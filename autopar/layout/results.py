@@ -172,22 +172,23 @@ class Ties:
 
     def text(self) -> str:
         fast = self.fastest
+        fastest = f"the fastest ({fast.step_time_s:.3f} s, {_gib(fast)} GiB)"
+        if self.count <= 1:
+            return f"no other layout within the error band ({self.band}) of {fastest}"
         head = (
-            f"{self.count} layout{'s' if self.count != 1 else ''} within {self.band} of the "
-            f"fastest ({fast.step_time_s:.3f} s, {_gib(fast)} GiB)"
+            f"{self.count - 1} layout{'s' if self.count != 2 else ''} tie with {fastest}: "
+            f"within the error band ({self.band})"
         )
         order = ", then ".join(PREFERENCE)
-        if self.count <= 1:
-            return f"{head}: no tie"
         if self.prefer == "headroom":
-            return f"{head} tie: ranked among them by {order}"
+            return f"{head}; ranked among them: {order}"
         if self.preferred.layout == fast.layout:
-            return f"{head} tie: by {order} the fastest comes first too"
+            return f"{head}; preferred among them ({order}): the fastest itself"
         pick = self.preferred
         where = f"#{self.preferred_index + 1}" if self.preferred_index is not None else "it"
         return (
-            f"{head} tie: by {order}, {pick.layout.text()} comes first ({where}: "
-            f"{_gib(pick)} GiB, {pick.step_time_s:.3f} s; --prefer headroom)"
+            f"{head}; preferred among them ({order}): {pick.layout.text()} ({where}: "
+            f"{_gib(pick)} GiB, {pick.step_time_s:.3f} s; --prefer headroom puts it first)"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,9 @@ two slots short: the embedding, then the loss, takes one; the ends sharing what 
 stages leave), and otherwise balanced: ``q`` or ``q + 1`` layers, the ``q + 1`` on the middle
 stages first, then on the last, then on the first (the first stage holds the most activations
 in flight; the last the logits). MTP modules count as a layer of the last stage where the ends
-share the rest, as Megatron-Bridge's DeepSeek-V3 layouts do.
+share the rest or one or two slots are short (there Megatron's account-for split would load the
+MTP stage most: DeepSeek-V3 at PP 2 is 31 / 30 + MTP, not 30 / 31 + MTP), as Megatron-Bridge's
+DeepSeek-V3 layouts do.
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ def stage_split(num_layers: int, pp: int, *, mtp_layers: int = 0) -> tuple[int, 
         return (num_layers // pp,) * pp
     m = -(-num_layers // pp)
     extra = pp * m - num_layers
-    if extra <= 2:  # the embedding takes a slot, then the loss
+    if extra <= 2 and not mtp_layers:  # the embedding takes a slot, then the loss
         return (m - 1, *([m] * (pp - 2)), m - (extra - 1))
+    if extra <= 2:  # MTP modules as layers of the last stage: balanced over them too
+        sizes = _balanced(num_layers + mtp_layers, pp)
+        return (*sizes[:-1], sizes[-1] - mtp_layers)
     rest = num_layers - (pp - 2) * m
     if 2 <= rest <= 2 * m:  # the ends share what the middle stages leave
         first = min(max((rest + mtp_layers) // 2, rest - m, 1), m, rest - 1)
@@ -128,7 +133,8 @@ def pipeline_split(
         if pp == 2 and (m + 1) % vpp == 0:
             return _with(split, account_for_embedding=True, account_for_loss=True)
         return _with(split, layout=layout_text(chunks, pp, mtp_layers=mtp_layers))
-    if extra <= 2 and m % vpp == 0:
+    account_for = (m - 1, *([m] * (pp - 2)), m - (extra - 1))
+    if extra <= 2 and m % vpp == 0 and stages == account_for:
         return _with(split, account_for_embedding=True, account_for_loss=extra == 2)
     first, last = stages[0], stages[-1]
     middle_even = all(n == m for n in stages[1:-1])
