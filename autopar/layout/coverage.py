@@ -53,9 +53,12 @@ class Coverage:
 
     def text(self, layouts: int | None = None) -> str:
         """``all 890,334 layouts Megatron-LM accepts (TP, PP, ...), within: ...``."""
-        count = f"all {layouts:,} layouts" if layouts is not None else "every layout"
         name = FRAMEWORK_NAMES.get(self.framework, self.framework)
-        head = f"{count} {name} accepts ({AXES_TEXT})"
+        if layouts == 0:
+            head = f"every layout {name} accepts ({AXES_TEXT}): none for this problem"
+        else:
+            count = f"all {layouts:,} layouts" if layouts is not None else "every layout"
+            head = f"{count} {name} accepts ({AXES_TEXT})"
         if not self.restrictions:
             return head
         return head + ", within: " + "; ".join(r.line() for r in self.restrictions)
