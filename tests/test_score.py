@@ -138,3 +138,25 @@ def test_the_best_of_every_axis_value_is_the_oracle_s(seed: int) -> None:
                 continue
             key = min(fitting, key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])))
             assert scores.by_axis[axis][value].row == rows[key], (axis, value)
+
+
+def test_the_goodput_objective_and_a_bound_are_scored_as_cp_sat_solves_them() -> None:
+    """``--objective goodput`` (every step time times the failure overhead) and a fallback's
+    ``upper_bound_s``: the same optimum by scoring as by CP-SAT, and nothing under the bound
+    below it."""
+    from autopar.costs.goodput import overhead_factor
+
+    problem = make_problem(model="llama-8b", gpus=16, global_batch=128)
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    factor = overhead_factor(cost_model)
+    scored = solve_space(space, ctx, cost_model, time_factor=factor, method="enumerate")
+    proved = solve_space(space, ctx, cost_model, time_factor=factor, method="cp-sat")
+    assert scored.status == proved.status == "optimal" and scored.objective == "goodput"
+    assert scored.best.layout == proved.best.layout
+    assert scored.best_bound_step_time_s == pytest.approx(proved.best_bound_step_time_s, abs=1e-5)
+    bound = scored.best_bound_step_time_s
+    below = solve_space(space, ctx, cost_model, time_factor=factor, upper_bound_s=bound * 0.999)
+    assert below.status == "infeasible"
+    above = solve_space(space, ctx, cost_model, time_factor=factor, upper_bound_s=bound * 1.001)
+    assert above.best.layout == scored.best.layout

@@ -26,7 +26,7 @@ import numpy as np
 
 from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.space import DERIVED, Space
 
 FOLD_AXIS = "vpp"
@@ -110,10 +110,15 @@ def score_space(
     front: bool = False,
     by_axis: bool = False,
     deadline: float | None = None,
+    time_factor: CostTerm | None = None,
+    upper_bound_s: float | None = None,
 ) -> Scores:
     """Score every layout of ``space`` (module docstring); ``band``: keep the fitting layouts
     within ``(1 + band)`` of the best step time; ``front``: keep the memory front; ``by_axis``:
-    keep the fastest layout and the least memory of every value of every axis."""
+    keep the fastest layout and the least memory of every value of every axis. With
+    ``time_factor`` every step time is multiplied by it (the expected time per useful step,
+    ``autopar.costs.goodput``), as CP-SAT's objective is; with ``upper_bound_s`` only layouts
+    whose (so multiplied) step time is at most that count as fitting."""
     rows = space.pruned_grid([a for a in GRID_AXES if a != FOLD_AXIS])
     fold = np.array(space.domains[FOLD_AXIS], dtype=np.int64)
     count = len(next(iter(rows.values()))) if rows else 0
@@ -121,7 +126,8 @@ def score_space(
         return Scores(layouts=0, fitting=0, best=())
     tables: dict[str, _Table] = {}
     try:
-        for term in _all_terms(cost_model):  # the deadline checked before each evaluation
+        terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
+        for term in terms:  # the deadline checked before each evaluation
             tables[term.name] = _table(space, ctx, term, rows, fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
@@ -137,7 +143,12 @@ def score_space(
                 break
         chunk = {a: v[start : start + step] for a, v in rows.items()}
         times, memory, valid = _chunk_figures(space, cost_model, tables, chunk, fold)
+        if time_factor is not None:
+            cache: dict[str, np.ndarray] = {}
+            times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
         fits = valid & (memory <= capacity)
+        if upper_bound_s is not None:
+            fits &= np.round(times * US_PER_S) <= int(upper_bound_s * US_PER_S)
         acc.layouts += int(valid.sum())
         acc.fitting += int(fits.sum())
         _reduce(acc, chunk, fold, times, memory, valid, fits, top=top, band=band, front=front)

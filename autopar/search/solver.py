@@ -165,11 +165,6 @@ class Goal:
     def name(self) -> str:
         return "step-time" if self.time_factor is None else "goodput"
 
-    @property
-    def scored(self) -> bool:
-        """Whether scoring answers it (the step time, no bound); else CP-SAT alone."""
-        return self.time_factor is None and self.upper_bound_s is None
-
 
 def solve_space(
     space: Space,
@@ -208,20 +203,32 @@ def solve_space(
         return _no_solution("infeasible", start, workers, Proof(method="rules", coverage=cover))
     goal = Goal(time_factor=time_factor, upper_bound_s=upper_bound_s)
     scores = None
-    if method in ("auto", "enumerate") and goal.scored:
+    if method in ("auto", "enumerate"):
         rel = band.rel_error if band is not None else 0.0
-        scores = score_space(space, ctx, cost_model, top=top_k, band=rel, deadline=deadline)
+        scores = score_space(
+            space,
+            ctx,
+            cost_model,
+            top=top_k,
+            band=rel,
+            deadline=deadline,
+            time_factor=time_factor,
+            upper_bound_s=upper_bound_s,
+        )
         if scores.complete:
-            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, prefer)
+            tied = (band, prefer)
+            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied, goal)
     hint = scores.best[0] if scores and scores.best else None
     if deadline is None:  # no limit given: CP-SAT's is sized from the problem
         deadline = start + sized_time_limit_s(scores.layouts if scores else 0)
     return _cpsat(space, ctx, cost_model, hint, start, deadline, workers, top_k, cover, goal)
 
 
-def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, prefer):
-    """The answer of a complete scoring: the best rows in order, the ties of ``band`` marked
-    and the preferred tie among them (first with ``prefer="headroom"``)."""
+def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied_by, goal):
+    """The answer of a complete scoring: the best rows in order, the ties of the band marked
+    and the preferred tie among them (``tied_by``: the band and the preference; the preferred
+    tie first with ``prefer="headroom"``)."""
+    band, prefer = tied_by
     proof = Proof(method="enumeration", coverage=cover, layouts=scores.layouts)
     if not scores.best:
         return _no_solution("infeasible", start, workers, proof)
@@ -237,7 +244,7 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, pre
     estimates = tuple(estimate_many(_layouts_from_rows(rows), ctx, cost_model))
     ties = None
     if tied:
-        limit = scores.best[0].step_s * (1 + band.rel_error)
+        within = {tuple(item.row.items()) for item in tied}
         extra = estimate_many(
             _layouts_from_rows([scores.best[0].row, tied[0].row]), ctx, cost_model
         )
@@ -245,7 +252,7 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, pre
             rel_error=band.rel_error,
             band=band.text(),
             count=len(tied),
-            tied=tuple(i for i, e in enumerate(estimates) if e.step_time_s <= limit),
+            tied=tuple(i for i, row in enumerate(rows) if tuple(row.items()) in within),
             fastest=extra[0],
             preferred=extra[1],
             prefer=prefer,
@@ -258,6 +265,7 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, band, pre
         layouts=estimates,
         best_bound_step_time_s=scores.best[0].step_s,
         num_workers=workers,
+        objective=goal.name,
         proof=proof,
         ties=ties,
     )
@@ -291,7 +299,7 @@ def _cpsat(
             hint_row=hint.row if hint else None,
         )
     except TimeLimitReached:  # the time limit ran out while the model was being built
-        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None)
+        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
     if goal.upper_bound_s is not None:
         # Only layouts at least as good as the bound (a caller's incumbent elsewhere).
         model.add(vm.objective <= int(goal.upper_bound_s * US_PER_S))
@@ -300,7 +308,7 @@ def _cpsat(
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if status == cp_model.INFEASIBLE:
             return _no_solution("infeasible", start, workers, proof)
-        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None)
+        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
     incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
     bound = solver.best_objective_bound / US_PER_S
     if status == cp_model.OPTIMAL:
@@ -309,7 +317,7 @@ def _cpsat(
     else:
         best_us = int(round(solver.objective_value))
         if hint is not None and hint.step_us < best_us:
-            return _hinted(hint, ctx, cost_model, start, workers, proof, bound=bound)
+            return _hinted(hint, ctx, cost_model, start, workers, proof, bound=bound, goal=goal)
         rows = [incumbent]  # not proven: no ranking of runners-up to stand behind
     estimates = estimate_many(_layouts_from_rows(rows), ctx, cost_model)
     cut = len(rows) < top_k and time.perf_counter() >= deadline
@@ -325,7 +333,7 @@ def _cpsat(
     )
 
 
-def _hinted(hint, ctx, cost_model, start, workers, proof, *, bound) -> SolveResult:
+def _hinted(hint, ctx, cost_model, start, workers, proof, *, bound, goal) -> SolveResult:
     """The hint as the answer when the time limit struck before CP-SAT bettered it."""
     if hint is None:
         return _no_solution("unknown", start, workers, proof)
@@ -335,6 +343,7 @@ def _hinted(hint, ctx, cost_model, start, workers, proof, *, bound) -> SolveResu
         layouts=tuple(estimate_many(_layouts_from_rows([hint.row]), ctx, cost_model)),
         best_bound_step_time_s=bound,
         num_workers=workers,
+        objective=goal.name,
         notes=("the time limit struck first: the best layout scored, not proven optimal",),
         proof=proof,
     )
