@@ -314,7 +314,7 @@ def test_module_level_imports_need_only_the_base_dependencies() -> None:
 
 
 # CLI-only options: how the answer is written, not what is asked
-RENDER_OPTIONS = {"format", "output", "progress"}
+RENDER_OPTIONS = {"format", "output", "progress", "emit_fallback"}
 
 
 @pytest.mark.parametrize("command", ["solve", "evaluate", "sweep"])
@@ -336,6 +336,10 @@ def test_every_cli_option_is_an_api_keyword_of_the_same_name(command: str) -> No
     own = set(inspect.signature(function).parameters)
     if command == "evaluate":  # --time-limit bounds the optimum it is measured against
         own |= set(inspect.signature(api.optimum_of).parameters) - {"problem", "estimate"}
+    if command == "solve":  # --fallback-nodes and its options are autopar.fallbacks' keywords
+        from autopar.sweeps.fallbacks import FALLBACK_KEYWORDS, fallbacks
+
+        own |= set(FALLBACK_KEYWORDS) | set(inspect.signature(fallbacks).parameters)
     solve_only = set(api.SOLVE_KEYWORDS) if command == "sweep" else set()
     layout = {axis.layout_attr for axis in GIVEN_AXES} if command == "evaluate" else set()
     accepted = own | set(KEYWORDS) | solve_only | layout

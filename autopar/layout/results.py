@@ -6,6 +6,8 @@ frames share. One type for the uniform and the per-stage search alike; the JSON 
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,7 +295,8 @@ def objective_value_s(estimate: Estimate, objective: str) -> float:
     """The figure ``objective`` ranks ``estimate`` by: its step time, or its expected time per
     useful step under failures."""
     if objective == "goodput" and estimate.goodput is not None:
-        return estimate.goodput.time_per_useful_step_s
+        useful_s = estimate.goodput.time_per_useful_step_s
+        return math.inf if useful_s is None else useful_s
     return estimate.step_time_s
 
 

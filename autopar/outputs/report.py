@@ -82,7 +82,7 @@ def goodput_lines(estimate: Estimate) -> list[str]:
         f"interval     every {g.checkpoint_interval_steps:,} steps "
         f"({g.checkpoint_interval_s:,.0f} s; --save-interval {g.checkpoint_interval_steps})",
         f"goodput      {g.goodput:.1%} of wall time trains   "
-        f"{g.time_per_useful_step_s:.3f} s per useful step",
+        f"{_useful_text(g.time_per_useful_step_s)} s per useful step",
     ]
     if estimate.days_to_train is not None:
         days = (
@@ -157,7 +157,7 @@ def runners_up_text(
                 *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
                 f"{e.step_time_s:.3f}",
                 *(
-                    (f"{e.goodput.goodput:.1%}", f"{e.goodput.time_per_useful_step_s:.3f}")
+                    (f"{e.goodput.goodput:.1%}", _useful_text(e.goodput.time_per_useful_step_s))
                     if useful
                     else ()
                 ),
@@ -248,3 +248,8 @@ def explanation_text(result: SolveResult) -> str:
     elif not explanation.families:
         lines.append(explanation.summary)
     return "\n".join(lines)
+
+
+def _useful_text(useful_s: float | None) -> str:
+    """Seconds per useful step, or "never" where the goodput is 0."""
+    return "never" if useful_s is None else f"{useful_s:.3f}"
