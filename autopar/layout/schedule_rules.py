@@ -156,6 +156,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
                 axes=("pp", "grad_accum", "schedule"),
                 check=lambda g: ~_is(g, "gpipe") | (g["grad_accum"] < g["pp"]),
                 source=source,
+                kind="default",
             )
         )
     if {"looped-bfs", "1f1b"} <= allowed:
@@ -169,6 +170,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
                     | (g["grad_accum"] % np.maximum(1, g["grad_accum"] // g["pp"]) != 0)
                 ),
                 source=source,
+                kind="default",
             )
         )
     if {"dualpipe-v", "zb-v"} <= allowed:
@@ -180,6 +182,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
                 axes=("schedule",),
                 check=lambda g: ~_is(g, "dualpipe-v"),
                 source=source + "; torch schedules.py L2889-2894 (OVERLAP_F_B sub-actions in turn)",
+                kind="default",
             )
         )
     return rules
