@@ -127,7 +127,7 @@ def solve_problem(
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
     if pipeline_plan == "per-stage":
-        problem = one_f_one_b_only(problem)
+        problem = per_stage_schedules_only(problem)
     space = build_space(problem)
     left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
     result = solve_space(
@@ -196,16 +196,24 @@ def check_prefer(prefer: object) -> None:
         )
 
 
-def one_f_one_b_only(problem: Problem) -> Problem:
-    """Per-stage plans are priced with Megatron's 1F1B (interleaved) schedule only, so their
-    search keeps to it; a request for nothing else is bad input."""
-    if "1f1b" not in problem.options.pipeline_schedules:
+PER_STAGE_SCHEDULES: tuple[str, ...] = ("1f1b", "combined-1f1b")
+"""The schedules per-stage plans are priced with: Megatron's (the per-stage launcher writes
+Megatron flags, ``autopar.outputs.emit.megatron_stages``), whose every phase has the interleaved
+slots (``autopar.costs.schedule``), so the per-stage bubble form holds for them."""
+
+
+def per_stage_schedules_only(problem: Problem) -> Problem:
+    """Per-stage plans search Megatron's schedules only (``PER_STAGE_SCHEDULES``); a request
+    for none of them is bad input."""
+    kept = tuple(s for s in problem.options.pipeline_schedules if s in PER_STAGE_SCHEDULES)
+    if not kept:
         raise InputError(
-            "per-stage plans run the 1f1b schedule (interleaved with --vpp); "
-            f"got {', '.join(problem.options.pipeline_schedules)}",
+            f"per-stage plans run {', '.join(PER_STAGE_SCHEDULES)} (Megatron's schedules; the "
+            f"zero-bubble and V schedules are priced for uniform plans only); got "
+            f"{', '.join(problem.options.pipeline_schedules)}",
             source="--pipeline-schedule",
         )
-    options = dataclasses.replace(problem.options, pipeline_schedules=("1f1b",))
+    options = dataclasses.replace(problem.options, pipeline_schedules=kept)
     return dataclasses.replace(problem, options=options)
 
 

@@ -200,6 +200,11 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
     fsdp = re.search(r"FSDP column=(\d+)", str(row.get("notes", "")))
     zero = 3 if fsdp and int(fsdp.group(1)) > 0 else 1
     layout = row_layout(row, recompute=recipe["recompute"], zero=zero)
+    per_stage = DEEPSEEK_V3_LAYOUTS.get((pp, layout.vpp)) if model.is_mla else None
+    combined = layout.ep > 1 and (layout.pp == 1 or layout.vpp > 1)
+    if stack.ep_comm_overlap and combined:
+        # the recipe's moe_a2a_overlap runs Megatron's combined 1F1B (the schedule axis)
+        layout = dataclasses.replace(layout, pipeline_schedule="combined-1f1b")
     return case_type(
         row_id=str(row["id"]),
         source="mbridge_blackwell",
@@ -209,7 +214,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         layout=layout,
         measured_step_s=step_s,
         cost_switches=dict(MOE_SWITCHES) if model.is_moe else {},
-        stage_layers=DEEPSEEK_V3_LAYOUTS.get((pp, layout.vpp)) if model.is_mla else None,
+        stage_layers=per_stage,
     )
 
 

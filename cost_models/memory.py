@@ -109,6 +109,10 @@ SCHEDULE_AXES: tuple[str, ...] = ("vpp", "grad_accum", "schedule")
 
 
 def _schedule_of(grid: Grid) -> dict[str, np.ndarray]:
+    """The schedule's axes of ``grid``; none (1F1B's count) for a caller that reads one
+    micro-batch's bytes without them (``offload.OffloadTime``)."""
+    if not all(axis in grid for axis in SCHEDULE_AXES):
+        return {}
     return {axis: np.asarray(grid[axis]) for axis in SCHEDULE_AXES}
 
 

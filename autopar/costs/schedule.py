@@ -453,8 +453,10 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
     2023 §4; interleaved with fewer than ``pp`` micro-batches, torch's one round of ``m``, each
     missing one adds ``(vpp-1)/vpp``), ZB-H1 ``(pp-1)/vpp`` times
     ``max(F, B, F + B - W)`` beyond ``m`` (Qi et al. 2024 §3.1, ZB-H1: ``(p-1)(T_F + T_B -
-    T_W)`` where ``T_W`` is at most ``T_F`` and ``T_B``; the max covers the others), each found
-    equal to the simulation in ``tests/test_schedule_slots.py``."""
+    T_W)`` where ``T_W`` is at most ``T_F`` and ``T_B``; the max covers the others), Megatron's
+    combined 1F1B the interleaved slots for every phase with ``pp`` fewer paired steps on the
+    path than slots (the warm-up and drain run unpaired), each found equal to the simulation
+    in ``tests/test_schedule_slots.py``."""
     f, b, w, _ = ratio
     if pp == 1 and schedule not in ("dualpipe-v", "dualpipe"):  # one rank: no bubble
         return (m, m, m, m - 1) if schedule == "combined-1f1b" else (m, m, m, 0)
@@ -463,6 +465,9 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
     if schedule == "1f1b":  # torch's rounds of max(pp, m) micro-batches; below pp, less overlap
         short = max(0, pp - m)
         return (m + (pp - 1) / vpp + short * (vpp - 1) / vpp,) * 3 + (0,)
+    if schedule == "combined-1f1b" and m % pp == 0:  # every phase as interleaved; pp pairs less
+        slots = m + (pp - 1) / vpp
+        return (slots, slots, slots, slots - pp)
     if m % pp == 0 and schedule == "looped-bfs":
         return (m + (pp - 1) / vpp,) * 3 + (0,)
     if m >= pp and schedule == "zb-h1":
@@ -471,6 +476,15 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
         shape = forms[max(forms)]
         return tuple(m + extra * k for k in shape) + (0,)
     return None
+
+
+def ratio_free(schedule: str, pp: int, vpp: int, m: int) -> bool:
+    """Whether ``schedule_slots`` are the same at every phase time: a closed form with one
+    longest path (all but ZB-H1's, whose path is the longest of three forms)."""
+    if not orderable(schedule, pp, vpp, m):
+        return True
+    closed = _closed_slots(schedule, pp, vpp, m, (1.0, 1.0, 1.0, 0.0))
+    return closed is not None and (schedule != "zb-h1" or pp == 1)
 
 
 def _simulated_counts(schedule: str, pp: int, vpp: int, m: int, ratio) -> np.ndarray:

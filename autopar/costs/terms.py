@@ -139,6 +139,46 @@ class PhasedSlots(Protocol):
 
     def phase_slots(self, grid: Grid, ctx: TermContext, times: Phases) -> Phases: ...
 
+    def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        """Where ``phase_slots`` are the same at every phase time (then the slots taken at any
+        reference times are the layout's own: ``autopar.costs.score`` needs no closing)."""
+        ...
+
+
+def slots_ratio_free(slots: CostTerm, grid: Grid, ctx: TermContext, size: int) -> np.ndarray:
+    """``PhasedSlots.ratio_free``; everywhere for slots with one value for every phase."""
+    if isinstance(slots, PhasedSlots):
+        return np.broadcast_to(np.asarray(slots.ratio_free(grid, ctx), dtype=bool), (size,))
+    return np.ones(size, dtype=bool)
+
+
+def scheduled_microbatch_s(
+    term: CostTerm, slots: CostTerm, grid: Grid, ctx: TermContext, size: int
+) -> np.ndarray:
+    """One micro-batch's time of ``term`` as the layout's schedule runs it on average over the
+    slots: ``evaluate`` less the share of its paired-step hiding that the schedule's paired
+    slots give (``slots.paired_hidden / slots.forward`` of ``Phases.paired_hidden``): for
+    figures that charge each stage one time per micro-batch (the per-stage plans,
+    ``autopar.costs.stage_costs``); with equal stages ``slots * this`` is the term's part of
+    ``microbatch_time_s`` wherever every phase has the same slots (the combined 1F1B)."""
+    value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+    if not isinstance(term, PhasedTerm) or not isinstance(slots, PhasedSlots):
+        return value
+    parts = term_phases(term, grid, ctx, size)
+    if not np.any(parts.paired_hidden):
+        return value
+    at = slot_phases(slots, grid, ctx, parts)
+    usable = np.isfinite(at.forward) & (at.forward > 0)
+    share = np.divide(at.paired_hidden, at.forward, out=np.zeros(size), where=usable)
+    return value - share * parts.paired_hidden
+
+
+def uniform_slots(slots: Phases) -> np.ndarray:
+    """Rows whose slots are one value for every phase with nothing hidden (1F1B): there the
+    micro-batch part is ``slots * sum of the terms`` (``microbatch_time_s``)."""
+    same = (slots.forward == slots.backward_input) & (slots.forward == slots.backward_weight)
+    return same & (slots.paired_hidden == 0)
+
 
 def term_phases(term: CostTerm, grid: Grid, ctx: TermContext, size: int) -> Phases:
     """``term``'s phases, broadcast to ``size`` rows (``FORWARD_SHARE`` when it gives none)."""
@@ -420,7 +460,9 @@ def microbatch_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np
     phases, the slots taken at the layout's own phase times (module docstring)."""
     size = len(next(iter(grid.values())))
     phases = sum_phases(microbatch_phases(cost_model, grid, ctx), size)
-    return weighted(slot_phases(cost_model.slots, grid, ctx, phases), phases)
+    slots = slot_phases(cost_model.slots, grid, ctx, phases)
+    plain = slots.forward * _sum(cost_model.microbatch_terms, grid, ctx, size)
+    return np.where(uniform_slots(slots), plain, weighted(slots, phases))
 
 
 def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
