@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.terms import Grid, Phases, TermContext
+from autopar.costs.terms import Grid, Phases, TermContext, schedules_in
 from cost_models.compute import (
     backward_slowdown,
     flash_block_time_s,
@@ -381,6 +381,13 @@ class EpCommTime:
 
     def __post_init__(self) -> None:
         assert self.dispatcher in (*DISPATCHERS, "best", None), self.dispatcher
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space without the combined 1F1B (the only schedule that
+        narrows the dispatchers: ``_dispatch_times``)."""
+        if "combined-1f1b" in schedules_in(domains):
+            return self.depends_on
+        return tuple(a for a in self.depends_on if a != "schedule")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         return self.phases(grid, ctx).total()

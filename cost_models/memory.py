@@ -45,13 +45,14 @@ import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.schedule_orders import V_SHAPED
-from autopar.costs.terms import Grid, TermContext
+from autopar.costs.terms import Grid, TermContext, schedules_in
 from autopar.inputs.specs import GIB, ModelSpec
 from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES
 from cost_models.shapes import (
+    ONE_F_ONE_B,
     all_stage_kinds,
     dense_layer_params,
     expert_params,
@@ -100,8 +101,19 @@ V_CODES = [PIPELINE_SCHEDULES.index(name) for name in sorted(V_SHAPED)]
 
 def v_shaped_rows(grid: Grid) -> np.ndarray:
     """Rows whose schedule puts a rank's two chunks in a V (ZB-V, DualPipeV): the first rank
-    also holds the last stage (``autopar.costs.schedule_orders``)."""
+    also holds the last stage (``autopar.costs.schedule_orders``); none without a schedule
+    column (a space with no V schedule: ``without_unread``)."""
+    if "schedule" not in grid:
+        return np.zeros(len(np.atleast_1d(grid["tp"])), dtype=bool)
     return np.isin(np.asarray(grid["schedule"]), V_CODES)
+
+
+def without_unread(depends_on: tuple[str, ...], domains, unread: tuple[str, ...], needs) -> tuple:
+    """``depends_on`` less ``unread`` when no schedule of the space is in ``needs``
+    (``autopar.costs.terms.NarrowedTerm``: the term's values do not change along them)."""
+    if schedules_in(domains) & frozenset(needs):
+        return depends_on
+    return tuple(a for a in depends_on if a not in unread)
 
 
 SCHEDULE_AXES: tuple[str, ...] = ("vpp", "grad_accum", "schedule")
@@ -245,6 +257,10 @@ class DenseParamMemory:
         assert self.part in _PARTS, self.part
         object.__setattr__(self, "name", self.name or f"dense_{self.part}_bytes")
         object.__setattr__(self, "category", self.category or self.part)
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space with no V-shaped schedule."""
+        return without_unread(self.depends_on, domains, ("schedule",), V_SHAPED)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
@@ -472,6 +488,12 @@ class LayerActivationMemory:
     (NeMo and Megatron-Bridge recipes train without dropout)."""
     megatron_compatible: bool = False
 
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
+        stage-level count, ``shapes.ONE_F_ONE_B``)."""
+        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
+        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
+
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
         model, s = ctx.model, ctx.training.seq_len
@@ -538,6 +560,12 @@ class ExpertActivationMemory:
     category: str = "activations"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", *SCHEDULE_AXES)
 
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
+        stage-level count, ``shapes.ONE_F_ONE_B``)."""
+        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
+        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
+
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
         model = ctx.model
@@ -584,6 +612,10 @@ class LogitsMemory:
     name: str = "logits_bytes"
     category: str = "activations"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "schedule")
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space with no V-shaped schedule."""
+        return without_unread(self.depends_on, domains, ("schedule",), V_SHAPED)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")

@@ -110,6 +110,21 @@ class PipelineSlots:
         return free[where.ravel()]
 
 
+ONE_F_ONE_B = ("1f1b", "combined-1f1b")
+"""The loop-style schedules whose first rank's peak has the closed form
+``_one_f_one_b_first`` (``autopar.costs.schedule._closed_in_flight``)."""
+
+
+def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The first rank's peak under 1F1B, in stages: ``min(pp, m)`` without interleaving, else
+    its warm-up forwards plus one, ``(vpp-1)*g + 2*(pp-1) + 1`` chunks of ``g = m //
+    max(1, m // pp)`` micro-batch groups (``pp`` under Megatron's ``m % pp == 0``), at most all
+    ``m*vpp`` (``_closed_in_flight`` at rank 0; Korthikanti 2022 §4.2.3 ``pp + (pp-1)/vpp``)."""
+    group = m // np.maximum(1, m // np.maximum(pp, 1))
+    chunks = np.minimum((vpp - 1) * group + 2 * (pp - 1) + 1, m * vpp)
+    return np.where(vpp == 1, np.minimum(pp, m), chunks / np.maximum(vpp, 1)).astype(np.float64)
+
+
 def in_flight_stage_units(schedule: str, pp: int, vpp: int, m: int) -> np.ndarray:
     """Per rank: micro-batches of activations held at its peak, in stages (a chunk counts
     ``1/vpp``; ``autopar.costs.schedule.in_flight_chunks``)."""
@@ -131,6 +146,20 @@ class InFlightMicrobatches:
     depends_on: tuple[str, ...] = ("pp", "vpp", "grad_accum", "schedule")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        schedule, pp, vpp, m = (
+            np.asarray(grid[a], dtype=np.int64) for a in ("schedule", "pp", "vpp", "grad_accum")
+        )
+        plain = np.isin(schedule, [PIPELINE_SCHEDULES.index(s) for s in ONE_F_ONE_B])
+        out = np.where(plain, _one_f_one_b_first(pp, vpp, m), 0.0)
+        if plain.all():
+            return out
+        rows = ~plain
+        sub = {a: np.asarray(grid[a])[rows] for a in ("schedule", "pp", "vpp", "grad_accum")}
+        out[rows] = self._ordered(sub)
+        return out
+
+    def _ordered(self, grid: Grid) -> np.ndarray:
+        """The first rank's peak counted on the order (``in_flight_stage_units``)."""
         keys, where = _rows(grid)
         first = np.array(
             [

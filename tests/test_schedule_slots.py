@@ -16,6 +16,7 @@ from autopar.costs.schedule import (
     _schedule_graph,
     in_flight_chunks,
     orderable,
+    ratio_free,
     schedule_slots,
     simulate,
 )
@@ -156,3 +157,37 @@ def test_dominated_schedules_are_never_faster():
             map(sum, in_flight_chunks("zb-v", pp, 2, m))
         )
         assert _closed_slots("gpipe", pp, 1, m, ratio) == _closed_slots("1f1b", pp, 1, m, ratio)
+
+
+def test_the_combined_1f1b_closed_form_is_the_simulation_at_any_times():
+    """Every phase at the interleaved slots, ``pp`` fewer pairs on the path than slots: the
+    simulation's own longest path at random phase and hidden times (``ratio_free``)."""
+    checked = 0
+    for pp in range(1, 6):
+        for vpp in (1, 2, 3, 4) if pp == 1 else (2, 3, 4):
+            for m in range(pp, 4 * pp + 1, pp):
+                f, b, w = (float(x) for x in RNG.uniform(0.2, 2.0, size=3))
+                ratio = (f, b, w, float(RNG.uniform(0.0, 0.9)) * min(f, b + w))
+                closed = _closed_slots("combined-1f1b", pp, vpp, m, ratio)
+                assert closed is not None and ratio_free("combined-1f1b", pp, vpp, m)
+                step = _step("combined-1f1b", pp, vpp, m, ratio)
+                assert _form(closed, ratio) == pytest.approx(step, rel=1e-12), (pp, vpp, m)
+                checked += 1
+    assert checked > 40
+    assert not ratio_free("zb-h1", 4, 2, 8) and not ratio_free("zb-v", 4, 2, 8)
+
+
+def test_the_combined_1f1b_dominates_1f1b_where_both_run():
+    """The search restriction ``1f1b only where combined-1f1b is refused``: the same slots for
+    every phase as the interleaved 1F1B, paired slots >= 0 (so never slower), and the same
+    activation peak on every rank."""
+    for pp in range(1, 7):
+        for vpp in (1,) if pp == 1 else (2, 3):
+            for m in range(pp, 3 * pp + 1, pp):
+                ratio = _ratio()
+                combined = _closed_slots("combined-1f1b", pp, vpp, m, ratio)
+                plain = _closed_slots("1f1b", pp, vpp, m, ratio)
+                assert combined[:3] == pytest.approx(plain[:3]) and combined[3] >= 0
+                assert in_flight_chunks("combined-1f1b", pp, vpp, m) == in_flight_chunks(
+                    "1f1b", pp, vpp, m
+                )

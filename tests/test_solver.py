@@ -232,16 +232,21 @@ def random_schedule_problem(seed: int) -> Problem:
     return dataclasses.replace(dense, model=model, options=options, training=training)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", [*range(3000, 3010), 3016, 3033])  # 3001, 3016, 3033: bound loose
-def test_cpsat_matches_brute_force_with_every_schedule(seed: int) -> None:
-    check_against_oracle(random_schedule_problem(seed), load_cost_model(None))
+def test_search_matches_brute_force_with_every_schedule(seed: int, method: str) -> None:
+    """Scoring's lower bounds closed by simulation (``autopar.search.exact``) and CP-SAT's
+    (``solver._exact_best``) both answer the least simulated step."""
+    check_against_oracle(random_schedule_problem(seed), load_cost_model(None), method)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", range(2000, 2006))
-def test_cpsat_matches_brute_force_moe_with_the_combined_1f1b(seed: int) -> None:
+def test_search_matches_brute_force_moe_with_the_combined_1f1b(seed: int, method: str) -> None:
     problem = random_moe_problem(seed)
     options = dataclasses.replace(problem.options, pipeline_schedules=("1f1b", "combined-1f1b"))
-    check_against_oracle(dataclasses.replace(problem, options=options), load_cost_model(None))
+    problem = dataclasses.replace(problem, options=options)
+    check_against_oracle(problem, load_cost_model(None), method)
 
 
 def test_ties_are_marked_and_the_preferred_one_has_headroom() -> None:

@@ -15,6 +15,15 @@ The result keeps what a search answers with: the best layouts in the documented 
 to the microsecond, then ``autopar.base.axes.tie_key``), the layouts within a band of the best,
 and the front of least memory against step time (what comes closest to fitting). Rows are
 processed in chunks, the deadline checked between them.
+
+Schedules that split the backward (``_Phased``) are scored as lower bounds: a schedule whose
+longest path depends on the phase times (zero bubble, the V schedules) is scored with the slots
+of the path found at reference phase times (the sum over the micro-batch terms of each one's
+median phase over its keys); that path's length at a layout's own times is at most its
+simulated step (``autopar.costs.schedule.schedule_slots``), so the best scored layout bounds
+the best simulated one from below. ``Scored.exact`` says where the figure is the simulation's
+own (every phase's slots free of the phase times: 1F1B, GPipe, the combined 1F1B); the search
+simulates the others (``autopar.search.exact``).
 """
 
 from __future__ import annotations
@@ -26,7 +35,19 @@ import numpy as np
 
 from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
-from autopar.costs.terms import CostModel, CostTerm, TermContext
+from autopar.costs.terms import (
+    FORWARD_SHARE,
+    CostModel,
+    CostTerm,
+    PhasedSlots,
+    Phases,
+    TermContext,
+    slot_phases,
+    slots_ratio_free,
+    term_axes,
+    term_phases,
+    uniform_slots,
+)
 from autopar.layout.space import DERIVED, Space
 
 FOLD_AXIS = "vpp"
@@ -44,6 +65,9 @@ class Scored:
     row: dict[str, int]
     step_s: float
     memory_bytes: float
+    exact: bool = True
+    """False where ``step_s`` is a lower bound: a schedule whose slots depend on the phase
+    times, taken at reference times (module docstring); the caller simulates such layouts."""
 
     @property
     def step_us(self) -> int:
@@ -127,8 +151,11 @@ def score_space(
     tables: dict[str, _Table] = {}
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
+        keys: dict[str, dict[str, np.ndarray]] = {}
         for term in terms:  # the deadline checked before each evaluation
-            tables[term.name] = _table(space, ctx, term, rows, fold, deadline)
+            keys[term.name] = _keys(space, term, rows, fold)
+            tables[term.name] = _table(space, ctx, term, keys[term.name], deadline)
+        phased = _phased_tables(space, ctx, cost_model, keys, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     step = max(1, CHUNK_CELLS // len(fold))
@@ -142,7 +169,7 @@ def score_space(
                 complete = False
                 break
         chunk = {a: v[start : start + step] for a, v in rows.items()}
-        times, memory, valid = _chunk_figures(space, cost_model, tables, chunk, fold)
+        times, memory, valid, exact = _chunk_figures(space, cost_model, tables, chunk, fold, phased)
         if time_factor is not None:
             cache: dict[str, np.ndarray] = {}
             times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
@@ -151,9 +178,10 @@ def score_space(
             fits &= np.round(times * US_PER_S) <= int(upper_bound_s * US_PER_S)
         acc.layouts += int(valid.sum())
         acc.fitting += int(fits.sum())
-        _reduce(acc, chunk, fold, times, memory, valid, fits, top=top, band=band, front=front)
+        figures = (times, memory, exact)
+        _reduce(acc, chunk, fold, figures, valid, fits, top=top, band=band, front=front)
         if by_axis:
-            _reduce_by_axis(acc, chunk, fold, times, memory, valid, fits)
+            _reduce_by_axis(acc, chunk, fold, figures, valid, fits)
     return Scores(
         layouts=acc.layouts,
         fitting=acc.fitting,
@@ -198,11 +226,16 @@ def _codes(space: Space, grid: dict[str, np.ndarray], axes: tuple[str, ...], cac
     return code
 
 
-def _table(space: Space, ctx: TermContext, term, rows, fold, deadline=None) -> _Table:
-    axes = space.key_axes(term.depends_on)
-    sub = _keys(space, term, rows, fold)
+def _table(space: Space, ctx: TermContext, term, sub, deadline=None) -> _Table:
+    """``term`` on its keys ``sub`` (``_keys``)."""
     size = len(next(iter(sub.values()))) if sub else 1
     values = _evaluated(term, sub, ctx, size, deadline)
+    return _table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values)
+
+
+def _table_of(space: Space, axes: tuple[str, ...], sub, values: np.ndarray) -> _Table:
+    """A table of ``values`` on the keys ``sub`` over ``axes``."""
+    values = np.asarray(values, dtype=np.float64)
     if not axes:
         return _Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
     ordered = (*[a for a in axes if a != FOLD_AXIS], *[a for a in axes if a == FOLD_AXIS])
@@ -222,7 +255,7 @@ def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray):
     reads them, less the cells its rules over ``vpp`` forbid; the same keys as
     ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
     evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows)."""
-    free = space.free_axes(term.depends_on)
+    free = space.free_axes(term_axes(term, space.domains))
     outer = [a for a in free if a != FOLD_AXIS]
     if not free:
         return {}
@@ -279,8 +312,9 @@ def _gather(space: Space, table: _Table, chunk, fold: np.ndarray, cache: dict):
     return out if folded else out[:, None]
 
 
-def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold):
-    """Step time, memory and validity of every (row, vpp) cell of a chunk."""
+def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold, phased=None):
+    """Step time, memory, validity and (with ``phased``, else ``None``) exactness of every
+    (row, vpp) cell of a chunk."""
 
     cache: dict[str, np.ndarray] = {}
 
@@ -290,9 +324,17 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold):
             out = out + _gather(space, tables[term.name], chunk, fold, cache)
         return out
 
-    slots = _gather(space, tables[cost_model.slots.name], chunk, fold, cache)
-    in_flight = _gather(space, tables[cost_model.in_flight.name], chunk, fold, cache)
-    times = total(cost_model.step_terms) + slots * total(cost_model.microbatch_terms)
+    def gather(table: _Table) -> np.ndarray:
+        return _gather(space, table, chunk, fold, cache)
+
+    in_flight = gather(tables[cost_model.in_flight.name])
+    exact = None
+    if phased is None:
+        slots = gather(tables[cost_model.slots.name])
+        micro = slots * total(cost_model.microbatch_terms)
+    else:
+        micro, exact = phased.figures(gather, total(cost_model.microbatch_terms))
+    times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
     )
@@ -302,7 +344,9 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold):
     for rule in space.rules:
         if FOLD_AXIS in rule.axes:
             valid &= _rule_cells(space, rule, chunk, fold, cache)
-    return times, memory, valid
+    if exact is not None:
+        exact = np.broadcast_to(exact, times.shape)
+    return times, memory, valid, exact
 
 
 def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.ndarray:
@@ -321,13 +365,22 @@ def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.
     return ok[inverse.ravel()]
 
 
-def _scored(chunk, fold, times, memory, cells: np.ndarray) -> list[Scored]:
+def _scored(chunk, fold, figures, cells: np.ndarray) -> list[Scored]:
+    times, memory, exact = figures
     rows, cols = np.divmod(cells, len(fold))
     out = []
     for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
         row = {a: int(chunk[a][r]) for a in GRID_AXES if a != FOLD_AXIS}
         row[FOLD_AXIS] = int(fold[c])
-        out.append(Scored(row=row, step_s=float(times[r, c]), memory_bytes=float(memory[r, c])))
+        sure = True if exact is None else bool(exact[r, c])
+        out.append(
+            Scored(
+                row=row,
+                step_s=float(times[r, c]),
+                memory_bytes=float(memory[r, c]),
+                exact=sure,
+            )
+        )
     return out
 
 
@@ -335,7 +388,8 @@ def _order(item: Scored) -> tuple:
     return (item.step_us, tie_key(item.row))
 
 
-def _reduce(acc: _Acc, chunk, fold, times, memory, valid, fits, *, top, band, front) -> None:
+def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -> None:
+    times, memory = figures[0], figures[1]
     flat_t = np.where(fits, times, np.inf).ravel()
     if np.isfinite(flat_t).any():
         best_so_far = acc.best[0].step_s if acc.best else np.inf
@@ -343,20 +397,20 @@ def _reduce(acc: _Acc, chunk, fold, times, memory, valid, fits, *, top, band, fr
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
         picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
-        acc.best = sorted(acc.best + _scored(chunk, fold, times, memory, picked), key=_order)
+        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=_order)
         acc.best = _keep_top(acc.best, top)
         if band > 0:
             limit = min(best_so_far, float(flat_t.min())) * (1 + band)
             near = np.flatnonzero(flat_t <= limit)
             acc.band = [s for s in acc.band if s.step_s <= limit]
-            acc.band += _scored(chunk, fold, times, memory, near)
+            acc.band += _scored(chunk, fold, figures, near)
     if front:
         flat_m = np.where(valid, memory, np.inf).ravel()
         cells = np.flatnonzero(np.isfinite(flat_m))
         order = cells[np.lexsort((flat_m[cells], np.where(valid, times, np.inf).ravel()[cells]))]
         least = np.minimum.accumulate(flat_m[order])
         keep = order[np.concatenate([[True], least[1:] < least[:-1]])] if len(order) else order
-        acc.front = _front(acc.front + _scored(chunk, fold, times, memory, keep))
+        acc.front = _front(acc.front + _scored(chunk, fold, figures, keep))
 
 
 def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
@@ -368,9 +422,10 @@ def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
     return rank
 
 
-def _reduce_by_axis(acc: _Acc, chunk, fold, times, memory, valid, fits) -> None:
+def _reduce_by_axis(acc: _Acc, chunk, fold, figures, valid, fits) -> None:
     """The fastest fitting cell (whole microseconds, then ``tie_key``) and the least memory of
     every value of every free axis in this chunk, merged into ``acc``."""
+    times, memory = figures[0], figures[1]
     n = len(chunk["tp"])
     us = np.where(fits, np.round(times * US_PER_S), np.inf)
     mem = np.where(valid, memory, np.inf)
@@ -390,10 +445,10 @@ def _reduce_by_axis(acc: _Acc, chunk, fold, times, memory, valid, fits) -> None:
             cells = [(int(order[i]), int(col[order[i]])) for i in first]
             least = [mem[column == v].min() for v in values]
         for value, (r, c), low in zip(values.tolist(), cells, least, strict=True):
-            _merge_axis(acc, axis, value, chunk, fold, times, memory, (r, c), us[r, c], float(low))
+            _merge_axis(acc, axis, value, chunk, fold, figures, (r, c), us[r, c], float(low))
 
 
-def _merge_axis(acc: _Acc, axis, value, chunk, fold, times, memory, cell, cell_us, low) -> None:
+def _merge_axis(acc: _Acc, axis, value, chunk, fold, figures, cell, cell_us, low) -> None:
     if not np.isfinite(low):  # no layout the rules allow has this value (here)
         return
     lows = acc.least_by_axis.setdefault(axis, {})
@@ -401,7 +456,7 @@ def _merge_axis(acc: _Acc, axis, value, chunk, fold, times, memory, cell, cell_u
     if not np.isfinite(cell_us):
         return
     r, c = cell
-    (item,) = _scored(chunk, fold, times, memory, np.array([r * len(fold) + c]))
+    (item,) = _scored(chunk, fold, figures, np.array([r * len(fold) + c]))
     bests = acc.by_axis.setdefault(axis, {})
     if value not in bests or _order(item) < _order(bests[value]):
         bests[value] = item
@@ -429,3 +484,70 @@ def _front(items: list[Scored]) -> tuple[Scored, ...]:
         if not out or item.memory_bytes < out[-1].memory_bytes:
             out.append(item)
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phased:
+    """The tables of a space whose schedules split the micro-batch by phase (module docstring):
+    the forward slots at the reference phase times, how far the other phases' slots are from
+    them (input gradient, weight gradient) and the paired slots, each with the terms' parts of
+    that phase (tables that are zero everywhere left out), and where the slots are the layout's
+    own (``PhasedSlots.ratio_free``)."""
+
+    forward: _Table
+    others: tuple[tuple[_Table, tuple[_Table, ...], float], ...]
+    """Per phase beyond the forward: (its slots less the forward's, or the paired slots; the
+    terms' parts of it; the sign: +1, or -1 for what the pairs hide)."""
+    exact: _Table
+
+    def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The micro-batch part of every cell (``total``: the sum of the micro-batch terms)
+        and whether it is exact: ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``,
+        which is ``autopar.costs.terms.weighted`` with ``total = F + I + W``."""
+        forward = gather(self.forward)
+        micro = forward * total
+        for slots, parts, sign in self.others:
+            micro = micro + sign * gather(slots) * sum(gather(t) for t in parts)
+        micro = np.where(np.isinf(forward), np.inf, micro)
+        return micro, gather(self.exact) > 0.5
+
+
+def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, keys_of, deadline):
+    """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
+    ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
+    ``keys_of``: each term's keys by name (``_keys``)."""
+    slots = cost_model.slots
+    if not isinstance(slots, PhasedSlots):
+        return None
+    sub = keys_of[slots.name]
+    size = len(next(iter(sub.values()))) if sub else 1
+    free = slots_ratio_free(slots, sub, ctx, size)
+    nominal = Phases(*(np.full(size, x) for x in (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)))
+    if free.all() and uniform_slots(slot_phases(slots, sub, ctx, nominal)).all():
+        return None
+    parts: list[list[_Table]] = [[], [], []]
+    medians = np.zeros(4)
+    for term in cost_model.microbatch_terms:
+        keys = keys_of[term.name]
+        n = len(next(iter(keys.values()))) if keys else 1
+        check_deadline(deadline)
+        phases = term_phases(term, keys, ctx, n)
+        medians += [float(np.median(part)) if n else 0.0 for part in phases]
+        axes = space.key_axes(term_axes(term, space.domains))
+        for i, part in enumerate(phases[1:]):
+            if np.any(part != 0):
+                parts[i].append(_table_of(space, axes, keys, part))
+    at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
+    axes = space.key_axes(term_axes(slots, space.domains))
+    with np.errstate(invalid="ignore"):
+        steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
+    others = []
+    for step, terms, sign in zip(steps, parts, (1.0, 1.0, -1.0), strict=True):
+        step = np.where(np.isfinite(step), step, 0.0)
+        if terms and np.any(step != 0):
+            others.append((_table_of(space, axes, sub, step), tuple(terms), sign))
+    return _Phased(
+        forward=_table_of(space, axes, sub, at.forward),
+        others=tuple(others),
+        exact=_table_of(space, axes, sub, free.astype(np.float64)),
+    )

@@ -40,7 +40,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from autopar.base.axes import AXIS, GRID_AXES
+from autopar.base.axes import AXIS, GRID_AXES, PIPELINE_SCHEDULES
 from autopar.base.errors import InputError
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives
 from autopar.inputs.specs import ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
@@ -123,6 +123,27 @@ class Phases(NamedTuple):
 FORWARD_SHARE = 1.0 / 3.0
 """Forward's share of a term that gives no phases: the backward is twice the forward
 (Narayanan et al. 2021 §3.5); none of it is counted as weight gradient."""
+
+
+@runtime_checkable
+class NarrowedTerm(Protocol):
+    """A term that reads fewer of its axes in some spaces: ``depends_on_in`` gives those it
+    reads given the axes' domains (codes), a subset of ``depends_on`` on which its values are
+    the same (a schedule's activations when only 1F1B is searched)."""
+
+    def depends_on_in(self, domains: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]: ...
+
+
+def term_axes(term: CostTerm, domains: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """The axes ``term`` reads in a space with these domains (``NarrowedTerm``)."""
+    if isinstance(term, NarrowedTerm):
+        return tuple(term.depends_on_in(domains))
+    return tuple(term.depends_on)
+
+
+def schedules_in(domains: Mapping[str, tuple[int, ...]]) -> frozenset[str]:
+    """The pipeline schedules a space's domains allow (1F1B when it has no schedule axis)."""
+    return frozenset(PIPELINE_SCHEDULES[c] for c in domains.get("schedule", (0,)))
 
 
 @runtime_checkable

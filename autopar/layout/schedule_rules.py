@@ -102,13 +102,44 @@ def _torchtitan_rules() -> list[Rule]:
     ]
 
 
+def _combined_ok(problem: Problem):
+    """Where Megatron runs the combined 1F1B (``_combined_rules``), as a row predicate."""
+    model, stack = problem.model, problem.training.stack
+    full = RECOMPUTE_MODES.index("full")
+    dispatchers = set(stack.moe_dispatchers) & {"alltoall", "flex"}
+    applies = model.is_moe and model.num_mtp_layers <= 1 and bool(dispatchers)
+
+    def ok(g: Grid) -> np.ndarray:
+        shape = (g["ep"] > 1) & ((g["pp"] == 1) | (g["vpp"] > 1))
+        return shape & (g["recompute"] != full) & applies
+
+    return ok
+
+
 def _combined_rules(problem: Problem) -> list[Rule]:
     """Megatron's ``--overlap-moe-expert-parallel-comm`` (the combined 1F1B)."""
     model, stack = problem.model, problem.training.stack
     full = RECOMPUTE_MODES.index("full")
     dispatchers = set(stack.moe_dispatchers) & {"alltoall", "flex"}
     applies = model.is_moe and model.num_mtp_layers <= 1 and bool(dispatchers)
+    dominated = []
+    if {"1f1b", "combined-1f1b"} <= set(problem.options.pipeline_schedules):
+        combined_ok = _combined_ok(problem)
+        dominated.append(
+            Rule(
+                family=FAMILY,
+                text="1f1b only where combined-1f1b is refused (the combined 1F1B has 1F1B's "
+                "slots and activations and hides part of the all-to-all)",
+                axes=("pp", "vpp", "ep", "recompute", "schedule"),
+                check=lambda g: ~_is(g, "1f1b") | ~combined_ok(g),
+                source="autopar search restriction: same slots and memory, less time "
+                "(tests/test_schedule_slots.py)",
+                kind="default",
+                lift="--pipeline-schedule 1f1b",
+            )
+        )
     return [
+        *dominated,
         Rule(
             family=FAMILY,
             text="combined-1f1b needs expert layers (at most one MTP layer) and the alltoall or "

@@ -20,6 +20,7 @@ This module only searches: when nothing fits, the caller (``autopar.api``) asks
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from autopar.base.axes import tie_key
 from autopar.base.deadline import TimeLimitReached
 from autopar.costs.error_bands import ErrorBand
 from autopar.costs.estimate import estimate_many
-from autopar.costs.score import Scored, score_space
+from autopar.costs.score import Scored, Scores, score_space
 from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.coverage import Coverage
 from autopar.layout.plan import Layout
@@ -39,6 +40,7 @@ from autopar.layout.results import HEADROOM_FILL, Proof, SolveResult, Ties
 from autopar.layout.space import Space
 from autopar.search import interrupt
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
+from autopar.search.exact import CLOSE_FIRST, NOT_CLOSED, Objective, close, needs_closing
 
 SIZED_LIMIT_BASE_S = 10.0
 SIZED_LIMIT_PER_LAYOUT_S = 2e-4
@@ -258,19 +260,35 @@ def solve_space(
     scores = None
     if method in ("auto", "enumerate"):
         rel = band.rel_error if band is not None else 0.0
-        scores = score_space(
-            space,
-            ctx,
-            cost_model,
-            top=top_k,
-            band=rel,
-            deadline=deadline,
-            time_factor=time_factor,
-            upper_bound_s=upper_bound_s,
-        )
+        asked = top_k if space.domains.get("schedule", (0,)) == (0,) else max(top_k, CLOSE_FIRST)
+
+        def scored(bound_s: float | None, top: int) -> Scores:
+            limits = [b for b in (bound_s, upper_bound_s) if b is not None and np.isfinite(b)]
+            return score_space(
+                space,
+                ctx,
+                cost_model,
+                top=top,
+                band=rel,
+                deadline=deadline,
+                time_factor=time_factor,
+                upper_bound_s=min(limits) if limits else None,
+            )
+
+        scores = scored(None, asked)
+        proven = True
+        if scores.complete and needs_closing(scores, top_k):
+            objective = Objective(
+                ctx=ctx, cost_model=cost_model, time_factor=time_factor, upper_bound_s=upper_bound_s
+            )
+            scores, proven = close(scores, scored, objective, top_k=top_k, asked=asked, band=rel)
         if scores.complete:
             tied = (band, prefer)
-            return _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied, goal)
+            result = _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied, goal)
+            if proven or not result.layouts:
+                return result
+            notes = (*result.notes, NOT_CLOSED)
+            return dataclasses.replace(result, status="feasible", notes=notes)
     hint = scores.best[0] if scores and scores.best else None
     if deadline is None:  # no limit given: CP-SAT's is sized from the problem
         deadline = start + sized_time_limit_s(scores.layouts if scores else 0)
