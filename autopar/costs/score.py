@@ -40,6 +40,7 @@ from autopar.costs.terms import (
     CostModel,
     CostTerm,
     PhasedSlots,
+    PhasedTerm,
     Phases,
     TermContext,
     slot_phases,
@@ -152,10 +153,11 @@ def score_space(
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
         keys: dict[str, dict[str, np.ndarray]] = {}
+        shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for term in terms:  # the deadline checked before each evaluation
-            keys[term.name] = _keys(space, term, rows, fold)
+            keys[term.name] = _keys(space, term, rows, fold, shared)
             tables[term.name] = _table(space, ctx, term, keys[term.name], deadline)
-        phased = _phased_tables(space, ctx, cost_model, keys, deadline)
+        phased = _phased_tables(space, ctx, cost_model, keys, tables, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     step = max(1, CHUNK_CELLS // len(fold))
@@ -249,13 +251,28 @@ def _table_of(space: Space, axes: tuple[str, ...], sub, values: np.ndarray) -> _
     return _Table(axes=ordered, codes=codes[order], values=values[order])
 
 
-def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray):
+def _scaled(table: _Table, factor: float) -> _Table:
+    """``table`` with every value times ``factor``."""
+    dense = None if table.dense is None else table.dense * factor
+    return _Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
+
+
+def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray, cache=None):
     """The term's keys that some row of the space has: its axes' distinct combinations among
     ``rows`` (with the derived columns they fix), crossed with the virtual-stage counts when it
     reads them, less the cells its rules over ``vpp`` forbid; the same keys as
     ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
-    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows)."""
-    free = space.free_axes(term_axes(term, space.domains))
+    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows).
+    Terms over the same axes share their keys (``cache``, by axes)."""
+    free = tuple(space.free_axes(term_axes(term, space.domains)))
+    if cache is None:
+        return _axes_keys(space, free, rows, fold)
+    if free not in cache:
+        cache[free] = _axes_keys(space, free, rows, fold)
+    return cache[free]
+
+
+def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: np.ndarray):
     outer = [a for a in free if a != FOLD_AXIS]
     if not free:
         return {}
@@ -512,10 +529,12 @@ class _Phased:
         return micro, gather(self.exact) > 0.5
 
 
-def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, keys_of, deadline):
+def _phased_tables(
+    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, deadline
+):
     """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
     ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
-    ``keys_of``: each term's keys by name (``_keys``)."""
+    ``keys_of``: each term's keys by name (``_keys``); ``totals``: their tables."""
     slots = cost_model.slots
     if not isinstance(slots, PhasedSlots):
         return None
@@ -531,6 +550,12 @@ def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, keys_o
         keys = keys_of[term.name]
         n = len(next(iter(keys.values()))) if keys else 1
         check_deadline(deadline)
+        if not isinstance(term, PhasedTerm):  # FORWARD_SHARE of its total (term_phases)
+            total = totals[term.name]
+            value = float(np.median(total.values)) if len(total.values) else 0.0
+            medians += [FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, 0.0, 0.0]
+            parts[0].append(_scaled(total, 1.0 - FORWARD_SHARE))
+            continue
         phases = term_phases(term, keys, ctx, n)
         medians += [float(np.median(part)) if n else 0.0 for part in phases]
         axes = space.key_axes(term_axes(term, space.domains))
