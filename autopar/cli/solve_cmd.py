@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 help="Allowed pipeline schedules, e.g. zb-v,dualpipe-v, or any (every one the "
                 "framework ships); default 1f1b (interleaved with VPP).",
+                rich_help_panel=SEARCH,
             ),
         ] = None,
         sequence_parallel: Annotated[

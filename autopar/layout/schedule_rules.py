@@ -21,6 +21,9 @@ from autopar.layout.rule import Rule
 Grid = Mapping[str, np.ndarray]
 CODE: dict[str, int] = {name: i for i, name in enumerate(PIPELINE_SCHEDULES)}
 FAMILY = "pipeline schedule"
+SEARCH_FAMILY = "pipeline schedule search"
+"""The search restrictions among the schedules (a dominated schedule is not searched beside
+the one that dominates it); a layout given to evaluate is not held to them."""
 
 
 def _is(g: Grid, *names: str) -> np.ndarray:
@@ -127,7 +130,7 @@ def _combined_rules(problem: Problem) -> list[Rule]:
         combined_ok = _combined_ok(problem)
         dominated.append(
             Rule(
-                family=FAMILY,
+                family=SEARCH_FAMILY,
                 text="1f1b only where combined-1f1b is refused (the combined 1F1B has 1F1B's "
                 "slots and activations and hides part of the all-to-all)",
                 axes=("pp", "vpp", "ep", "recompute", "schedule"),
@@ -182,7 +185,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
     if {"gpipe", "1f1b"} <= allowed:
         rules.append(
             Rule(
-                family=FAMILY,
+                family=SEARCH_FAMILY,
                 text="gpipe only where 1F1B refuses the micro-batch count (grad_accum < pp)",
                 axes=("pp", "grad_accum", "schedule"),
                 check=lambda g: ~_is(g, "gpipe") | (g["grad_accum"] < g["pp"]),
@@ -193,7 +196,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
     if {"looped-bfs", "1f1b"} <= allowed:
         rules.append(
             Rule(
-                family=FAMILY,
+                family=SEARCH_FAMILY,
                 text="looped-bfs only where Interleaved1F1B refuses the micro-batch count",
                 axes=("pp", "grad_accum", "schedule"),
                 check=lambda g: (
@@ -207,7 +210,7 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
     if {"dualpipe-v", "zb-v"} <= allowed:
         rules.append(
             Rule(
-                family=FAMILY,
+                family=SEARCH_FAMILY,
                 text="dualpipe-v is not searched beside zb-v (torchtitan runs its pairs one "
                 "after the other, so it only reorders ZB-V's operations)",
                 axes=("schedule",),
