@@ -414,6 +414,10 @@ class EpCommTime:
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], ctx.training.seq_len))
         hidden = 0.0 if self.ep_overlap is False else 1.0 - EP_OVERLAP_EXPOSED
+        # only the combined 1F1B overlaps a pair's halves layer by layer; torchtitan's DualPipeV
+        # runs them one after the other (schedule.SEQUENTIAL_PAIRS), hiding nothing
+        overlapped = np.asarray(grid["schedule"]) == COMBINED if "schedule" in grid else False
+        hidden = np.where(overlapped, hidden, 0.0)
         return Phases(
             layers * forward,
             layers * (backward + full * forward),

@@ -114,10 +114,16 @@ def test_overlap_switches_hide_expert_communication() -> None:
     grid = _grid(tp=2, pp=8, dp=64, ep=64)
     plain = EpCommTime().evaluate(grid, ctx)[0]
     assert EpCommTime(shared_expert_overlap=True).evaluate(grid, ctx)[0] < plain
-    phases = EpCommTime().phases(grid, ctx)
+    paired = _grid(tp=2, pp=8, dp=64, ep=64, vpp=2, pipeline_schedule="combined-1f1b")
+    phases = EpCommTime().phases(paired, ctx)
     whole = phases.forward[0] + phases.backward_input[0]
     assert phases.paired_hidden[0] == pytest.approx((1 - EP_OVERLAP_EXPOSED) * whole)
-    assert EpCommTime(ep_overlap=False).phases(grid, ctx).paired_hidden[0] == 0.0
+    assert EpCommTime(ep_overlap=False).phases(paired, ctx).paired_hidden[0] == 0.0
+    # torchtitan's DualPipeV runs a pair's halves one after the other (OVERLAP_F_B, torch
+    # schedules.py L2889-2894): its pairs hide nothing, nor does 1F1B
+    for name in ("dualpipe-v", "1f1b"):
+        other = _grid(tp=2, pp=8, dp=64, ep=64, vpp=2, pipeline_schedule=name)
+        assert EpCommTime().phases(other, ctx).paired_hidden[0] == 0.0
     m = 8
     layouts = [
         Layout(tp=2, pp=1, dp=512, ep=64, grad_accum=m, pipeline_schedule=name)
