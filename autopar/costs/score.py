@@ -149,6 +149,8 @@ def score_space(
     count = len(next(iter(rows.values()))) if rows else 0
     if not count or not len(fold):
         return Scores(layouts=0, fitting=0, best=())
+    rows, allowed = _with_a_cell(space, rows, fold)
+    count = len(next(iter(rows.values())))
     tables: dict[str, _Table] = {}
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
@@ -172,6 +174,7 @@ def score_space(
                 break
         chunk = {a: v[start : start + step] for a, v in rows.items()}
         times, memory, valid, exact = _chunk_figures(space, cost_model, tables, chunk, fold, phased)
+        valid &= allowed[start : start + step]
         if time_factor is not None:
             cache: dict[str, np.ndarray] = {}
             times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
@@ -357,13 +360,29 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold, pha
     )
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
-    valid = np.isfinite(times) & np.isfinite(memory)
-    for rule in space.rules:
-        if FOLD_AXIS in rule.axes:
-            valid &= _rule_cells(space, rule, chunk, fold, cache)
+    valid = np.isfinite(times) & np.isfinite(memory)  # the rules over vpp: _with_a_cell
     if exact is not None:
         exact = np.broadcast_to(exact, times.shape)
     return times, memory, valid, exact
+
+
+def _with_a_cell(space: Space, rows, fold: np.ndarray):
+    """The rows with at least one (row, vpp) cell the rules over ``vpp`` allow, and those
+    cells: a row every virtual-stage count of which a rule refuses (1F1B where the combined
+    1F1B dominates it) is neither keyed nor scored."""
+    count = len(next(iter(rows.values())))
+    allowed = np.ones((count, len(fold)), dtype=bool)
+    step = max(1, CHUNK_CELLS // len(fold))
+    for start in range(0, count, step):
+        chunk = {a: v[start : start + step] for a, v in rows.items()}
+        cache: dict[str, np.ndarray] = {}
+        for rule in space.rules:
+            if FOLD_AXIS in rule.axes:
+                allowed[start : start + step] &= _rule_cells(space, rule, chunk, fold, cache)
+    keep = allowed.any(axis=1)
+    if keep.all():
+        return rows, allowed
+    return {a: v[keep] for a, v in rows.items()}, allowed[keep]
 
 
 def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.ndarray:
