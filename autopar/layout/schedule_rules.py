@@ -181,44 +181,38 @@ def _dominated_rules(problem: Problem) -> list[Rule]:
         "(tests/test_schedule_slots.py)"
     )
 
-    rules = []
-    if {"gpipe", "1f1b"} <= allowed:
-        rules.append(
-            Rule(
-                family=SEARCH_FAMILY,
-                text="gpipe only where 1F1B refuses the micro-batch count (grad_accum < pp)",
-                axes=("pp", "grad_accum", "schedule"),
-                check=lambda g: ~_is(g, "gpipe") | (g["grad_accum"] < g["pp"]),
-                source=source,
-                kind="default",
-            )
-        )
-    if {"looped-bfs", "1f1b"} <= allowed:
-        rules.append(
-            Rule(
-                family=SEARCH_FAMILY,
-                text="looped-bfs only where Interleaved1F1B refuses the micro-batch count",
-                axes=("pp", "grad_accum", "schedule"),
-                check=lambda g: (
-                    ~_is(g, "looped-bfs")
-                    | (g["grad_accum"] % np.maximum(1, g["grad_accum"] // g["pp"]) != 0)
-                ),
-                source=source,
-                kind="default",
-            )
-        )
-    if {"dualpipe-v", "zb-v"} <= allowed:
-        rules.append(
-            Rule(
-                family=SEARCH_FAMILY,
-                text="dualpipe-v is not searched beside zb-v (torchtitan runs its pairs one "
-                "after the other, so it only reorders ZB-V's operations)",
-                axes=("schedule",),
-                check=lambda g: ~_is(g, "dualpipe-v"),
-                source=source + "; torch schedules.py L2889-2894 (OVERLAP_F_B sub-actions in turn)",
-                kind="default",
-            )
-        )
+    def rounds_refused(g: Grid) -> np.ndarray:
+        return g["grad_accum"] % np.maximum(1, g["grad_accum"] // g["pp"]) != 0
+
+    table = [
+        (
+            {"gpipe", "1f1b"},
+            "gpipe only where 1F1B refuses the micro-batch count (grad_accum < pp)",
+            ("pp", "grad_accum", "schedule"),
+            lambda g: ~_is(g, "gpipe") | (g["grad_accum"] < g["pp"]),
+            source,
+        ),
+        (
+            {"looped-bfs", "1f1b"},
+            "looped-bfs only where Interleaved1F1B refuses the micro-batch count",
+            ("pp", "grad_accum", "schedule"),
+            lambda g: ~_is(g, "looped-bfs") | rounds_refused(g),
+            source,
+        ),
+        (
+            {"dualpipe-v", "zb-v"},
+            "dualpipe-v is not searched beside zb-v (torchtitan runs its pairs one after the "
+            "other, so it only reorders ZB-V's operations)",
+            ("schedule",),
+            lambda g: ~_is(g, "dualpipe-v"),
+            source + "; torch schedules.py L2889-2894 (OVERLAP_F_B sub-actions in turn)",
+        ),
+    ]
+    rules = [
+        Rule(family=SEARCH_FAMILY, text=text, axes=axes, check=check, source=src, kind="default")
+        for needs, text, axes, check, src in table
+        if needs <= allowed
+    ]
     return rules
 
 
