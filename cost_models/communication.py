@@ -22,6 +22,7 @@ from cost_models.compute import (
     stage_counts_for_time,
 )
 from cost_models.flops import RECOMPUTE_FULL
+from cost_models.gemm import OPERAND_BYTES, gemm_dtype
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import kv_size, query_size, stage_layers
 from cost_models.switches import switch
@@ -44,12 +45,22 @@ TP overlap (the 2024 Megatron README and NeMo 24.07 rows)."""
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TpCommTime:
     """Tensor-parallel collectives of one stage, one micro-batch (Narayanan et al. 2021 §3.3;
-    Korthikanti et al. 2022 §4.2.2). Per layer, on the activation tensor ``mbs*s/cp*h`` in BF16:
-    with SP one all-gather + reduce-scatter pair per TP-sharded sublayer (``tp_regions``: two in
-    an attention + MLP layer) forward and the same backward; without SP one all-reduce each.
-    Full recompute repeats the forward ones. Layers are those of the most loaded stage. TP
-    ranks are consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes: TP across
-    nodes is allowed and priced at the network's bandwidth."""
+    Korthikanti et al. 2022 §4.2.2). Per layer, on the activation tensor ``mbs*s/cp*h``: with SP
+    one all-gather + reduce-scatter pair per TP-sharded sublayer (``tp_regions``: two in an
+    attention + MLP layer) forward and the same backward; without SP one all-reduce each. Full
+    recompute repeats the forward ones. Layers are those of the most loaded stage. TP ranks are
+    consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes: TP across nodes is
+    allowed and priced at the network's bandwidth.
+
+    With SP and an FP8 / FP4 GEMM after the all-gather, Transformer Engine quantizes before it
+    gathers (``LayerNormLinear`` / ``Linear`` forward: the norm output is cast, then
+    ``gather_along_first_dim(..., quantizer=input_quantizer)``; backward: the row-parallel
+    layers' output gradient likewise, ``grad_output_preprocess`` with the gradient quantizer;
+    transformer_engine/pytorch/module/layernorm_linear.py L278-313, linear.py L925-940), so the
+    all-gathers move ``OPERAND_BYTES`` of that format per element while the reduce-scatters
+    stay BF16. Current scaling (and NVFP4's per-tensor scale) first all-reduces the amax over
+    the TP group (``set_quantizer_amax_reduction_group``, layernorm_linear.py L233-237): one
+    latency-bound all-reduce per quantized all-gather."""
 
     name: str = "tp_comm_s"
     category: str = "tp_comm"
@@ -60,17 +71,33 @@ class TpCommTime:
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
-        size = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size * BYTES_BF16
+        elements = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size
         nodes = group_num_nodes(tp, 1.0, ctx.cluster.gpus_per_node)
-        ag = ctx.comm.time_s("all_gather", size, num_ranks=tp, num_nodes=nodes)
-        rs = ctx.comm.time_s("reduce_scatter", size, num_ranks=tp, num_nodes=nodes)
-        ar = ctx.comm.time_s("all_reduce", size, num_ranks=tp, num_nodes=nodes)
+        dtype = gemm_dtype(ctx, "fc1")
+        ag = ctx.comm.time_s(
+            "all_gather", elements * OPERAND_BYTES[dtype], num_ranks=tp, num_nodes=nodes
+        )
+        if dtype != "bf16" and amax_reduced(ctx):
+            ag = ag + ctx.comm.time_s("all_reduce", AMAX_BYTES, num_ranks=tp, num_nodes=nodes)
+        rs = ctx.comm.time_s("reduce_scatter", elements * BYTES_BF16, num_ranks=tp, num_nodes=nodes)
+        ar = ctx.comm.time_s("all_reduce", elements * BYTES_BF16, num_ranks=tp, num_nodes=nodes)
         pair = np.where(grid["sp"] == 1, ag + rs, ar)
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         counts = stage_counts_for_time(ctx.model, grid["pp"], ctx.training.seq_len)
         regions = sum(n * tp_regions(ctx.model, kind) for kind, n in counts.items())
         exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
         return exposed * regions * pair * (2.0 + recompute)
+
+
+AMAX_BYTES = 4.0
+"""One FP32 amax per quantized tensor, all-reduced (MAX) over the TP group before the cast."""
+
+
+def amax_reduced(ctx: TermContext) -> bool:
+    """Whether the stack's low-precision recipe needs a tensor-wide amax before casting: FP8
+    current scaling and NVFP4 (its per-tensor FP32 scale); delayed scaling uses the previous
+    step's amax, blockwise and MXFP8 scale per block."""
+    return ctx.training.precision == "nvfp4" or ctx.training.stack.fp8_recipe == "current"
 
 
 def tp_regions(model, kind: str) -> int:
