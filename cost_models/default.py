@@ -17,6 +17,7 @@ memory terms.
 from __future__ import annotations
 
 from autopar.costs.terms import CostModel
+from cost_models.checkpoint import CheckpointBytes
 from cost_models.communication import CpCommTime, DispatcherDecision, EpCommTime, TpCommTime
 from cost_models.compute import (
     MOE_LOAD_IMBALANCE,
@@ -116,6 +117,7 @@ def default_cost_model(
         in_flight=InFlightMicrobatches(),
         flops=TransformerFlops(),
         decisions=DispatcherDecision(dispatcher=moe_dispatcher),
+        checkpoint=CheckpointBytes(),
     )
 
 

@@ -72,15 +72,22 @@ BYTES_OPTIMIZER = 12.0
 MEGATRON_ACTIVATION_OVERHEAD = 1.05
 """Megatron ``compute_activation_memory_without_sp``: 5% for temporaries."""
 CUDA_CONTEXT_BYTES = 1.0 * GIB
-"""CUDA context, cuBLAS / cuDNN workspaces and handles (order of 0.5-1 GiB per process)."""
+"""CUDA context with the PyTorch, cuBLAS and cuDNN kernels and workspaces: about 300 MB with lazy
+module loading (the default on Linux since CUDA 12.2), over 1000 MB before CUDA 11.7
+(pytorch/pytorch#107667); cuBLAS workspaces per stream and handle on top."""
 NCCL_BUFFER_BYTES = 1.0 * GIB
-"""NCCL channel buffers of the TP, DP, PP (and CP/EP) communicators (NCCL_BUFFSIZE 4 MiB per
-channel and peer; several communicators)."""
+"""NCCL buffers of the communicators a rank uses (TP, DP, PP, CP, EP groups): linear in the
+channels, more on H100 NVLink than on PCIe (NVIDIA/nccl#986); measured 544 MB per 2-GPU and 688 MB
+per larger group on 4 A100s over NVLink (NVIDIA/nccl#964), a 512 MiB shared network buffer per
+communicator in NCCL 2.28 (NVIDIA/nccl#2363); NVLS buffers more still, which Megatron-Bridge's
+performance recipes switch off (``NCCL_NVLS_ENABLE=0``). 1 GiB is the low end of that evidence:
+the published runs bound the whole reserve (``WorkspaceMemory``)."""
 ALLOCATOR_FRAGMENTATION = 0.03
-"""Share of device memory the PyTorch caching allocator holds but cannot hand out (block
-rounding and split blocks; ``torch.cuda.memory_reserved() - memory_allocated()`` at steady state
-is typically a few percent in Megatron runs). A layout planned to the last GiB runs out of
-memory in practice; for more headroom set ``memory_reserve_gib`` in the cluster file."""
+"""Share of device memory the PyTorch caching allocator holds but cannot hand out. Without
+virtual-memory stitching it averages 15% (up to 33%) on A100-80GB over eight LLMs with
+recompute and ZeRO (GMLake, ASPLOS'24, arXiv 2401.08156); PyTorch's expandable segments, which
+Megatron-Bridge's recipes set (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), map
+segments the same way and leave a few percent. For more headroom set ``--memory-reserve-gib``."""
 LOGITS_BYTES_PER_ELEMENT = 6.0
 """Logits kept for the loss: BF16 output of the output layer and the FP32 softmax that the
 vocab-parallel cross entropy saves for backward (Megatron ``cross_entropy.py``)."""
@@ -132,24 +139,40 @@ def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool,
     return out
 
 
-def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """Dense-grid parameters on one rank of the most loaded stage: its layers, the input
-    embedding (and learned positions) on the first stage, the untied output layer and the MTP
-    modules on the last (Megatron ``theoretical_memory_usage.py``, "most loaded model shard";
-    for a uniform model that is the first stage, as there)."""
-    tp, pp = np.broadcast_arrays(
-        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
-    )
+def stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: int) -> list[np.ndarray]:
+    """Per stage of a ``pp``-stage pipeline, its dense-grid parameters over all its TP ranks
+    (one value per entry of ``tp``: the vocabulary is padded to ``128 * tp``): its layers, the
+    input embedding (and learned positions) on the first stage, the untied output layer and
+    the MTP modules on the last."""
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = embedding * (0.0 if model.tied_embeddings else 1.0)
+    return [
+        params + (embedding + positions) * first + output * last
+        for params, first, last in stage_layer_param_sums(model, pp)
+    ]
+
+
+def stage_moe_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Per stage of a ``pp``-stage pipeline, its MoE layers (MTP ones included)."""
+    return [
+        sum(n for kind, n in counts.items() if kind.endswith("/moe"))
+        for counts in all_stage_kinds(model, pp)
+    ]
+
+
+def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Dense-grid parameters on one rank of the most loaded stage (``stage_dense_params`` / tp;
+    Megatron ``theoretical_memory_usage.py``, "most loaded model shard"; for a uniform model
+    that is the first stage, as there)."""
+    tp, pp = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
+    )
     best = np.zeros(len(tp))
     for value in np.unique(pp):
         rows = pp == value
-        for params, first, last in stage_layer_param_sums(model, int(value)):
-            stage = params + (embedding[rows] + positions) * first + output[rows] * last
-            best[rows] = np.maximum(best[rows], stage)
+        best[rows] = np.max(stage_dense_params(model, tp[rows], int(value)), axis=0)
     return best / tp
 
 
@@ -182,7 +205,7 @@ class DenseParamMemory:
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
         params = first_stage_dense_params(ctx.model, tp, pp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = dense_shard_degree(grid, ctx, megatron_compatible=self.megatron_compatible)
         total = params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
         if self.part == "weights" and not self.megatron_compatible:
@@ -199,7 +222,7 @@ _PARTS: dict[str, tuple[float | None, int]] = {
 }
 
 
-def _bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
+def part_bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
     """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded. With BF16
     Adam moments (``StackSpec.optimizer_state_dtype``) the optimizer keeps 4 + 2 + 2 bytes."""
     bytes_per_param, stage = _PARTS[part]
@@ -230,7 +253,7 @@ class ExpertParamMemory:
         if not model.is_moe:
             return np.zeros(len(pp))
         params = stage_expert_layers(model, grid["pp"]) * expert_params(model) / (ep * etp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
 
@@ -240,11 +263,7 @@ def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     pp = np.atleast_1d(np.asarray(pp))
     out = np.zeros(len(pp))
     for value in np.unique(pp):
-        most = max(
-            sum(n for kind, n in counts.items() if kind.endswith("/moe"))
-            for counts in all_stage_kinds(model, int(value))
-        )
-        out[pp == value] = most
+        out[pp == value] = max(stage_moe_layers(model, int(value)))
     return out
 
 
@@ -556,12 +575,15 @@ class RecomputeWorkspaceMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkspaceMemory:
-    """CUDA context and library workspaces, NCCL buffers and the caching allocator's
-    fragmentation: ``CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_FRAGMENTATION * memory``
-    regardless of the layout (DESIGN §4 "workspace ... allocator fragmentation")."""
+    """The memory a training process holds besides its tensors, kept free on every GPU whatever
+    the layout (DESIGN §4 "workspace ... allocator fragmentation"): ``CUDA_CONTEXT_BYTES +
+    NCCL_BUFFER_BYTES + ALLOCATOR_FRAGMENTATION * memory``, 4.4 GiB on an 80 GB H100. Its own
+    memory category, ``reserve``, shows next to the capacity. The published runs bound it: the
+    tightest, Nemotron-4 340B FP8 at TP 8 PP 8 VP 12 on H100 (NeMo 24.07), leaves 4.7 GiB for it
+    beside its predicted tensors, the next 8.4 GiB (``benchmarks/README.md``, reserve)."""
 
     name: str = "workspace_bytes"
-    category: str = "other"
+    category: str = "reserve"
     depends_on: tuple[str, ...] = ()
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:

@@ -15,7 +15,7 @@ import autopar
 from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.plan import Layout
-from autopar.layout.rules import pipeline_split
+from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
 from tests import consumers
 
@@ -36,7 +36,7 @@ def _interleaving(layers: int) -> tuple[int, int] | None:
 
 def _split_of_kind(layers: int, kind: str) -> tuple[int, int] | None:
     """A (pp, vpp) whose planned split accounts for the embedding, or has first/last-stage
-    layer counts with interleaving (``autopar.layout.rules.pipeline_split``)."""
+    layer counts with interleaving (``autopar.layout.split.pipeline_split``)."""
     for pp in range(3, 17):
         for vpp in (1, 2, 3, 4) if kind == "account_for_embedding" else (2, 3, 4):
             split = pipeline_split(layers, pp, vpp)
@@ -200,7 +200,10 @@ def _stages_match(lay: Layout, problem, parallelism: dict) -> None:
     per_stage = consumers.torchtitan_stage_layers(problem.model.num_layers, parallelism)
     assert len(per_stage) == lay.pp * lay.vpp
     assert sum(per_stage) == problem.model.num_layers
-    planned = emit.common.virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    model = problem.model
+    planned = emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert per_stage == planned
 
 
@@ -517,7 +520,9 @@ def test_torchtitan_config_manager_reads_every_expressible_preset(name, tmp_path
     schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
     assert par.pipeline_parallel_schedule == schedule
     stages = consumers.torchtitan_stage_layers(model.num_layers, _parallelism_fields(par))
-    assert stages == emit.common.virtual_stage_layers(model.num_layers, lay.pp, lay.vpp)
+    assert stages == emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert config.training.global_batch_size == problem.training.global_batch_sequences
     assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
 
@@ -542,3 +547,26 @@ def test_torchtitan_refuses_presets_it_cannot_express_in_one_line(name):
     assert "\n" not in message and "cannot express" in message and "--format" in message
     if name == "deepseek-v3":  # the one difference is named
         assert "num_mtp_layers 0 (the model has 1)" in message
+
+
+def test_checkpoint_settings_reach_each_consumer() -> None:
+    """The goodput-optimal interval and the async save, parsed by each consumer itself:
+    Megatron-LM's parser, Megatron-Bridge's CheckpointConfig, torchtitan 0.3's ConfigManager."""
+    import autopar
+
+    options = dict(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True)
+    est = autopar.evaluate(**options, tp=1, pp=1, zero=3, framework="torchtitan")
+    problem = autopar.make_problem(**options, framework="torchtitan")
+    interval = est.goodput.checkpoint_interval_steps
+    args = consumers.megatron_parse(emit.megatron_args(est, problem))
+    assert args["--save-interval"] == [str(interval)]
+    assert "--async-save" in args and "--use-persistent-ckpt-worker" in args
+    overrides = emit.bridge_overrides(
+        autopar.evaluate(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
+        autopar.make_problem(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
+    )
+    assert overrides["checkpoint"]["async_save"] is True
+    consumers.bridge_check(overrides)
+    config = consumers.torchtitan_parse(emit.torchtitan_args(est, problem))
+    assert config.checkpoint.interval == interval
+    assert config.checkpoint.async_mode == "async"

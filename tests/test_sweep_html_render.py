@@ -136,8 +136,8 @@ def test_report_renders_every_chart_offline(full):
     asked = html_report.figure(html_report.read_page(report.read_text(encoding="utf-8")))
     assert console == []  # no script error, no failed fetch, nothing logged
     assert page.with_class("div", "plot-container"), "plotly drew nothing"
-    # one subplot per chart: throughput, MFU, days, cost, memory
-    assert set(measured["subplots"]) == {"xy", "x2y2", "x3y3", "x4y4", "x5y5"}
+    # one subplot per chart: throughput, MFU, days, cost, goodput, memory
+    assert set(measured["subplots"]) == {"xy", "x2y2", "x3y3", "x4y4", "x5y5", "x6y6"}
     assert measured["annotations"] == [a["text"] for a in asked["layout"]["annotations"]]
     # every trace, and every point of it, drawn
     lines = [
@@ -148,10 +148,11 @@ def test_report_renders_every_chart_offline(full):
     bands = [t for t in asked["data"] if t.get("fill") == "toself"]
     assert len(bands) == 2  # the throughput's error band, one per series
     drawn = [t for sp in measured["subplots"].values() for t in sp["traces"] if t["points"]]
-    assert len(lines) == 4 * 2 == len(drawn)  # four charts x (h100, h200)
-    assert sum(t["points"] for t in drawn) == sum(_drawn(t["y"]) for t in lines) == 4 * 6
+    # (throughput, MFU, days and cost with and without failures, goodput) x (h100, h200)
+    assert len(lines) == 7 * 2 == len(drawn)
+    assert sum(t["points"] for t in drawn) == sum(_drawn(t["y"]) for t in lines) == 7 * 6
     bars = [t for t in asked["data"] if t["type"] == "bar"]
-    outlines = [o for t in measured["subplots"]["x5y5"]["traces"] for o in t["outlines"]]
+    outlines = [o for t in measured["subplots"]["x6y6"]["traces"] for o in t["outlines"]]
     assert len(outlines) == sum(_drawn(t["y"]) for t in bars) > 0
     assert [row[0] for row in page.rows if row] == ["8", "16", "32"] * 2  # the layout table
 
@@ -186,7 +187,8 @@ def test_one_colour_per_series_in_every_panel_and_one_legend(full, bare):
                 outlines = {o for t in sp["traces"] for o in t["outlines"]}
                 assert outlines == set(legend.values())
                 continue
-            assert sorted(t["name"] for t in lines) == sorted(legend)
+            # a series' traces of one panel (days with and without failures) share its name
+            assert sorted({t["name"] for t in lines}) == sorted(legend)
             for trace in lines:
                 assert trace["stroke"] == trace["marker"] == legend[trace["name"]]
     assert {e["text"] for e in full[1]["legends"]["legend"]} == {"h100", "h200"}
@@ -196,9 +198,9 @@ def test_one_colour_per_series_in_every_panel_and_one_legend(full, bare):
 def test_gpu_count_ticks_mfu_in_percent_cost_in_its_currency(full):
     _, measured, _, _ = full
     subplots = measured["subplots"]
-    for name in ("xy", "x2y2", "x3y3", "x4y4"):
+    for name in ("xy", "x2y2", "x3y3", "x4y4", "x5y5"):
         assert subplots[name]["xticks"] == ["8", "16", "32"]
-    assert subplots["x5y5"]["xticks"] == ["8", "16", "32"] * 2
+    assert subplots["x6y6"]["xticks"] == ["8", "16", "32"] * 2
     assert all(t.endswith("%") for t in subplots["x2y2"]["yticks"])
     assert measured["axis_titles"][1:4] == ["MFU", "days", "cost (EUR)"]
     assert "Cost to train 1T tokens at 2.50 EUR per GPU-hour" in measured["annotations"]
@@ -208,7 +210,8 @@ def test_gpu_count_ticks_mfu_in_percent_cost_in_its_currency(full):
 
 def test_days_and_cost_are_drawn_only_with_their_flags(full, bare):
     report, measured, _, _ = bare
-    assert set(measured["subplots"]) == {"xy", "x2y2", "x3y3"}  # throughput, MFU, memory
+    # throughput, MFU, goodput, memory
+    assert set(measured["subplots"]) == {"xy", "x2y2", "x3y3", "x4y4"}
     assert not any("train" in a for a in measured["annotations"])
     note = html_report.read_page(report.read_text("utf-8")).missing
     assert note == (
@@ -219,7 +222,7 @@ def test_days_and_cost_are_drawn_only_with_their_flags(full, bare):
 
 
 def test_memory_chart_draws_the_capacity_and_the_reserve(full, bare):
-    parts = {"weights", "gradients", "optimizer", "activations", "other"}
+    parts = {"weights", "gradients", "optimizer", "activations", "other", "runtime reserve"}
     full_legend = {e["text"] for e in full[1]["legends"]["legend2"]}
     assert full_legend == parts | {"usable memory (capacity)", "GPU memory (usable + reserve)"}
     bare_legend = {e["text"] for e in bare[1]["legends"]["legend2"]}

@@ -101,19 +101,21 @@ def test_html_report_is_self_contained_and_complete(serial):
     assert any("plotly" in s.lower() and len(s) > 1_000_000 for s in page.scripts)
     figure = html_report.figure(page)
     titles = [a["text"] for a in figure["layout"]["annotations"]]
-    assert titles[:5] == [
+    assert titles[:6] == [
         "Throughput per GPU",
         "Model FLOPs utilisation",
         "Time to train 1T tokens",
         "Cost to train 1T tokens at 2.50 USD per GPU-hour",
+        "Goodput under failures",
         "Memory per GPU (best layout)",
     ]
     lines = [t for t in figure["data"] if t["type"] == "scatter" and t["mode"] != "lines"]
-    assert len(lines) == len(PANELS) and all(t["x"] == [8, 16, 32, 64] for t in lines)
+    traces = sum(len(panel.traces) for panel in PANELS)  # days and cost: with, without failures
+    assert len(lines) == traces and all(t["x"] == [8, 16, 32, 64] for t in lines)
     throughput = next(t for t in lines if t["yaxis"] == "y")
     assert throughput["y"] == pytest.approx([r.tokens_per_s_per_gpu for r in serial.rows])
     bars = {t["name"] for t in figure["data"] if t["type"] == "bar"}
-    assert bars == {"weights", "gradients", "optimizer", "activations", "other"}
+    assert bars == {"weights", "gradients", "optimizer", "activations", "other", "runtime reserve"}
     capacity = next(t for t in figure["data"] if t["name"] == "usable memory (capacity)")
     assert max(y for y in capacity["y"] if y) == pytest.approx(serial.inputs.gpus[0].usable_gib)
     table = [row for row in page.rows if row]

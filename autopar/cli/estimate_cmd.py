@@ -9,16 +9,18 @@ import typer
 
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
+from autopar.cli.failure_options import with_failure_options
 from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
 from autopar.cli.progress import working
-from autopar.cli.render import WHY_FORMATS, check_format, framework_notes, render_estimate
+from autopar.cli.render import WHY_FORMATS, format_targets, framework_notes, render_estimate
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
 def register(app: typer.Typer) -> None:
     @app.command("evaluate", cls=GroupedCommand, epilog=EXAMPLES["evaluate"])
     @guarded
+    @with_failure_options()
     @o.with_stack_options
     @o.with_axis_options("evaluate")
     def evaluate(
@@ -34,8 +36,9 @@ def register(app: typer.Typer) -> None:
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         stage_layers: o.StageLayers = None,
         stage_recompute: o.StageRecompute = None,
@@ -63,7 +66,7 @@ def register(app: typer.Typer) -> None:
         from autopar import api
 
         started = time.perf_counter()  # --time-limit covers the whole command
-        check_format(format)
+        targets = format_targets(format, output)
         api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
         with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -80,14 +83,16 @@ def register(app: typer.Typer) -> None:
                     problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
                 )
             result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
-            searched = format in WHY_FORMATS and plan is None and time_limit > 0
+            why = any(fmt in WHY_FORMATS for fmt, _ in targets)
+            searched = why and plan is None and time_limit > 0
             optimum = None
             if searched:
                 left = max(0.0, time_limit - (time.perf_counter() - started))
                 optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
-        text = render_estimate(
-            result, format, problem=problem, optimum=optimum, optimum_searched=searched
-        )
-        emit(text, output)
-        for note in framework_notes(result, format, problem):
-            typer.echo(note, err=True)
+        for fmt, path in targets:
+            text = render_estimate(
+                result, fmt, problem=problem, optimum=optimum, optimum_searched=searched
+            )
+            emit(text, path)
+            for note in framework_notes(result, fmt, problem):
+                typer.echo(note, err=True)

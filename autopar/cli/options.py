@@ -138,31 +138,43 @@ switch of it), all defaulting to the stack's own value; ``with_stack_options`` a
 
 def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The shared options of a command (pass its ``locals()``) as Python API keyword arguments,
-    the stack options (``stack_options``) included."""
+    the stack options (``stack_options``) and the failure model (``failure_options``,
+    ``autopar.cli.failure_options``) included."""
     out = {key: values[key] for key in COMMON_KEYS if key not in skip}
-    return {**out, **values.get("stack_options", {})}
+    return {**out, **values.get("stack_options", {}), **(values.get("failure_options") or {})}
 
 
-def with_stack_options(func: Callable) -> Callable:
-    """Give a command function, which takes ``stack_options``, the options of ``STACK_OPTIONS``:
-    typer reads the generated signature; the function receives them as one dict."""
-    extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-        for name, kind in STACK_OPTIONS
-    ]
+def with_option_group(
+    func: Callable, extra: list[inspect.Parameter], into: str, *, given_only: bool = False
+) -> Callable:
+    """Give a command function, which takes the keyword ``into``, the options ``extra``: typer
+    reads the generated signature; the function receives their values as one dict (with
+    ``given_only``, only those not ``None``)."""
     names = [p.name for p in extra]
     signature = inspect.signature(func, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.name != "stack_options"]
+    params = [p for p in signature.parameters.values() if p.name != into]
     head = [p for p in params if p.kind is not p.VAR_KEYWORD]
     tail = [p for p in params if p.kind is p.VAR_KEYWORD]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        stack_options = {name: kwargs.pop(name) for name in names if name in kwargs}
-        return func(*args, stack_options=stack_options, **kwargs)
+        group = {name: kwargs.pop(name) for name in names if name in kwargs}
+        if given_only:
+            group = {k: v for k, v in group.items() if v is not None}
+        return func(*args, **{into: group}, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=[*head, *extra, *tail])
     return wrapper
+
+
+def with_stack_options(func: Callable) -> Callable:
+    """Give a command function, which takes ``stack_options``, the options of ``STACK_OPTIONS``
+    (``with_option_group``)."""
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in STACK_OPTIONS
+    ]
+    return with_option_group(func, extra, "stack_options")
 
 
 PipelinePlan = Annotated[
@@ -196,8 +208,9 @@ UnevenPipeline = Annotated[
     bool,
     typer.Option(
         "--uneven-pipeline/--even-pipeline",
-        help="Allow PP sizes that do not divide the layers (Megatron "
-        "--decoder-first/last-pipeline-num-layers).",
+        help="Allow pipeline splits that are not even (the default; launched as Megatron's "
+        "uneven-split or --pipeline-model-parallel-layout flags); --even-pipeline keeps even "
+        "splits only.",
         rich_help_panel=SEARCH,
     ),
 ]

@@ -27,6 +27,8 @@ FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
 WHY_FORMATS: tuple[str, ...] = ("table", "json")
 """The formats that say why a layout (solve's alternatives, evaluate's gap to the optimum);
 launcher files and CSV rows do not, so those commands skip the search for them."""
+LAUNCHERS: tuple[str, ...] = tuple(emitters.EMITTERS)
+"""The formats that write one layout's launch configuration."""
 
 
 def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
@@ -39,6 +41,26 @@ def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
 def check_format(fmt: str) -> None:
     """Before any work: ``--format`` is one this command renders."""
     _check(fmt)
+
+
+def format_targets(fmt: str, output: str | None) -> list[tuple[str, str | None]]:
+    """``--format`` as one format or several, comma-separated (``json,megatron``), each with its
+    ``--output`` file: one problem solved once, written in every format asked for (issue 21:
+    two calls of the same problem could give two answers). Several formats need as many files,
+    comma-separated in the same order."""
+    formats = [f.strip() for f in fmt.split(",")] if isinstance(fmt, str) else [fmt]
+    for one in formats:
+        _check(one)
+    if len(formats) == 1:
+        return [(formats[0], output)]
+    files = [f.strip() for f in output.split(",")] if output else []
+    if len(files) != len(formats) or not all(files):
+        raise InputError(
+            f"{len(formats)} formats need {len(formats)} files, comma-separated in the same "
+            f"order, got {excerpt(output)}",
+            source="--output",
+        )
+    return list(zip(formats, files, strict=True))
 
 
 def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> str:

@@ -12,6 +12,7 @@ import typer
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_ENVIRONMENT, guarded
+from autopar.cli.failure_options import Objective, with_failure_options
 from autopar.cli.help import CLUSTER, EXAMPLES, OUTPUT, SEARCH, TRAINING, GroupedCommand
 from autopar.cli.output import emit, emit_partial, signals_held, to_json
 from autopar.cli.render import csv_text
@@ -168,6 +169,7 @@ def _write_partial(result: SweepResult, fmt: str, output: str | None) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("sweep", cls=GroupedCommand, epilog=EXAMPLES["sweep"])
     @guarded
+    @with_failure_options(run=False)
     @o.with_stack_options
     def sweep_command(
         model: o.Model,
@@ -204,8 +206,10 @@ def register(app: typer.Typer) -> None:
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
-        uneven_pipeline: o.UnevenPipeline = False,
+        objective: Objective = "step-time",
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         train_tokens: Annotated[
             str | None,
@@ -302,6 +306,7 @@ def register(app: typer.Typer) -> None:
                     point_time_limit=point_time_limit,
                     num_workers=num_workers,
                     cost_model=cost_model,
+                    objective=objective,
                     uneven_pipeline=uneven_pipeline,
                     pipeline_plan=pipeline_plan,
                     **common,

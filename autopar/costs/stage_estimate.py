@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from autopar.costs.estimate import estimate
+from autopar.costs.goodput import run_figures
 from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import probe_stage_costs
 from autopar.costs.stage_figures import (
@@ -30,7 +31,7 @@ from autopar.costs.terms import CostModel, TermContext, grid_of
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.stages import RECOMPUTE_CODES, PerStage, StagePlan, plan_recompute_mode
 
-STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
+STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other", "reserve")
 
 
 def estimate_plan(
@@ -63,16 +64,21 @@ def estimate_plan(
         formula_step_time_s=float(figures.step_time_s[0]),
         plan_from=plan_from,
     )
+    tokens_per_s = float(ctx.training.global_batch_tokens / step)
     return dataclasses.replace(
         base,
         fits=bool(figures.memory_bytes[0].max() <= base.capacity_bytes),
         step_time_s=step,
-        tokens_per_s=float(ctx.training.global_batch_tokens / step),
+        tokens_per_s=tokens_per_s,
         mfu=model_flop / gpu_flop_per_s,
         hfu=hardware_flop / gpu_flop_per_s,
         memory_bytes=_memory_bytes(figures, base),
         time_s=_time_s(figures, base, cost_model, step=step, num_microbatches=layout.grad_accum),
         per_stage=per_stage,
+        # no goodput for per-stage plans (the checkpoint term prices a uniform split): the
+        # days are the failure-free ones only
+        goodput=None,
+        **run_figures(tokens_per_s, None, ctx),
     )
 
 

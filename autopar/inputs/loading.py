@@ -8,6 +8,7 @@ unchanged; autopar-only keys (``mlp_kind``, ``position_embedding_type``, ``norma
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from autopar.inputs import hf_families
 from autopar.inputs.limits import MAX_GPUS, check_int, range_rule
 from autopar.inputs.names import model_name
 from autopar.inputs.names import string_value as _string
+from autopar.inputs.reliability import RELIABILITY_KEYS, reliability_from_values
 from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.inputs.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
@@ -155,6 +157,7 @@ GPU_FIELD_KEYS: dict[str, str] = {
     "intra_node_latency_s": "intra_node_latency_us",
     "inter_node_latency_s": "inter_node_latency_us",
     "memory_reserve_bytes": "memory_reserve_gib",
+    "checkpoint_bytes_per_s": "checkpoint_gb_per_s",
 }
 
 GPU_KEYS: tuple[str, ...] = (
@@ -175,6 +178,7 @@ GPU_KEYS: tuple[str, ...] = (
     "fp4_gemm_efficiency",
     "attention_exp_tera_per_s",
     "host_gb_per_s",
+    "gpus_per_server",
 )
 GPU_OPTIONAL_NUMBERS: dict[str, tuple[str, float]] = {
     # optional GPU key -> (GpuSpec field, scale to SI units)
@@ -185,7 +189,7 @@ GPU_OPTIONAL_NUMBERS: dict[str, tuple[str, float]] = {
     "attention_exp_tera_per_s": ("attention_exp_per_s", 1e12),
     "host_gb_per_s": ("host_bytes_per_s", 1e9),
 }
-GPU_OPTIONAL_KEYS: tuple[str, ...] = ("generation", *GPU_OPTIONAL_NUMBERS)
+GPU_OPTIONAL_KEYS: tuple[str, ...] = ("generation", "gpus_per_server", *GPU_OPTIONAL_NUMBERS)
 CLUSTER_KEYS: tuple[str, ...] = (
     "gpu",
     "gpus_per_node",
@@ -202,6 +206,8 @@ CLUSTER_KEYS: tuple[str, ...] = (
     "comm_profile",
     "memory_reserve_gib",
     "name",
+    "gpus_per_server",
+    *RELIABILITY_KEYS,
 )
 
 
@@ -492,6 +498,9 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
                 for key, (field, scale) in GPU_OPTIONAL_NUMBERS.items()
                 if data.get(key) is not None
             },
+            gpus_per_server=_integer(data, "gpus_per_server", maximum=MAX_GPUS_PER_NODE)
+            if data.get("gpus_per_server") is not None
+            else None,
         )
     except InputError as err:
         raise err.with_field(GPU_FIELD_KEYS.get(err.field or "", err.field)) from None
@@ -546,6 +555,7 @@ def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> Cluster
         ),
         "comm_profile_path": str(base_dir / profile) if profile else None,
         "memory_reserve_bytes": int(round(reserve_gib * GIB)),
+        "reliability": reliability_from_values({k: data[k] for k in RELIABILITY_KEYS if k in data}),
     }
     for key, field in (
         ("intra_node_latency_us", "intra_node_latency_s"),
@@ -585,13 +595,10 @@ def load_cluster(
         spec_gpu = load_gpu("h100" if gpu is None else gpu)
         spec = ClusterSpec(gpu=spec_gpu, gpus_per_node=spec_gpu.gpus_per_node)
     if gpus_per_node is not None or comm_profile is not None:
-        spec = ClusterSpec(
-            gpu=spec.gpu,
+        spec = dataclasses.replace(
+            spec,
             gpus_per_node=spec.gpus_per_node if gpus_per_node is None else gpus_per_node,
-            intra_node_latency_s=spec.intra_node_latency_s,
-            inter_node_latency_s=spec.inter_node_latency_s,
             comm_profile_path=comm_profile or spec.comm_profile_path,
-            memory_reserve_bytes=spec.memory_reserve_bytes,
         )
     return spec
 

@@ -27,6 +27,7 @@ from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
 from autopar.inputs.loading import load_cluster, load_model, load_stack
+from autopar.inputs.reliability import reliability_from_values
 from autopar.inputs.specs import (
     GIB,
     ClusterSpec,
@@ -74,6 +75,17 @@ class JobOptions:
     global_batch_tokens: int | None = None
     seq_len: int = DEFAULT_SEQ_LEN
     precision: str = "bf16"
+    gpu_mtbf_hours: float | None = None
+    """Hours between failures per GPU (``--gpu-mtbf-hours``); default: the cluster file's, else
+    ``autopar.inputs.reliability.DEFAULT_GPU_MTBF_HOURS``."""
+    restart_s: float | None = None
+    """Seconds from a failure to training again (``--restart-s``)."""
+    checkpoint_gb_per_s: float | None = None
+    """Storage write bandwidth of one server, GB/s (``--checkpoint-gb-per-s``)."""
+    train_tokens: float | None = None
+    """Tokens the run trains on (``--train-tokens``): days to train."""
+    gpu_hour_cost: float | None = None
+    """Price of a GPU-hour (``--gpu-hour-cost``): the cost of the run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,11 +107,14 @@ class SearchRequest:
     zero: str | Sequence[int] | None = None
     """Allowed ZeRO stages (``0,1`` ... or ``any``; default per framework)."""
     sequence_parallel: bool | None = None
-    allow_interleaving: bool = True
-    allow_cp: bool = True
-    allow_ep: bool = True
+    interleaving: bool = True
+    """Allow interleaved 1F1B (``--interleaving/--no-interleaving``)."""
+    context_parallel: bool = True
+    """Allow CP (``--context-parallel/--no-context-parallel``)."""
+    expert_parallel: bool = True
+    """Allow EP (``--expert-parallel/--no-expert-parallel``)."""
     tp_within_node: bool = True
-    uneven_pipeline: bool = False
+    uneven_pipeline: bool = True
     pins: tuple[tuple[str, int], ...] = ()
     """Fixed axis values (``tp=8``)."""
     limits: tuple[tuple[str, int], ...] = ()
@@ -119,6 +134,7 @@ class ProblemOptions:
         """The groups from flat keywords in the CLI's vocabulary: the fields of ``JobOptions``
         and ``SearchRequest``, ``stack`` and each switch's keyword, an axis name as a pin
         (``tp=8``), ``max_<axis>`` or ``limits={axis: value}`` as a limit."""
+        keywords = {ALIASES.get(k, k): v for k, v in keywords.items()}
         unknown = sorted(set(keywords) - set(KEYWORDS))
         if unknown:
             raise TypeError(_unknown_text(unknown))
@@ -157,12 +173,27 @@ KEYWORDS: tuple[str, ...] = (
     "limits",
 )
 """Every keyword ``make_problem`` takes: the API's vocabulary, the CLI's flags with ``_``."""
+ALIASES: dict[str, str] = {
+    "allow_interleaving": "interleaving",
+    "allow_cp": "context_parallel",
+    "allow_ep": "expert_parallel",
+}
+"""Earlier API names, still accepted: each is the CLI flag's name now."""
 
 
-def _unknown_text(unknown: list[str]) -> str:
+def check_keywords(keywords: Mapping[str, Any], *, own: Sequence[str] = ()) -> None:
+    """A ``TypeError`` naming each keyword that is neither ``make_problem``'s nor one of the
+    caller's ``own`` (``solve``'s ``top``, ``time_limit``, ...), with a did-you-mean over both."""
+    unknown = sorted(set(keywords) - set(KEYWORDS) - set(ALIASES) - set(own))
+    if unknown:
+        raise TypeError(_unknown_text(unknown, (*KEYWORDS, *own)))
+
+
+def _unknown_text(unknown: list[str], known: Sequence[str] | None = None) -> str:
+    known = KEYWORDS if known is None else known
     parts = []
     for name in unknown:
-        close = difflib.get_close_matches(name, KEYWORDS, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return f"unknown option(s): {', '.join(parts)}"
 
@@ -192,6 +223,7 @@ def build_problem(options: ProblemOptions) -> Problem:
         comm_profile=job.comm_profile,
     )
     try:
+        cluster = _with_reliability(cluster, job)
         spec_stack = with_overrides(load_stack(stack), dict(options.stack.switches))
         reserve_given = dict(options.stack.switches).get("memory_reserve_gib")
         cluster = _with_reserve(cluster, spec_stack, flag_given=reserve_given)
@@ -204,6 +236,11 @@ def build_problem(options: ProblemOptions) -> Problem:
                 job.global_batch, job.global_batch_tokens, job.seq_len
             ),
             stack=spec_stack,
+            train_tokens=_run_number(job.train_tokens, "--train-tokens", bounds.MAX_TRAIN_TOKENS),
+            gpu_hour_cost=_run_number(
+                job.gpu_hour_cost, "--gpu-hour-cost", bounds.MAX_GPU_HOUR_COST
+            ),
+            default_batch=job.global_batch is None and job.global_batch_tokens is None,
         )
         _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
         if spec_stack.cpu_offload_layers >= model.num_layers:
@@ -229,6 +266,29 @@ def build_problem(options: ProblemOptions) -> Problem:
     return Problem(model=model, cluster=cluster, training=training, options=search_options)
 
 
+def _with_reliability(cluster: ClusterSpec, job: JobOptions) -> ClusterSpec:
+    """The cluster's failure model with the flags over the cluster file's values; a bad value
+    is an ``InputError`` naming the flag."""
+    flags = {
+        "gpu_mtbf_hours": job.gpu_mtbf_hours,
+        "restart_s": job.restart_s,
+        "checkpoint_gb_per_s": job.checkpoint_gb_per_s,
+    }
+    if all(value is None for value in flags.values()):
+        return cluster
+    try:
+        reliability = reliability_from_values(flags, base=cluster.reliability)
+    except InputError as err:
+        raise InputError(err.rule, source=f"--{(err.field or '').replace('_', '-')}") from None
+    return dataclasses.replace(cluster, reliability=reliability)
+
+
+def _run_number(value: object, flag: str, maximum: float) -> float | None:
+    if value is None:
+        return None
+    return bounds.check_number(value, source=flag, maximum=maximum)
+
+
 def _search_options(search: SearchRequest) -> SearchOptions:
     framework = search.framework
     return SearchOptions(
@@ -236,9 +296,9 @@ def _search_options(search: SearchRequest) -> SearchOptions:
         recompute=_modes(search.recompute, RECOMPUTE_MODES, "recompute", RECOMPUTE_MODES),
         zero_stages=_modes(search.zero, ZERO_STAGES, "zero", default_zero(framework)),
         sequence_parallel=search.sequence_parallel,
-        allow_interleaving=search.allow_interleaving,
-        allow_cp=search.allow_cp,
-        allow_ep=search.allow_ep,
+        allow_interleaving=search.interleaving,
+        allow_cp=search.context_parallel,
+        allow_ep=search.expert_parallel,
         tp_within_node=search.tp_within_node,
         uneven_pipeline=search.uneven_pipeline,
         pins=search.pins,

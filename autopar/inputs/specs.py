@@ -7,11 +7,13 @@ the rule and mutates nothing; derived quantities are properties. Files are turne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs.reliability import ReliabilitySpec
 from autopar.inputs.stack import StackSpec
 
 MlpKind = Literal["swiglu", "gelu", "squared_relu"]
@@ -330,7 +332,11 @@ class GpuSpec:
     fused-attention forward on Blackwell (``None``: attention is priced as its GEMMs)."""
     host_bytes_per_s: float | None = None
     """GPU <-> host copy bandwidth per direction (PCIe, or NVLink-C2C on Grace parts): activation
-    CPU offloading (``None``: offloaded bytes are not priced)."""
+    CPU offloading (``None``: offloaded bytes are not priced) and the asynchronous checkpoint's
+    snapshot (``None``: ``autopar.inputs.reliability.DEFAULT_HOST_BYTES_PER_S``)."""
+    gpus_per_server: int | None = None
+    """GPUs of one host (a GB200 NVL72 compute tray holds 4): the unit that fails and is
+    replaced, and that shares the storage NICs; ``None``: ``gpus_per_node``."""
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory_gib")
@@ -347,6 +353,8 @@ class GpuSpec:
             if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
                 raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
         _positive(self.gpus_per_node, "gpus_per_node")
+        if self.gpus_per_server is not None:
+            _positive(self.gpus_per_server, "gpus_per_server")
         for name in (
             "peak_bf16_flop_per_s",
             "hbm_bytes_per_s",
@@ -397,9 +405,16 @@ class ClusterSpec:
     """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
     memory_reserve_bytes: int = 0
     """Memory the user keeps free on each GPU, on top of the cost model's workspace term."""
+    reliability: ReliabilitySpec = field(default_factory=ReliabilitySpec)
+    """How often GPUs fail, how long a restart takes, how fast checkpoints are written
+    (``autopar.inputs.reliability``; cluster-file keys and flags override the defaults)."""
 
     def __post_init__(self) -> None:
         _positive(self.gpus_per_node, "gpus_per_node")
+        if not isinstance(self.reliability, ReliabilitySpec):
+            raise InputError(
+                f"must be a ReliabilitySpec, got {self.reliability!r}", field="reliability"
+            )
         _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
         _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
         _non_negative(self.memory_reserve_bytes, "memory_reserve_gib")
@@ -412,6 +427,12 @@ class ClusterSpec:
     @property
     def usable_memory_bytes(self) -> int:
         return self.gpu.memory_bytes - self.memory_reserve_bytes
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs of one host (the failure and storage unit): the GPU preset's, else the NVLink
+        domain (an 8-GPU HGX / DGX node is one host)."""
+        return self.gpu.gpus_per_server or self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -431,6 +452,13 @@ class TrainingSpec:
     stack: StackSpec = field(default_factory=lambda: StackSpec(name="megatron-lm"))
     """The software stack the job runs on (``autopar.inputs.stack``): overlaps, FP8 recipe,
     dropout."""
+    train_tokens: float | None = None
+    """Tokens the whole run trains on (``--train-tokens``): gives days to train."""
+    gpu_hour_cost: float | None = None
+    """Price of one GPU-hour (``--gpu-hour-cost``): gives the cost of the run."""
+    default_batch: bool = False
+    """The batch is autopar's default (4 Mi tokens), not one the user gave: answers say so when
+    it leaves a pipeline too few micro-batches (``autopar.search.notes``)."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")
@@ -447,6 +475,12 @@ class TrainingSpec:
             )
         if not isinstance(self.stack, StackSpec):
             raise InputError(f"must be a StackSpec, got {self.stack!r}", field="stack")
+        for name in ("train_tokens", "gpu_hour_cost"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_number(value, name)
+                if not math.isfinite(value):
+                    raise InputError(f"must be finite, got {value!r}", field=name)
         if self.optimizer != "adam":
             raise InputError(
                 f"only 'adam' is modelled, got {excerpt(self.optimizer)}", field="optimizer"
@@ -477,11 +511,10 @@ class SearchOptions:
     allow_interleaving: bool = True
     allow_cp: bool = True
     allow_ep: bool = True
-    uneven_pipeline: bool = False
-    """Allow a pipeline size that does not divide the layers: the middle stages take
-    ``ceil(L/pp)`` layers and the first and last the rest, with or without interleaving
-    (Megatron ``--account-for-embedding/loss-in-pipeline-split`` or
-    ``--decoder-first/last-pipeline-num-layers``; ``autopar.layout.rules.uneven_split_ok``)."""
+    uneven_pipeline: bool = True
+    """Allow splits where ``pp*vpp`` does not divide the layers (the default: every framework
+    autopar plans for splits them; ``autopar.layout.split`` says how Megatron is told).
+    ``False`` (``--even-pipeline``) keeps Megatron's even split only."""
     tp_within_node: bool = True
     """Keep TP (and ETP·EP) inside one NVLink domain (``NVLink domain`` rules)."""
     pins: tuple[tuple[str, int], ...] = ()

@@ -238,6 +238,27 @@ class StackSpec:
     (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for the 2021
     A100 stack, whose GPU efficiency was calibrated on its own runs)."""
 
+    async_checkpoint: bool = switch(
+        False,
+        help="Checkpoints written in the background, only the copy to host memory blocks "
+        "training (Megatron --async-save, torchtitan checkpoint.async_mode).",
+        label="async ckpt",
+    )
+    """Megatron ``async_save`` (default False, ``megatron/training/config/training_config.py``
+    L516; it needs ``--use-persistent-ckpt-worker``, or ``arguments.py`` L1814-1820 turns it off):
+    ``filesystem_async.py`` L227-248 copies the shards to host memory and synchronises (the
+    blocking part); a worker writes them. torchtitan ``checkpoint.async_mode`` (default
+    ``disabled``, ``components/checkpointer/dcp.py`` L137)."""
+
+    ckpt_fully_parallel_save: bool = switch(
+        True,
+        help="Checkpoint shards spread evenly over the data-parallel ranks that hold them "
+        "(Megatron's default; --no-ckpt-fully-parallel-save: the first replica writes).",
+        label="parallel ckpt",
+    )
+    """Megatron ``fully_parallel_save`` (default True, ``training_config.py`` L511; the flag
+    ``--no-ckpt-fully-parallel-save`` turns it off): ``cost_models.checkpoint``."""
+
     def __post_init__(self) -> None:
         for item in SWITCHES:
             item.check(getattr(self, item.name))

@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import GRID_AXES
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.space import Space
 
 SEED = 20240607
@@ -57,6 +57,8 @@ class VarMap:
     indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
     deadline: float | None = None
     """``time.perf_counter()`` by which the build must be done (``TimeLimitReached``)."""
+    hint_row: dict[str, int] | None = None
+    """A whole layout (grid row) known to fit: every variable is hinted to it."""
 
 
 def make_solver(
@@ -140,7 +142,9 @@ def _table(
     sum to the axis's value indicator. Its linear relaxation links the tables through the shared
     indicators, which gives CP-SAT a far tighter bound than ``add_allowed_assignments``.
     With ``hint``, the row of smallest value is the solver's hint (the greedy start that
-    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum.
+    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum. With a
+    ``VarMap.hint_row`` (a whole layout that fits), every table's row of that layout is hinted
+    instead, so CP-SAT starts from a feasible solution.
     """
     grid = grids.grid(part.axes)
     key = grids.space.key_axes(part.axes)
@@ -165,7 +169,13 @@ def _table(
         stop = min(start + CHECK_EVERY_ROWS, len(ints))
         rows += [model.new_bool_var(f"{part.name}#{i}") for i in range(start, stop)]
     model.add_exactly_one(rows)
-    if hint:
+    if vm.hint_row is not None:
+        match = np.ones(len(ints), dtype=bool)
+        for axis in key:
+            match &= grid[axis][ok] == vm.hint_row[axis]
+        for i in np.flatnonzero(match)[:1].tolist():
+            model.add_hint(rows[i], 1)
+    elif hint:
         best = int(np.argmin(ints))
         model.add_hint(rows[best], 1)
         for axis in key:
@@ -198,6 +208,15 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
         f"{times.name}*{term.name}",
         (*term.depends_on, *times.depends_on),
         lambda g: times.evaluate(g, ctx) * term.evaluate(g, ctx),
+    )
+
+
+def _scaled(part: _Part, factor: CostTerm, ctx: TermContext) -> _Part:
+    """``factor * part`` over the union of their axes."""
+    return _Part(
+        f"{factor.name}*{part.name}",
+        (*part.axes, *factor.depends_on),
+        lambda g: factor.evaluate(g, ctx) * part.values_of(g),
     )
 
 
@@ -257,6 +276,10 @@ def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: b
         vm.indicators[axis] = {v: model.new_bool_var(f"{axis}=={v}") for v in domain}
         model.add_exactly_one(vm.indicators[axis].values())
         model.add(vm.axes[axis] == sum(v * b for v, b in vm.indicators[axis].items()))
+        if vm.hint_row is not None and vm.hint_row[axis] in vm.indicators[axis]:
+            model.add_hint(vm.axes[axis], vm.hint_row[axis])
+            for value, indicator in vm.indicators[axis].items():
+                model.add_hint(indicator, int(value == vm.hint_row[axis]))
     # Each product rule (GPU count, global batch): the allowed factorisations of its total.
     for product in space.products:
         check_deadline(vm.deadline)
@@ -307,10 +330,14 @@ def _add_cost(
     vm: VarMap,
     *,
     fuse_memory: bool,
+    time_factor: CostTerm | None = None,
 ) -> bool:
     """Objective and memory as sums of tables; each per-micro-batch term is tabulated already
     multiplied by its multiplier (``slots`` or ``in_flight``), over the union of their axes,
-    so CP-SAT sees no product of variables.
+    so CP-SAT sees no product of variables. A ``time_factor`` (the expected wall seconds per
+    training second under failures, ``autopar.costs.goodput.OverheadFactor``) multiplies every
+    time table the same way, over the union of its axes: the objective is then the expected time
+    per useful step, still a sum of tables.
 
     With ``fuse_memory``, when time and memory each merge into one table and their union stays
     small, the capacity becomes a row filter of that single table ("resource terms become
@@ -324,6 +351,8 @@ def _add_cost(
     ]
     grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
+    if time_factor is not None:
+        times = [_scaled(part, time_factor, ctx) for part in times]
     memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:
         axes = (*times[0].axes, *memories[0].axes)
@@ -357,13 +386,16 @@ def build_model(
     explain: bool = False,
     memory_limit: bool = True,
     deadline: float | None = None,
+    time_factor: CostTerm | None = None,
+    hint_row: dict[str, int] | None = None,
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
     ``explain`` builds the rules alone, each family guarded by an assumption literal, for
     ``sufficient_assumptions_for_infeasibility`` (no cost tables: their rows are pre-filtered by
     every rule, which would hide the conflict from the literals). Past ``deadline``
-    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``.
+    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``. ``hint_row``
+    (a grid row that fits) hints every variable to that layout.
     """
     model = cp_model.CpModel()
     vm = VarMap(
@@ -372,12 +404,15 @@ def build_model(
         memory_kib=0,
         capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
         deadline=deadline,
+        hint_row=hint_row,
     )
     _add_layout(model, space, vm, explain=explain)
     if explain:
         model.add_assumptions(list(vm.families.values()))
         return model, vm
-    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit)
+    fused = _add_cost(
+        model, space, cost_model, ctx, vm, fuse_memory=memory_limit, time_factor=time_factor
+    )
     # One variable for the step time, so that solution callbacks read it in O(1).
     step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
     model.add(step_us == vm.objective)

@@ -13,9 +13,13 @@ solved are rows with status ``interrupted``; a point lost with its worker proces
 of memory; tried twice) is a row with status ``failed`` and the result is ``partial`` too.
 ``time_limit`` covers the whole sweep and ``point_time_limit`` each point's solve; a point the
 sweep's limit never reached is a row ``unknown`` and the result says ``cut_short``.
-With ``train_tokens`` each row gets ``days_to_train``; with ``gpu_hour_cost`` also ``cost``
-(``gpus * hours * gpu_hour_cost``, in ``currency``). ``SweepResult.inputs`` holds what every point
-shares (``autopar.sweeps.inputs``).
+With ``train_tokens`` each row gets ``days_to_train`` (with failures: the throughput times the
+layout's goodput, ``autopar.costs.goodput``) beside ``days_to_train_failure_free``; with
+``gpu_hour_cost`` also ``cost`` and ``cost_failure_free`` (``gpus * hours * gpu_hour_cost``, in
+``currency``). Every row carries the goodput, the checkpoint interval and the interruptions per
+day; the failure model (``gpu_mtbf_hours``, ``restart_s``, ``checkpoint_gb_per_s``) and
+``objective`` are options like the others. ``SweepResult.inputs`` holds what every point shares
+(``autopar.sweeps.inputs``).
 """
 
 from __future__ import annotations
@@ -39,9 +43,6 @@ from autopar.layout.plan import Estimate
 from autopar.sweeps.dask_run import run_dask
 from autopar.sweeps.inputs import DEFAULT_CURRENCY, SweepInputs, sweep_inputs
 from autopar.sweeps.workers import Lost, run_pool
-
-SECONDS_PER_DAY = 86_400.0
-SECONDS_PER_HOUR = 3_600.0
 
 NAN = float("nan")
 
@@ -70,6 +71,11 @@ _FIGURE_FIELDS = (
     "memory_gib",
     "days_to_train",
     "cost",
+    "goodput",
+    "checkpoint_interval_s",
+    "interruptions_per_day",
+    "days_to_train_failure_free",
+    "cost_failure_free",
 )
 SweepRow = dataclasses.make_dataclass(
     "SweepRow",
@@ -182,32 +188,22 @@ def _gpu_name(gpu: str | GpuSpec | None, cluster: str | None) -> str:
     return load_cluster(gpu=None, cluster_file=cluster).gpu.name
 
 
-def _row(
-    gpus: int,
-    gpu: str,
-    seq_len: int,
-    status: str,
-    best: Estimate | None,
-    train_tokens: float | None,
-    gpu_hour_cost: float | None,
-) -> SweepRow:
+def _row(gpus: int, gpu: str, seq_len: int, status: str, best: Estimate | None) -> SweepRow:
     if best is None:
         return SweepRow(gpus=gpus, gpu=gpu, seq_len=seq_len, status=status)
-    lay = best.layout
-    days = cost = NAN
-    if train_tokens is not None and best.tokens_per_s > 0:
-        seconds = train_tokens / best.tokens_per_s
-        days = seconds / SECONDS_PER_DAY
-        if gpu_hour_cost is not None:
-            cost = gpus * seconds / SECONDS_PER_HOUR * gpu_hour_cost
     low, high = best.step_time_range_s or (NAN, NAN)
     band = best.error_band or {}
+    g = best.goodput
+
+    def number(value: float | None) -> float:
+        return NAN if value is None else value
+
     return SweepRow(
         gpus=gpus,
         gpu=gpu,
         seq_len=seq_len,
         status=status,
-        **lay.to_dict(),
+        **best.layout.to_dict(),
         step_time_s=best.step_time_s,
         step_time_low_s=low,
         step_time_high_s=high,
@@ -217,8 +213,13 @@ def _row(
         tokens_per_s_per_gpu=best.tokens_per_s / gpus,
         mfu=best.mfu,
         memory_gib=best.memory_bytes["total"] / GIB,
-        days_to_train=days,
-        cost=cost,
+        days_to_train=number(best.days_to_train),
+        cost=number(best.cost),
+        goodput=number(g.goodput if g else None),
+        checkpoint_interval_s=number(g.checkpoint_interval_s if g else None),
+        interruptions_per_day=number(g.interruptions_per_day if g else None),
+        days_to_train_failure_free=number(best.days_to_train_failure_free),
+        cost_failure_free=number(best.cost_failure_free),
     )
 
 
@@ -240,8 +241,6 @@ class _PointJob:
     gpu: str | GpuSpec | None
     seq_len: int
     options: dict[str, Any]
-    train_tokens: float | None
-    gpu_hour_cost: float | None
     error: str | None = None
     """This point's input error, found before any solve (the row says it; no solve)."""
     point_time_limit_s: float = DEFAULT_POINT_TIME_LIMIT_S
@@ -282,9 +281,7 @@ def _solve_point(job: _PointJob) -> Solved:
     except InputError as err:
         return job.empty_row("error", str(err)), None
     best = result.layouts[0] if result.layouts else None
-    row = _row(
-        job.gpus, name, job.seq_len, result.status, best, job.train_tokens, job.gpu_hour_cost
-    )
+    row = _row(job.gpus, name, job.seq_len, result.status, best)
     if best is None and result.explanation:
         row = dataclasses.replace(row, reason=one_line(result.explanation.summary))
     memory = None
@@ -412,6 +409,7 @@ def sweep(
     ):
         if value is not None:
             bounds.check_number(value, source=f"--{name.replace('_', '-')}", maximum=maximum)
+            options[name] = value  # the estimates give days and cost (with and without failures)
     grid = list(itertools.product(gpu_list, seq_list, gpus_list))
     if len(grid) > bounds.MAX_SWEEP_POINTS:
         raise InputError(
@@ -439,8 +437,6 @@ def sweep(
             gpu_type,
             seq,
             options,
-            train_tokens,
-            gpu_hour_cost,
             failures.get((gpu_type, seq, num_gpus)),
             point_time_limit_s=float(point_time_limit),
             deadline_unix_s=deadline,
@@ -468,8 +464,11 @@ def _check_points(grid: Sequence[tuple[Any, int, int]], options: dict[str, Any])
     problems keyed ``(gpu label as the rows name it, seq_len, gpus)``, and the cost model's
     name."""
     api.check_solve_options(top=1, time_limit=0.0, num_workers=options.get("num_workers"))
+    api.check_objective(
+        options.get("objective", "step-time"), options.get("pipeline_plan", "uniform")
+    )
     cost_model = load_cost_model(options.get("cost_model")).name
-    solve_only = ("num_workers", "cost_model", "pipeline_plan")
+    solve_only = ("num_workers", "cost_model", "pipeline_plan", "objective")
     shared = {k: v for k, v in options.items() if k not in solve_only}
     failures: dict[tuple[Any, int, int], InputError] = {}
     problems = {}

@@ -25,6 +25,7 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.common import (
     check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -119,8 +120,10 @@ def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, 
                 "solve with --etp 1",
             )
         fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
-    if lay.pp > 1:  # the split the solver planned (autopar.layout.rules.pipeline_split)
-        split = split_of(model.num_layers, lay.pp, lay.vpp)
+    if lay.pp > 1:  # the split the solver planned (autopar.layout.split.pipeline_split)
+        split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+        if split.layout is not None:
+            fields["pipeline_model_parallel_layout"] = split.layout
         fields |= {
             "account_for_embedding_in_pipeline_split": split.account_for_embedding,
             "account_for_loss_in_pipeline_split": split.account_for_loss,
@@ -263,7 +266,24 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
     sections["model"] |= stack["model"]
     sections["comm_overlap"] = stack["comm_overlap"]
     sections["mixed_precision"] = {"": _mixed_precision(training)}
+    checkpoint = _checkpoint(item, training.stack)
+    if checkpoint:
+        sections["checkpoint"] = sections.get("checkpoint", {}) | checkpoint
     return sections
+
+
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> dict[str, Any]:
+    """``CheckpointConfig``: the goodput-optimal ``save_interval``, the asynchronous save (with
+    the persistent worker Megatron needs) and the first-replica save, when the stack asks."""
+    out: dict[str, Any] = {}
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        out["save_interval"] = interval
+    if stack.async_checkpoint:
+        out |= {"async_save": True, "use_persistent_ckpt_worker": True}
+    if not stack.ckpt_fully_parallel_save:
+        out["fully_parallel_save"] = False
+    return out
 
 
 _FP8_RECIPES = {

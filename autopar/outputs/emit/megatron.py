@@ -16,9 +16,9 @@ from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
 from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.rules import PipelineSplit
 from autopar.outputs.emit.common import (
     check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
@@ -151,13 +151,17 @@ def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Fl
 
 
 def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
-    """The split the solver planned (``autopar.layout.rules.pipeline_split``): even, embedding/loss
-    accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
-    even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
+    """The split the solver planned (``autopar.layout.split.pipeline_split``): even, embedding/
+    loss accounted, first/last-stage layer counts, or ``--pipeline-model-parallel-layout``;
+    interleaving as layers per virtual stage when even, else as virtual stages per rank
+    (arguments.py:954-956 asks for it with uneven splits; the layout sets it itself,
+    arguments.py:941-949)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
     if lay.pp == 1:
         return flags
-    split = split_of(model.num_layers, lay.pp, lay.vpp)
+    split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+    if split.layout is not None:
+        return [*flags, ("--pipeline-model-parallel-layout", split.layout)]
     if split.account_for_embedding:
         flags.append(("--account-for-embedding-in-pipeline-split", None))
     if split.account_for_loss:
@@ -168,7 +172,7 @@ def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
             ("--decoder-last-pipeline-num-layers", str(split.last_stage_layers)),
         ]
     if lay.vpp > 1:
-        if split == PipelineSplit():
+        if split.is_even:
             per_stage = model.num_layers // (lay.pp * lay.vpp)
             flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
         else:
@@ -344,7 +348,23 @@ def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
     ]
     flags += _zero(lay, training.stack) + recompute
     flags += _stack(model, lay, training.stack)
-    return flags + _precision(training)
+    return flags + _precision(training) + _checkpoint(item, training.stack)
+
+
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> list[Flag]:
+    """The checkpoint interval that maximises goodput (``Goodput.checkpoint_interval_steps``,
+    ``--save-interval``, training_config.py L398), the asynchronous save (``--async-save``
+    needs ``--use-persistent-ckpt-worker``, arguments.py L1814-1820) and the first-replica save
+    (``--no-ckpt-fully-parallel-save``, L511) when the stack asks for them."""
+    flags: list[Flag] = []
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        flags.append(("--save-interval", str(interval)))
+    if stack.async_checkpoint:
+        flags += [("--async-save", None), ("--use-persistent-ckpt-worker", None)]
+    if not stack.ckpt_fully_parallel_save:
+        flags.append(("--no-ckpt-fully-parallel-save", None))
+    return flags
 
 
 def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
@@ -366,7 +386,7 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     notes = [
         f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, stack {stack.name}, "
         f"{MEGATRON_TARGET}.",
-        "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
+        "# Add data, optimizer, schedule and --save flags; replace NullTokenizer by yours.",
     ]
     if lay.vpp > 1 and lay.pp == 2 and not stack.pp_comm_overlap:
         notes.append(

@@ -25,6 +25,7 @@ from typing import Any
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.common import (
+    checkpoint_interval_of,
     layout_of,
     refuse,
     refuse_megatron_only,
@@ -180,13 +181,13 @@ def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
     those two differ (even, embedding/loss accounted, uneven without interleaving)."""
     if lay.pp == 1:
         return {}
-    sizes = virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    model = problem.model
+    sizes = virtual_stage_layers(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
     per_stage = max(sizes)
     if len(sizes) > 2 and set(sizes[1:-1]) != {per_stage}:
         raise refuse(
             fmt,
-            f"the interleaved uneven split {sizes} (only the first and last virtual stage may "
-            "be shorter)",
+            f"the uneven split {sizes} (only the first and last virtual stage may be shorter)",
             "use --format megatron",
         )
     return {
@@ -251,7 +252,31 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
     if lay.recompute == "selective":
         ac["selective_ac_option"] = "op"
     sections["activation_checkpoint"] = ac
+    checkpoint = _checkpoint(item, problem, "torchtitan-0.2")
+    if checkpoint:
+        sections["checkpoint"] = checkpoint
     return sections
+
+
+def _checkpoint(item: Estimate | Layout, problem: Problem, fmt: str) -> dict[str, Any]:
+    """``checkpoint.interval`` (the goodput-optimal one) and ``checkpoint.async_mode``
+    (``components/checkpointer/dcp.py`` L116); DCP always spreads the shards, so the
+    first-replica save has no torchtitan spelling."""
+    stack = problem.training.stack
+    if not stack.ckpt_fully_parallel_save:
+        raise refuse(
+            fmt,
+            "the first-replica checkpoint save (torchtitan's DCP writes every shard once, "
+            "spread over its holders)",
+            "drop --no-ckpt-fully-parallel-save, or use --format megatron",
+        )
+    out: dict[str, Any] = {}
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        out["interval"] = interval
+    if stack.async_checkpoint:
+        out["async_mode"] = "async"
+    return out
 
 
 def _toml_value(value: Any) -> str:
@@ -313,6 +338,8 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
             args += [f"--{section}.{key}", str(value)]
     if lay.tp > 1 and not lay.sequence_parallel:
         args.append("--parallelism.no-enable-sequence-parallel")
+    for key, value in _checkpoint(item, problem, fmt).items():
+        args += [f"--checkpoint.{key}", str(value)]
     if lay.pp > 1 or lay.ep > 1:
         args.append("--training.disable-cuda-graphs")
     args.append(f"activation_checkpoint:{lay.recompute}")
