@@ -134,11 +134,14 @@ def _core_block_s(
     mbs: np.ndarray,
     causal,
     ctx: TermContext,
+    backward: bool = False,
 ) -> np.ndarray:
     """Forward flash attention of one ``queries x keys`` block of ``heads`` heads, ``mbs``
     sequences: two GEMMs ``(q x d) @ (d x k)`` and ``(q x k) @ (k x d)``, half of each when the
-    block is causal (on its diagonal)."""
-    one = flash_block_time_s(queries, keys, model.kv_channels, ctx=ctx, dtype="bf16")
+    block is causal (on its diagonal); ``backward``: the pace the backward scales from."""
+    one = flash_block_time_s(
+        queries, keys, model.kv_channels, ctx=ctx, dtype="bf16", backward=backward
+    )
     return mbs * heads * one * np.where(causal, 1.0, 2.0)
 
 
@@ -167,18 +170,19 @@ def ring_attention_s(
     efficiency of their smaller shapes."""
     heads = model.num_attention_heads / tp
     c = seq_len / (2.0 * cp)
-    diagonal = _core_block_s(
-        model, queries=2 * c, keys=2 * c, heads=heads, mbs=mbs, causal=True, ctx=ctx
-    )
-    block = _core_block_s(model, queries=2 * c, keys=c, heads=heads, mbs=mbs, causal=False, ctx=ctx)
-    charged = _core_block_s(
-        model, queries=seq_len / cp, keys=seq_len, heads=heads, mbs=mbs, causal=True, ctx=ctx
-    )
-    small_blocks = np.maximum(diagonal + (cp - 1.0) * block - charged, 0.0)
+    def blocks(backward: bool) -> tuple[np.ndarray, np.ndarray]:
+        shape = dict(heads=heads, mbs=mbs, ctx=ctx, backward=backward)
+        diagonal = _core_block_s(model, queries=2 * c, keys=2 * c, causal=True, **shape)
+        block = _core_block_s(model, queries=2 * c, keys=c, causal=False, **shape)
+        charged = _core_block_s(model, queries=seq_len / cp, keys=seq_len, causal=True, **shape)
+        return block, np.maximum(diagonal + (cp - 1.0) * block - charged, 0.0)
+
+    block, small_blocks = blocks(False)
+    block_b, small_blocks_b = blocks(True)
     kv_bytes = mbs * 2.0 * c * 2.0 * kv_size(model) / tp * BYTES_BF16
     ranks = np.where(cp > 1, 2.0, 1.0)
     send = ctx.comm.time_s("send_recv", kv_bytes, num_ranks=ranks, num_nodes=num_nodes)
-    backward_block = 2.0 * backward_slowdown(ctx) * block
+    backward_block = 2.0 * backward_slowdown(ctx) * block_b
     local = mbs * 2.0 * c
     merge_f = memory_time_s(CP_CORRECTION_BYTES * local * query_size(model) / tp, ctx)
     merge_b = memory_time_s(
@@ -191,7 +195,7 @@ def ring_attention_s(
     busy = cp > 1
     return (
         np.where(busy, forward + small_blocks, 0.0),
-        np.where(busy, backward + 2.0 * backward_slowdown(ctx) * small_blocks, 0.0),
+        np.where(busy, backward + 2.0 * backward_slowdown(ctx) * small_blocks_b, 0.0),
     )
 
 

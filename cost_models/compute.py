@@ -216,17 +216,13 @@ def mixer_time_s(
     else:
         forward, backward = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
         head_dim = None
-    core = attention_core_time_s(
-        model,
-        tokens=tokens,
-        seq_len=attention_keys(model, mixer, ctx.training.seq_len),
-        tp=tp,
-        mbs=mbs,
-        flash_attention=flash_attention,
-        ctx=ctx,
-        head_dim=head_dim,
-    )
-    core_backward = 2.0 * core * (backward_slowdown(ctx) if flash_attention else 1.0)
+    keys = attention_keys(model, mixer, ctx.training.seq_len)
+    shape = dict(tokens=tokens, seq_len=keys, tp=tp, mbs=mbs, ctx=ctx, head_dim=head_dim)
+    core = attention_core_time_s(model, flash_attention=flash_attention, **shape)
+    core_backward = 2.0 * core
+    if flash_attention:
+        paced = attention_core_time_s(model, flash_attention=True, backward=True, **shape)
+        core_backward = 2.0 * backward_slowdown(ctx) * paced
     modules = ctx.training.stack.recompute_modules
     rerun = (core if "core_attn" in modules else zero) + (
         recomputed if "mla_up_proj" in modules else zero
