@@ -170,6 +170,7 @@ def ring_attention_s(
     efficiency of their smaller shapes."""
     heads = model.num_attention_heads / tp
     c = seq_len / (2.0 * cp)
+
     def blocks(backward: bool) -> tuple[np.ndarray, np.ndarray]:
         shape = dict(heads=heads, mbs=mbs, ctx=ctx, backward=backward)
         diagonal = _core_block_s(model, queries=2 * c, keys=2 * c, causal=True, **shape)

@@ -7,7 +7,6 @@ frames share. One type for the uniform and the per-stage search alike; the JSON 
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
