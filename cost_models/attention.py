@@ -56,6 +56,22 @@ so it keeps Blackwell's pace: ``flash_block_time_s(backward=True)`` divides the 
 by this factor, which prices the backward as the forward would run on Blackwell's units."""
 
 
+ATTENTION_TILE = 128
+"""Query and key rows of one fused-attention tile on Hopper and Blackwell (FlashAttention-3 and
+-4 use 128 x 128 tiles for head sizes 64-128; FlashAttention-4, arXiv 2603.05451, two 128-row
+query tiles per CTA). A tile the mask only partly covers is computed whole and masked element
+by element; only tiles wholly outside the mask are skipped (cudnn-frontend's SM100 kernels bound
+the key loop by the sliding window's first tile, ``compute_kv_loop_bounds``)."""
+
+
+def windowed_keys(window: int, seq_len: int) -> int:
+    """The ``seq_len`` to give ``attention_core_time_s`` (whose fused path counts half the keys,
+    as for a causal mask) for a causal sliding window of ``window`` keys: a query tile covers
+    its ``ATTENTION_TILE`` rows' keys plus the window before them, all computed, so each query
+    pays ``window + ATTENTION_TILE`` keys, never more than the causal ``seq_len / 2``."""
+    return int(min(seq_len, 2 * (window + ATTENTION_TILE)))
+
+
 def backward_slowdown(ctx: TermContext) -> float:
     """How much slower per FLOP the fused-attention backward runs than its forward on the GPU."""
     return BACKWARD_SLOWDOWN.get(ctx.cluster.gpu.generation, FLASH_BACKWARD_SLOWDOWN)

@@ -25,6 +25,7 @@ from cost_models.attention import (  # noqa: F401  (re-exported for the other te
     attention_core_time_s,
     backward_slowdown,
     flash_block_time_s,
+    windowed_keys,
 )
 from cost_models.flops import (
     RECOMPUTE_FULL,
@@ -217,6 +218,8 @@ def mixer_time_s(
         forward, backward = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
         head_dim = None
     keys = attention_keys(model, mixer, ctx.training.seq_len)
+    if mixer == "sliding" and flash_attention and keys < ctx.training.seq_len:
+        keys = windowed_keys(keys, ctx.training.seq_len)
     shape = dict(tokens=tokens, seq_len=keys, tp=tp, mbs=mbs, ctx=ctx, head_dim=head_dim)
     core = attention_core_time_s(model, flash_attention=flash_attention, **shape)
     core_backward = 2.0 * core

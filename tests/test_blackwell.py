@@ -198,3 +198,19 @@ def test_a_blackwell_step_time_carries_its_class_band() -> None:
     assert band["class"] == "blackwell nvfp4 dense" and band["few_runs"]
     low, high = estimate.step_time_range_s
     assert low < estimate.step_time_s < high
+
+
+def test_a_sliding_window_pays_whole_tiles() -> None:
+    """GPT-OSS's 128-token windows: each query tile computes its own 128 keys plus the window
+    before it, so a sliding layer's fused attention costs as 2 x (128 + 128) keys counted
+    causally (up to 4x the naive half-window), never more than full causal attention."""
+    from cost_models.attention import ATTENTION_TILE, windowed_keys
+
+    assert windowed_keys(128, 4096) == 2 * (128 + ATTENTION_TILE) == 512
+    assert windowed_keys(4000, 4096) == 4096
+    problem = autopar.make_problem(model="gpt-oss-120b", gpus=64, gpu="b200", global_batch=64)
+    ctx = make_context(problem)
+    shape = dict(tokens=4096.0, tp=1.0, mbs=1.0, flash_attention=True, ctx=ctx)
+    window = attention_core_time_s(problem.model, seq_len=windowed_keys(128, 4096), **shape)
+    naive = attention_core_time_s(problem.model, seq_len=128, **shape)
+    assert 2.0 < float(window) / float(naive) <= 4.0  # Q, K, V, O traffic is the same
