@@ -372,3 +372,18 @@ def test_megatron_p2p_overlap_follows_the_stack(dense):
     nemo = autopar.make_problem(model="llama-70b", gpus=64, global_batch=64, stack="nemo-24.07")
     assert "--no-overlap-p2p-communication" not in emit.megatron_args(INTERLEAVED, nemo)
     assert "--tp-comm-overlap" in emit.megatron_args(INTERLEAVED, nemo)
+
+
+def test_fused_expert_mlp_is_megatrons_op_fuser_and_bridge_031_refuses_it():
+    """``moe_fused_mlp``: Megatron ``--use-transformer-engine-op-fuser`` (transformer_config.py
+    L525; its parser knows it), only for MoE models; Megatron-Bridge 0.3.1's megatron-core has no
+    such field, so its emitter refuses instead of dropping it."""
+    moe = autopar.make_problem(
+        model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256, moe_fused_mlp=True
+    )
+    lay = Layout(tp=1, pp=1, dp=64, ep=8, mbs=1, grad_accum=4, zero=1)
+    assert "--use-transformer-engine-op-fuser" in _args(emit.megatron_args(lay, moe))
+    off = autopar.make_problem(model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256)
+    assert "--use-transformer-engine-op-fuser" not in _args(emit.megatron_args(lay, off))
+    with pytest.raises(InputError, match="fused grouped MLP"):
+        emit.FORMATS["megatron-bridge"].text(lay, moe)

@@ -184,6 +184,13 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
             "TP communication overlap without sequence parallelism",
             "solve with --sequence-parallel",
         )
+    if stack.moe_fused_mlp and model.is_moe:
+        raise refuse(
+            "megatron-bridge",
+            "the fused grouped MLP of the experts (megatron-core 0.16, which Megatron-Bridge 0.3.1 "
+            "pins, has no use_transformer_engine_op_fuser)",
+            "use --format megatron, or --no-moe-fused-mlp",
+        )
     overlap: dict[str, Any] = {"tp_comm_overlap": stack.tp_comm_overlap and lay.tp > 1}
     if lay.vpp > 1:
         overlap["overlap_p2p_comm"] = stack.pp_comm_overlap

@@ -291,6 +291,9 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
         flags.append(("--tp-comm-overlap", None))
     if lay.vpp > 1 and not stack.pp_comm_overlap and lay.pp > 2:
         flags.append(("--no-overlap-p2p-communication", None))  # Megatron overlaps by default
+    # --overlap-moe-expert-parallel-comm comes with the combined 1F1B schedule (_pipeline)
+    if stack.moe_fused_mlp and model.is_moe:  # transformer_config.py L525
+        flags.append(("--use-transformer-engine-op-fuser", None))
     if stack.cross_entropy_fusion:
         flags.append(("--cross-entropy-loss-fusion", None))
     if not stack.dropout:
