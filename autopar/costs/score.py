@@ -16,14 +16,10 @@ to the microsecond, then ``autopar.base.axes.tie_key``), the layouts within a ba
 and the front of least memory against step time (what comes closest to fitting). Rows are
 processed in chunks, the deadline checked between them.
 
-Schedules that split the backward (``_Phased``) are scored as lower bounds: a schedule whose
-longest path depends on the phase times (zero bubble, the V schedules) is scored with the slots
-of the path found at reference phase times (the sum over the micro-batch terms of each one's
-median phase over its keys); that path's length at a layout's own times is at most its
-simulated step (``autopar.costs.schedule.schedule_slots``), so the best scored layout bounds
-the best simulated one from below. ``Scored.exact`` says where the figure is the simulation's
-own (every phase's slots free of the phase times: 1F1B, GPipe, the combined 1F1B); the search
-simulates the others (``autopar.search.exact``).
+A schedule whose longest path depends on the phase times (zero bubble, V: ``_Phased``) is
+scored with the path found at reference phase times (the terms' median phases), whose length
+at a layout's own times is at most its simulated step (``schedule.schedule_slots``): a lower
+bound, ``Scored.exact`` False; the search simulates those (``autopar.search.exact``).
 """
 
 from __future__ import annotations
@@ -149,8 +145,10 @@ def score_space(
     count = len(next(iter(rows.values()))) if rows else 0
     if not count or not len(fold):
         return Scores(layouts=0, fitting=0, best=())
-    rows, allowed = _with_a_cell(space, rows, fold)
-    count = len(next(iter(rows.values())))
+    allowed = None
+    if len(space.domains.get("schedule", ())) > 1:  # 1F1B where a schedule dominates it
+        rows, allowed = _with_a_cell(space, rows, fold)
+        count = len(next(iter(rows.values())))
     tables: dict[str, _Table] = {}
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
@@ -173,8 +171,11 @@ def score_space(
                 complete = False
                 break
         chunk = {a: v[start : start + step] for a, v in rows.items()}
-        times, memory, valid, exact = _chunk_figures(space, cost_model, tables, chunk, fold, phased)
-        valid &= allowed[start : start + step]
+        times, memory, valid, exact = _chunk_figures(
+            space, cost_model, tables, chunk, fold, phased, allowed
+        )
+        if allowed is not None:
+            valid &= allowed[start : start + step]
         if time_factor is not None:
             cache: dict[str, np.ndarray] = {}
             times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
@@ -332,7 +333,9 @@ def _gather(space: Space, table: _Table, chunk, fold: np.ndarray, cache: dict):
     return out if folded else out[:, None]
 
 
-def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold, phased=None):
+def _chunk_figures(
+    space: Space, cost_model: CostModel, tables, chunk, fold, phased=None, allowed=None
+):
     """Step time, memory, validity and (with ``phased``, else ``None``) exactness of every
     (row, vpp) cell of a chunk."""
 
@@ -360,16 +363,19 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold, pha
     )
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
-    valid = np.isfinite(times) & np.isfinite(memory)  # the rules over vpp: _with_a_cell
+    valid = np.isfinite(times) & np.isfinite(memory)
+    if allowed is None:  # else the rules over vpp were checked by _with_a_cell
+        for rule in space.rules:
+            if FOLD_AXIS in rule.axes:
+                valid &= _rule_cells(space, rule, chunk, fold, cache)
     if exact is not None:
         exact = np.broadcast_to(exact, times.shape)
     return times, memory, valid, exact
 
 
 def _with_a_cell(space: Space, rows, fold: np.ndarray):
-    """The rows with at least one (row, vpp) cell the rules over ``vpp`` allow, and those
-    cells: a row every virtual-stage count of which a rule refuses (1F1B where the combined
-    1F1B dominates it) is neither keyed nor scored."""
+    """The rows with a (row, vpp) cell the rules over ``vpp`` allow, and those cells (a row the
+    rules refuse at every vpp, 1F1B where the combined 1F1B dominates it, is not scored)."""
     count = len(next(iter(rows.values())))
     allowed = np.ones((count, len(fold)), dtype=bool)
     step = max(1, CHUNK_CELLS // len(fold))
@@ -524,22 +530,18 @@ def _front(items: list[Scored]) -> tuple[Scored, ...]:
 
 @dataclass(frozen=True, slots=True)
 class _Phased:
-    """The tables of a space whose schedules split the micro-batch by phase (module docstring):
-    the forward slots at the reference phase times, how far the other phases' slots are from
-    them (input gradient, weight gradient) and the paired slots, each with the terms' parts of
-    that phase (tables that are zero everywhere left out), and where the slots are the layout's
-    own (``PhasedSlots.ratio_free``)."""
+    """A space whose schedules split the micro-batch by phase (module docstring): the forward
+    slots at the reference times, the other phases' as differences, and exactness."""
 
     forward: _Table
     others: tuple[tuple[_Table, tuple[_Table, ...], float], ...]
-    """Per phase beyond the forward: (its slots less the forward's, or the paired slots; the
-    terms' parts of it; the sign: +1, or -1 for what the pairs hide)."""
+    """Per phase beyond the forward: (slots less the forward's, or the paired slots; the terms'
+    nonzero parts of it; +1, or -1 for what the pairs hide)."""
     exact: _Table
 
     def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The micro-batch part of every cell (``total``: the sum of the micro-batch terms)
-        and whether it is exact: ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``,
-        which is ``autopar.costs.terms.weighted`` with ``total = F + I + W``."""
+        """Each cell's micro-batch part, ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``
+        (``terms.weighted`` with ``total = F + I + W``), and whether it is exact."""
         forward = gather(self.forward)
         micro = forward * total
         for slots, parts, sign in self.others:
