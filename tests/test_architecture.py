@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,53 @@ def test_importing_one_floor_loads_neither_ortools_nor_pandas() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert callable(autopar.solve) and autopar.Layout is Layout
+
+
+def test_a_solve_that_scoring_answers_loads_neither_ortools_nor_pandas() -> None:
+    """Issue 19, imports cost what they use: the default text answer of a uniform solve is
+    scored in numpy (``autopar.costs.score``), so the command line never loads OR-Tools (nor
+    pandas, which OR-Tools loads), the launcher emitters' dependencies or the other commands;
+    CP-SAT's proof is imported when it runs (``autopar.search.prove``)."""
+    code = textwrap.dedent(
+        """
+        import contextlib, io, sys
+        from autopar.cli import main
+        sys.argv = ["autopar", "solve", "--model", "llama-8b", "--gpus", "8"]
+        out = io.StringIO()
+        with contextlib.suppress(SystemExit), contextlib.redirect_stdout(out):
+            main()
+        modules = ("ortools", "pandas", "autopar.search.prove", "autopar.cli.sweep_cmd",
+                   "autopar.cli.calibrate", "autopar.calibration")
+        print(sorted(m for m in modules if m in sys.modules), "why this layout" in out.getvalue())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "True"]
+
+
+def _command_names(app) -> list[str]:
+    import typer.main
+
+    return list(typer.main.get_command(app).commands)
+
+
+def test_each_command_alone_is_the_command_of_the_whole_app(runner) -> None:
+    """``autopar CMD`` builds the app with CMD's module alone (``autopar.cli.COMMAND_MODULES``):
+    the map names every command, in the order of ``autopar --help``, and a command alone has
+    the same options and help as in the whole app."""
+    from autopar.cli import COMMAND_MODULES, build_app
+
+    assert _command_names(app) == list(COMMAND_MODULES)
+    for command, module in COMMAND_MODULES.items():
+        alone = _command_names(build_app(command))
+        assert command in alone
+        assert {COMMAND_MODULES[c] for c in alone} == {module}
+    for command in ("solve", "bench"):
+        whole = runner.invoke(app, [command, "--help"], terminal_width=200).output
+        assert (
+            runner.invoke(build_app(command), [command, "--help"], terminal_width=200).output
+            == whole
+        )
 
 
 def test_the_core_import_graph_has_no_circle() -> None:
