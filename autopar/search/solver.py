@@ -167,11 +167,13 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied_by, 
     shown = tied[0].row if tied and prefer == "fastest" else scores.best[0].row
     if shown not in rows and top_k > 1:
         rows[-1] = shown  # the preferred tie, or the fastest, is always among the layouts
-    estimates = tuple(estimate_many(layouts_from_rows(rows), ctx, cost_model))
+    # the fastest and the preferred tie are estimated in the same (vectorised) call
+    pair = [scores.best[0].row, tied[0].row] if tied else []
+    estimated = estimate_many(layouts_from_rows(rows + pair), ctx, cost_model)
+    estimates, extra = tuple(estimated[: len(rows)]), estimated[len(rows) :]
     ties = None
     if tied:
         within = {tuple(item.row.items()) for item in tied}
-        extra = estimate_many(layouts_from_rows([scores.best[0].row, tied[0].row]), ctx, cost_model)
         ties = Ties(
             rel_error=band.rel_error,
             band=band.text(),
