@@ -197,6 +197,61 @@ def test_each_command_alone_is_the_command_of_the_whole_app(runner) -> None:
         )
 
 
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+OVER_THE_LIMIT_PENDING: dict[str, str] = {
+    "autopar/inputs/loading.py": "split on the models branch (384 lines there), merging",
+}
+"""Modules over ``MAX_MODULE_LINES`` whose split is in flight elsewhere; each must still be
+over it (a fixed one leaves this list)."""
+
+
+def _function_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body: its parameter list is not counted (a typer command's option
+    table is data), nor the functions and classes defined inside it, counted on their own."""
+    lines = set(range(function.body[0].lineno, function.end_lineno + 1))
+    for node in ast.walk(function):
+        nested = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        if nested and node is not function:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines -= set(range(first, node.end_lineno + 1))
+    return len(lines)
+
+
+def test_no_module_over_600_lines_and_no_function_over_80() -> None:
+    """The developers' guide (issue 19): small modules with one job, functions that fit on a
+    screen."""
+    long_modules, long_functions = {}, {}
+    for path in sorted((REPO / "autopar").rglob("*.py")):
+        name, text = str(path.relative_to(REPO)), path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if is_function and _function_lines(node) > MAX_FUNCTION_LINES:
+                long_functions[f"{name}:{node.lineno} {node.name}"] = _function_lines(node)
+    assert long_functions == {}
+    assert set(long_modules) == set(OVER_THE_LIMIT_PENDING), long_modules
+
+
+def test_function_lines_leave_out_the_parameters_and_nested_functions() -> None:
+    source = '''
+def register(app):
+    @app.command()
+    def solve(
+        a: int = 1,
+        b: int = 2,
+    ) -> None:
+        """Doc."""
+        x = a
+        return x
+    return app
+'''
+    register = ast.parse(source).body[0]
+    solve = register.body[0]
+    assert _function_lines(register) == 1 and _function_lines(solve) == 3
+
+
 def test_the_core_import_graph_has_no_circle() -> None:
     graph = _imports("autopar")
     modules = set(graph)
