@@ -91,8 +91,15 @@ def check_against_oracle(problem: Problem, cost_model, method: str = "auto") -> 
     assert len({e.layout for e in result.layouts}) == len(result.layouts)
 
 
-@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
-@pytest.mark.parametrize("seed", range(200))
+TOY_CASES = [(seed, "enumerate") for seed in range(200)] + [
+    (seed, "cp-sat") for seed in range(0, 200, 2)
+]
+"""Both methods against brute force on random problems: scoring (the default search) on 200,
+CP-SAT (the fallback when scoring cannot finish) on every other one of them, 100: 40 ms of
+CPU each, the same path every time."""
+
+
+@pytest.mark.parametrize(("seed", "method"), TOY_CASES)
 def test_search_matches_brute_force_toy_model(seed: int, method: str) -> None:
     check_against_oracle(random_problem(seed), toy_cost_model(), method)
 
