@@ -21,7 +21,9 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)
 # The tests that build the consumers' own config classes (megatron-core, torchtitan, DeepSpeed)
 # or run torch.distributed are marked ``xdist_group("torch")``: with ``--dist loadgroup``
 # (pyproject.toml) they run in one worker, so one process pays torch's import (2-6 s of CPU
-# each: torch, megatron-core, DeepSpeed), not both.
+# each: torch, megatron-core, DeepSpeed), not both. The tests that read the validation of the
+# published runs (``tests/test_validate_published.validated``, cached per process) share
+# ``xdist_group("validation")``: it is computed once (about 2 s), not in each worker.
 
 
 @pytest.fixture
