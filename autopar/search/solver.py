@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from autopar.base.axes import tie_key
 from autopar.costs.error_bands import ErrorBand
@@ -49,35 +50,10 @@ def default_num_workers() -> int:
 
 
 def solve_space(
-    space: Space,
-    ctx: TermContext,
-    cost_model: CostModel,
-    *,
-    top_k: int = 1,
-    time_limit_s: float | None = 10.0,
-    num_workers: int | None = None,
-    time_factor: CostTerm | None = None,
-    upper_bound_s: float | None = None,
-    method: str = "auto",
-    coverage: Coverage | None = None,
-    band: ErrorBand | None = None,
-    prefer: str = "fastest",
+    space: Space, ctx: TermContext, cost_model: CostModel, **options: Any
 ) -> SolveResult:
-    """``solve_scored``'s result alone."""
-    result, _ = solve_scored(
-        space,
-        ctx,
-        cost_model,
-        top_k=top_k,
-        time_limit_s=time_limit_s,
-        num_workers=num_workers,
-        time_factor=time_factor,
-        upper_bound_s=upper_bound_s,
-        method=method,
-        coverage=coverage,
-        band=band,
-        prefer=prefer,
-    )
+    """``solve_scored``'s result alone (the same keywords)."""
+    result, _ = solve_scored(space, ctx, cost_model, **options)
     return result
 
 
