@@ -26,9 +26,10 @@ import time
 from autopar import api
 from autopar.costs.estimate import estimate
 from autopar.costs.plugin import load_cost_model
-from autopar.costs.schedule import in_flight_chunks, simulate
+from autopar.costs.schedule import simulate
+from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.costs.terms import grid_of, microbatch_phases, sum_phases
-from autopar.inputs.specs import FRAMEWORK_SCHEDULES
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.layout.plan import Layout
 
 GAIN_CASES = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.schedule import in_flight_chunks, ratio_free, schedule_slots
+from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
 from autopar.costs.terms import FORWARD_SHARE, Grid, Phases, TermContext
 from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
@@ -68,9 +68,9 @@ def _ratio(times: Phases) -> tuple[np.ndarray, ...]:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineSlots:
     """Micro-batch slots on the critical path of the layout's schedule, per phase
-    (``autopar.costs.schedule.schedule_slots``): ``grad_accum + (pp-1)/vpp`` for every phase of
-    1F1B (Narayanan 2021); the zero-bubble and DualPipe schedules fill their bubble with the
-    weight gradient, so their slots differ by phase and depend on the phases' times.
+    (``autopar.costs.schedule_slots.schedule_slots``): ``grad_accum + (pp-1)/vpp`` for every
+    phase of 1F1B (Narayanan 2021); the zero-bubble and DualPipe schedules fill their bubble
+    with the weight gradient, so their slots differ by phase and depend on the phases' times.
     ``evaluate`` gives the slots of a term that splits by ``FORWARD_SHARE``."""
 
     name: str = "pipeline_slots"
@@ -102,7 +102,7 @@ class PipelineSlots:
         return Phases(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
 
     def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        """Where the slots are the same at every phase time (``schedule.ratio_free``)."""
+        """Where the slots are the same at every phase time (``schedule_slots.ratio_free``)."""
         keys, where = _rows(grid)
         free = np.array(
             [ratio_free(PIPELINE_SCHEDULES[int(k[0])], *map(int, k[1:4])) for k in keys]
@@ -112,7 +112,7 @@ class PipelineSlots:
 
 ONE_F_ONE_B = ("1f1b", "combined-1f1b")
 """The loop-style schedules whose first rank's peak has the closed form
-``_one_f_one_b_first`` (``autopar.costs.schedule._closed_in_flight``)."""
+``_one_f_one_b_first`` (``autopar.costs.schedule_slots._closed_in_flight``)."""
 
 
 def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -127,14 +127,14 @@ def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.nda
 
 def in_flight_stage_units(schedule: str, pp: int, vpp: int, m: int) -> np.ndarray:
     """Per rank: micro-batches of activations held at its peak, in stages (a chunk counts
-    ``1/vpp``; ``autopar.costs.schedule.in_flight_chunks``)."""
+    ``1/vpp``; ``autopar.costs.schedule_slots.in_flight_chunks``)."""
     return np.array([sum(r) for r in in_flight_chunks(schedule, pp, vpp, m)]) / vpp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InFlightMicrobatches:
     """Micro-batches whose activations the first rank holds at its peak, counted on the
-    schedule's own order (``autopar.costs.schedule.in_flight_chunks``): ``min(pp,
+    schedule's own order (``autopar.costs.schedule_slots.in_flight_chunks``): ``min(pp,
     grad_accum)`` for 1F1B, times ``1 + (pp-1)/(pp*vpp)`` interleaved (Korthikanti 2022 §4.2.3;
     Megatron ``theoretical_memory_usage.py``), ``pp`` on every rank for ZB-H1 and ZB-V (Qi et
     al. 2024 Table 3 "1x"), one chunk more on DualPipeV's (DeepSeek-V3 Table 2 "PP+1"), all

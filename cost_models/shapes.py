@@ -20,8 +20,8 @@ from collections.abc import Callable
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.schedule import in_flight_chunks
 from autopar.costs.schedule_orders import chunk_stage
+from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.split import stage_split
 
@@ -315,7 +315,7 @@ stage's), on which the memory of the published runs was validated."""
 def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extra: np.ndarray) -> np.ndarray:
     """``max over ranks`` of the bytes a rank holds at its peak over the first rank's count in
     stages: each chunk's layers (virtual stage ``c*p + r``, or ``r`` and ``2p-1-r`` in a V) times
-    the micro-batches it holds then (``autopar.costs.schedule.in_flight_chunks``); the
+    the micro-batches it holds then (``autopar.costs.schedule_slots.in_flight_chunks``); the
     embedding's ``extra`` with the first chunk of rank 0. Per distinct (schedule, pp, vpp,
     grad_accum): ``held (ranks x stages) @ kinds (stages x kinds) @ bytes (kinds x rows)``."""
     schedule, pp, vpp, grad_accum = columns

@@ -19,6 +19,8 @@ from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
 from tests import consumers
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 PRESETS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/models").glob("*.yaml"))
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
-from autopar.costs.schedule import in_flight_chunks, rank_ops
+from autopar.costs.schedule import rank_ops
 from autopar.costs.schedule_orders import rank_steps
+from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.outputs.emit.torchtitan import TORCHTITAN_SCHEDULES
 
 

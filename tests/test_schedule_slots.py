@@ -6,19 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autopar.costs.schedule import (
+from autopar.costs.schedule import _schedule_graph, simulate
+from autopar.costs.schedule_slots import (
     EXTRAPOLATE_ABOVE,
     SEQUENTIAL_PAIRS,
     STEADY_FROM,
     _closed_in_flight,
     _closed_slots,
     _held_at_peak,
-    _schedule_graph,
     in_flight_chunks,
     orderable,
     ratio_free,
     schedule_slots,
-    simulate,
 )
 
 RNG = np.random.default_rng(20261201)

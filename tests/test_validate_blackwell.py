@@ -12,6 +12,8 @@ import pytest
 
 from tests.test_validate_published import validate_published, validated
 
+pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
+
 KNOWN_MISS = validate_published.KNOWN_MISS
 
 

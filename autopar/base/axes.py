@@ -54,7 +54,7 @@ PIPELINE_SCHEDULES: tuple[str, ...] = (
     "looped-bfs",
 )
 """The pipeline schedules a framework autopar emits for ships, in tie-break order (the axis
-glossary above; which framework offers which: ``autopar.inputs.specs.FRAMEWORK_SCHEDULES``)."""
+glossary above; which framework offers which: ``autopar.inputs.frameworks.FRAMEWORK_SCHEDULES``)."""
 
 Kind = Literal["size", "mode", "flag"]
 

@@ -18,7 +18,7 @@ processed in chunks, the deadline checked between them.
 
 A schedule whose longest path depends on the phase times (zero bubble, V: ``_Phased``) is
 scored with the path found at reference phase times (the terms' median phases), whose length
-at a layout's own times is at most its simulated step (``schedule.schedule_slots``): a lower
+at a layout's own times is at most its simulated step (``schedule_slots.schedule_slots``): a lower
 bound, ``Scored.exact`` False; the search simulates those (``autopar.search.exact``).
 """
 

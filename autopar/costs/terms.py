@@ -25,7 +25,7 @@ backward (``PhasedTerm``; a term that does not say is a third forward, two third
 gradient). The micro-batch part is then ``sum over terms of sum over phases slots_phase *
 phase`` (``weighted``), the per-phase slots taken at the layout's own phase times
 (``microbatch_time_s``); the solver takes them at reference times (``autopar.search.cpsat``), a
-lower bound of the same sum (``autopar.costs.schedule.schedule_slots``).
+lower bound of the same sum (``autopar.costs.schedule_slots.schedule_slots``).
 """
 
 from __future__ import annotations

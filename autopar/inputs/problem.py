@@ -26,10 +26,10 @@ from typing import Any
 from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.inputs.loading import load_cluster, load_model, load_stack
 from autopar.inputs.reliability import reliability_from_values
 from autopar.inputs.specs import (
-    FRAMEWORK_SCHEDULES,
     GIB,
     ClusterSpec,
     GpuSpec,

@@ -13,6 +13,7 @@ from typing import Literal
 
 from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.inputs.reliability import ReliabilitySpec
 from autopar.inputs.stack import StackSpec
 
@@ -41,32 +42,6 @@ AMD CDNA 4 (MI350 series) runs the OCP MX formats (E8M0 scales per 32 elements: 
 MXFP4; AMD CDNA 4 white paper), not NVFP4's E4M3 scales per 16 elements. A GPU file may name
 its ``generation``; without one no block-scaled format is assumed."""
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
-FRAMEWORK_SCHEDULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "megatron": (
-        ("1f1b", "megatron/core/pipeline_parallel/schedules.py (1F1B; interleaved with VPP)"),
-        (
-            "combined-1f1b",
-            "--overlap-moe-expert-parallel-comm, pipeline_parallel/combined_1f1b.py",
-        ),
-    ),
-    "torchtitan": tuple(
-        (name, f"torch.distributed.pipelining.schedules.get_schedule_class({cls!r})")
-        for name, cls in (
-            ("1f1b", "1F1B / Interleaved1F1B"),
-            ("zb-h1", "InterleavedZeroBubble"),
-            ("zb-v", "ZBVZeroBubble"),
-            ("dualpipe-v", "DualPipeV"),
-            ("gpipe", "GPipe"),
-            ("looped-bfs", "LoopedBFS"),
-        )
-    ),
-    "deepspeed": (("1f1b", "deepspeed/runtime/pipe/engine.py L501 (TrainSchedule only)"),),
-}
-"""The pipeline schedules each framework ships, with where (Megatron-LM main of 2026-08;
-torchtitan runs every schedule ``torch.distributed.pipelining`` names, torch 2.14
-``schedules.py`` L3878-3904; DeepSpeed 0.19.8's pipe engine runs 1F1B only). Megatron-LM has no
-zero-bubble or DualPipe schedule (its ``--delay-wgrad-compute`` only serves the combined 1F1B,
-transformer_config.py L3074-3077)."""
 GIB = 1024**3
 
 

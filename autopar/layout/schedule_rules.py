@@ -1,7 +1,7 @@
 """The rules of the pipeline-schedule axis (``autopar.base.axes`` ``schedule``), per framework,
 each with the line of the framework that raises on it (``autopar.layout.rules`` includes them).
 
-Which framework ships which schedule is ``autopar.inputs.specs.FRAMEWORK_SCHEDULES``; the
+Which framework ships which schedule is ``autopar.inputs.frameworks.FRAMEWORK_SCHEDULES``; the
 constraints below are the ones each schedule's own code raises on (torch 2.14
 ``torch/distributed/pipelining/schedules.py``, torchtitan ``distributed/pipeline_parallel.py``,
 Megatron-LM main ``megatron/core/transformer/transformer_config.py`` and
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES
-from autopar.inputs.specs import FRAMEWORK_SCHEDULES, Problem
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
+from autopar.inputs.specs import Problem
 from autopar.layout.rule import Rule
 
 Grid = Mapping[str, np.ndarray]

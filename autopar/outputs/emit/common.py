@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from autopar.base.errors import InputError
-from autopar.inputs.specs import FRAMEWORK_SCHEDULES, ModelSpec, Problem
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
+from autopar.inputs.specs import ModelSpec, Problem
 from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.split import PipelineSplit, pipeline_split
