@@ -365,7 +365,7 @@ class ExpertComputeTime:
         backward = model.num_experts / ep * b / GROUPED_GEMM_EFFICIENCY
         path_f, path_b = expert_path_s(ctx, rows=per_expert * model.num_experts / ep, etp=etp)
         forward, backward = forward + path_f, backward + path_b
-        permute = memory_time_s(ROUTED_COPY_BYTES * copies * model.hidden_size, ctx)
+        permute = routed_copy_time_s(grid, ctx)
         # the router GEMM stays in BF16/FP32 (Megatron ``moe/router.py``): never an FP8 GEMM
         router = linear_time_s(
             mbs * s / (tp * cp), model.num_experts, model.hidden_size, ctx=ctx, gemm="router"
@@ -393,6 +393,14 @@ class ExpertComputeTime:
             )
         moe_layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], s))
         return moe_layers * (forward + backward + full * forward + moe_act)
+
+
+def routed_copy_time_s(grid: Grid, ctx: TermContext) -> np.ndarray:
+    """Forward time of one MoE layer's routed-copy bytes (``ROUTED_COPY_BYTES``) on one rank;
+    the backward moves twice as much."""
+    tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
+    copies = mbs * ctx.training.seq_len / (tp * cp) * ctx.model.experts_per_token
+    return memory_time_s(ROUTED_COPY_BYTES * copies * ctx.model.hidden_size, ctx)
 
 
 CLAMP_PASS_BYTES = (16.0, 20.0)

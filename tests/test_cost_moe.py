@@ -106,6 +106,19 @@ def test_overlap_switches_hide_expert_communication() -> None:
     assert EpCommTime(ep_overlap=True).evaluate(grid, ctx)[0] < plain
 
 
+def test_hybridep_permute_is_hidden_only_with_a_static_budget() -> None:
+    """Under EP overlap HybridEP's in-kernel permutation comes off the compute stream only when
+    the dispatch need not sync with the host (full-iteration graphs), and only for ``flex``."""
+    grid = _grid(pp=1, dp=8, ep=8, mbs=4)
+
+    def ep_comm(graphs: str, dispatcher: str) -> float:
+        ctx = _ctx("qwen3-30b-a3b", 8, ep_comm_overlap=True, cuda_graphs=graphs)
+        return EpCommTime(dispatcher=dispatcher).evaluate(grid, ctx)[0]
+
+    assert ep_comm("full", "flex") < 0.0 < ep_comm("layers", "flex")
+    assert ep_comm("full", "alltoall") == pytest.approx(ep_comm("layers", "alltoall"))
+
+
 def test_capacity_factor_caps_the_load_imbalance() -> None:
     ctx = _ctx("qwen3-30b-a3b", 16)
     grid = _grid(dp=16, ep=16)
