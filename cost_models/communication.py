@@ -19,7 +19,6 @@ from cost_models.compute import (
     memory_time_s,
     mlp_time_s,
     moe_stage_layers,
-    routed_copy_time_s,
     stage_counts_for_time,
 )
 from cost_models.flops import RECOMPUTE_FULL
@@ -357,17 +356,18 @@ class DispatcherDecision:
         return {"moe_token_dispatcher": best_dispatcher(grid, ctx, self.dispatcher)}
 
 
-def _hide_fused_permute(
-    grid: Grid, ctx: TermContext, dispatcher: str | None, forward: np.ndarray, backward: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """With the ``flex`` (HybridEP) dispatcher the token permutation and the weighted
+def routed_copy_exposure(
+    grid: Grid, ctx: TermContext, dispatcher: str | None, ep_overlap: bool | None
+) -> np.ndarray:
+    """Share of the routed-copy bytes (``compute.ROUTED_COPY_BYTES``) left on the compute stream.
+
+    With the ``flex`` (HybridEP) dispatcher the token permutation and the weighted
     unpermutation run inside the dispatch and combine kernels, on the communication stream
     (Megatron-LM @d98e8a64 ``moe/fused_a2a.py``: ``HybridEPDispatch`` L358-361 "permute +
     dispatch a2a + permute", ``dispatch_with_permute`` L425; ``HybridEPCombine`` L479-482,
     ``combine_with_unpermute`` L489). ``--overlap-moe-expert-parallel-comm`` overlaps that
-    stream with the other micro-batch's compute, so the routed-copy bytes ``ExpertComputeTime``
-    charges on the compute stream (``ROUTED_COPY_BYTES``) are hidden like the all-to-all: all
-    but ``EP_OVERLAP_EXPOSED`` of them come off here (a negative share of this term).
+    stream with the other micro-batch's compute, so those bytes are hidden like the all-to-all:
+    ``EP_OVERLAP_EXPOSED`` of them stay.
 
     Only when the dispatch does not wait on the host: HybridEP sizes its output from the
     per-expert counts with a device-to-host sync unless it is given a static budget of
@@ -376,12 +376,13 @@ def _hide_fused_permute(
     CUDA graphs need that static budget (Megatron-Bridge ``perf_recipes/qwen/common.py``
     ``_enable_hybridep_full_iteration_mxfp8`` sets 1.5), so ``cuda_graphs == "full"`` is the
     condition. With the ``alltoall`` / ``allgather`` dispatchers Megatron permutes in
-    ``moe_utils.permute`` on the compute stream, and nothing comes off either."""
-    if ctx.training.stack.cuda_graphs != "full":
-        return forward, backward
+    ``moe_utils.permute`` on the compute stream: all of the bytes stay."""
+    ones = np.ones(len(grid["tp"]))
+    overlap = switch(ep_overlap, ctx, "ep_comm_overlap")
+    if not (overlap and ctx.training.stack.cuda_graphs == "full"):
+        return ones
     flex = np.asarray(best_dispatcher(grid, ctx, dispatcher)) == "flex"
-    hidden = (1.0 - EP_OVERLAP_EXPOSED) * routed_copy_time_s(grid, ctx) * flex
-    return forward - hidden, backward - 2.0 * hidden
+    return np.where(flex, EP_OVERLAP_EXPOSED, ones)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -431,7 +432,6 @@ class EpCommTime:
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         if switch(self.ep_overlap, ctx, "ep_comm_overlap"):
             forward, backward = EP_OVERLAP_EXPOSED * forward, EP_OVERLAP_EXPOSED * backward
-            forward, backward = _hide_fused_permute(grid, ctx, self.dispatcher, forward, backward)
         per_layer = forward * (1.0 + full) + backward
         counts = stage_counts_for_time(model, grid["pp"], ctx.training.seq_len)
         return moe_stage_layers(counts) * per_layer

@@ -347,6 +347,11 @@ class ExpertComputeTime:
     load_imbalance: float = MOE_LOAD_IMBALANCE
     capacity_factor: float | None = None
     """``None``: dropless; else tokens per expert are capped at this multiple of the mean."""
+    dispatcher: str | None = None
+    """The token dispatcher, as ``communication.EpCommTime`` takes it: with ``flex`` under EP
+    overlap the routed-copy bytes move off the compute stream (``routed_copy_exposure``)."""
+    ep_overlap: bool | None = None
+    """Megatron ``--overlap-moe-expert-parallel-comm``; ``None``: the stack's."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         model, s = ctx.model, ctx.training.seq_len
@@ -365,7 +370,11 @@ class ExpertComputeTime:
         backward = model.num_experts / ep * b / GROUPED_GEMM_EFFICIENCY
         path_f, path_b = expert_path_s(ctx, rows=per_expert * model.num_experts / ep, etp=etp)
         forward, backward = forward + path_f, backward + path_b
-        permute = routed_copy_time_s(grid, ctx)
+        # lazy: communication imports this module (the dispatcher choice is priced there)
+        from cost_models.communication import routed_copy_exposure
+
+        exposure = routed_copy_exposure(grid, ctx, self.dispatcher, self.ep_overlap)
+        permute = exposure * routed_copy_time_s(grid, ctx)
         # the router GEMM stays in BF16/FP32 (Megatron ``moe/router.py``): never an FP8 GEMM
         router = linear_time_s(
             mbs * s / (tp * cp), model.num_experts, model.hidden_size, ctx=ctx, gemm="router"
