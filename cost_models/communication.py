@@ -386,6 +386,35 @@ class DispatcherDecision:
         return {"moe_token_dispatcher": best_dispatcher(grid, ctx, self.dispatcher)}
 
 
+def routed_copy_exposure(
+    grid: Grid, ctx: TermContext, dispatcher: str | None, ep_overlap: bool | None
+) -> np.ndarray:
+    """Share of the routed-copy bytes (``compute.ROUTED_COPY_BYTES``) left on the compute stream.
+
+    With the ``flex`` (HybridEP) dispatcher the token permutation and the weighted
+    unpermutation run inside the dispatch and combine kernels, on the communication stream
+    (Megatron-LM @d98e8a64 ``moe/fused_a2a.py``: ``HybridEPDispatch`` L358-361 "permute +
+    dispatch a2a + permute", ``dispatch_with_permute`` L425; ``HybridEPCombine`` L479-482,
+    ``combine_with_unpermute`` L489). ``--overlap-moe-expert-parallel-comm`` overlaps that
+    stream with the other micro-batch's compute, so those bytes are hidden like the all-to-all:
+    ``EP_OVERLAP_EXPOSED`` of them stay.
+
+    Only when the dispatch does not wait on the host: HybridEP sizes its output from the
+    per-expert counts with a device-to-host sync unless it is given a static budget of
+    permuted tokens (``token_dispatcher.py`` L1100-1112, ``moe_expert_rank_capacity_factor``;
+    ``fused_a2a.py`` L415-417 ``non_blocking = num_permuted_tokens is not None``). Full-iteration
+    CUDA graphs need that static budget (Megatron-Bridge ``perf_recipes/qwen/common.py``
+    ``_enable_hybridep_full_iteration_mxfp8`` sets 1.5), so ``cuda_graphs == "full"`` is the
+    condition. With the ``alltoall`` / ``allgather`` dispatchers Megatron permutes in
+    ``moe_utils.permute`` on the compute stream: all of the bytes stay."""
+    ones = np.ones(len(grid["tp"]))
+    overlap = switch(ep_overlap, ctx, "ep_comm_overlap")
+    if not (overlap and ctx.training.stack.cuda_graphs == "full"):
+        return ones
+    flex = np.asarray(best_dispatcher(grid, ctx, dispatcher)) == "flex"
+    return np.where(flex, EP_OVERLAP_EXPOSED, ones)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpCommTime:
     """Expert-parallel and expert-tensor-parallel communication of the MoE layers of the most

@@ -374,6 +374,11 @@ class ExpertComputeTime:
     load_imbalance: float = MOE_LOAD_IMBALANCE
     capacity_factor: float | None = None
     """``None``: dropless; else tokens per expert are capped at this multiple of the mean."""
+    dispatcher: str | None = None
+    """The token dispatcher, as ``communication.EpCommTime`` takes it: with ``flex`` under EP
+    overlap the routed-copy bytes move off the compute stream (``routed_copy_exposure``)."""
+    ep_overlap: bool | None = None
+    """Megatron ``--overlap-moe-expert-parallel-comm``; ``None``: the stack's."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         return self.phases(grid, ctx).total()
@@ -399,7 +404,11 @@ class ExpertComputeTime:
         forward, backward, weight = local * f, local * b, local * w
         path_f, path_b = expert_path_s(ctx, rows=per_expert * model.num_experts / ep, etp=etp)
         forward, backward = forward + path_f, backward + path_b
-        permute = memory_time_s(ROUTED_COPY_BYTES * copies * model.hidden_size, ctx)
+        # lazy: communication imports this module (the dispatcher choice is priced there)
+        from cost_models.communication import routed_copy_exposure
+
+        exposure = routed_copy_exposure(grid, ctx, self.dispatcher, self.ep_overlap)
+        permute = exposure * routed_copy_time_s(grid, ctx)
         # the router GEMM stays in BF16/FP32 (Megatron ``moe/router.py``): never an FP8 GEMM
         router = linear_time_s(
             mbs * s / (tp * cp), model.num_experts, model.hidden_size, ctx=ctx, gemm="router"
@@ -433,6 +442,14 @@ class ExpertComputeTime:
             moe_layers * weight,
             np.zeros(len(tp)),
         )
+
+
+def routed_copy_time_s(grid: Grid, ctx: TermContext) -> np.ndarray:
+    """Forward time of one MoE layer's routed-copy bytes (``ROUTED_COPY_BYTES``) on one rank;
+    the backward moves twice as much."""
+    tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
+    copies = mbs * ctx.training.seq_len / (tp * cp) * ctx.model.experts_per_token
+    return memory_time_s(ROUTED_COPY_BYTES * copies * ctx.model.hidden_size, ctx)
 
 
 CLAMP_PASS_BYTES = (16.0, 20.0)

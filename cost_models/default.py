@@ -96,7 +96,10 @@ def default_cost_model(
         microbatch_terms=(
             DenseComputeTime(flash_attention=flash_attention),
             ExpertComputeTime(
-                load_imbalance=moe_load_imbalance, capacity_factor=moe_capacity_factor
+                load_imbalance=moe_load_imbalance,
+                capacity_factor=moe_capacity_factor,
+                dispatcher=moe_dispatcher,
+                ep_overlap=moe_ep_overlap,
             ),
             LogitsComputeTime(),
             TpCommTime(overlap=tp_comm_overlap),

@@ -137,6 +137,22 @@ def test_overlap_switches_hide_expert_communication() -> None:
     assert combined.time_s["bubble"] == pytest.approx(one.time_s["bubble"], abs=1e-9)
 
 
+def test_hybridep_permute_is_hidden_only_with_a_static_budget() -> None:
+    """Under EP overlap HybridEP's in-kernel permutation comes off the compute stream only when
+    the dispatch need not sync with the host (full-iteration graphs), and only for ``flex``;
+    the all-to-all's own term is untouched (and never negative)."""
+    grid = _grid(pp=1, dp=8, ep=8, mbs=4)
+
+    def terms(graphs: str, dispatcher: str) -> tuple[float, float]:
+        ctx = _ctx("qwen3-30b-a3b", 8, ep_comm_overlap=True, cuda_graphs=graphs)
+        expert = ExpertComputeTime(dispatcher=dispatcher).evaluate(grid, ctx)[0]
+        return expert, EpCommTime(dispatcher=dispatcher).evaluate(grid, ctx)[0]
+
+    full, layers = terms("full", "flex"), terms("layers", "flex")
+    assert full[0] < layers[0] and full[1] == pytest.approx(layers[1]) and full[1] > 0.0
+    assert terms("full", "alltoall")[0] == pytest.approx(terms("layers", "alltoall")[0])
+
+
 def test_capacity_factor_caps_the_load_imbalance() -> None:
     ctx = _ctx("qwen3-30b-a3b", 16)
     grid = _grid(dp=16, ep=16)
