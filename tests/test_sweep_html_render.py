@@ -206,6 +206,8 @@ def test_gpu_count_ticks_mfu_in_percent_cost_in_its_currency(full):
     assert "Cost to train 1T tokens at 2.50 EUR per GPU-hour" in measured["annotations"]
     mfu = [float(t.rstrip("%")) for t in subplots["x2y2"]["yticks"]]
     assert 20 < min(mfu) <= max(mfu) < 100  # a percentage, not a fraction
+    for name, sp in subplots.items():  # goodputs a point apart once all read "99%"
+        assert len(set(sp["yticks"])) == len(sp["yticks"]), (name, sp["yticks"])
 
 
 def test_days_and_cost_are_drawn_only_with_their_flags(full, bare):

@@ -124,7 +124,7 @@ def _line(go, panel: Panel, trace: Trace, rows: list[SweepRow], key: SeriesKey, 
         line={"color": style.colour[key], "dash": trace.dash},
         marker={"color": style.colour[key], "symbol": style.symbol[key], "size": 7},
         hovertext=[layout_label(r) for r in rows],
-        hovertemplate=f"{html.escape(name)}, %{{x:,}} GPUs: %{{y:{fmt}}} "
+        hovertemplate=f"{html.escape(name)}, %{{x:,}} GPUs: %{{y:{fmt}}}{panel.ticksuffix} "
         f"{html.escape(trace.label)}<br>%{{hovertext}}<extra></extra>",
     )
 
@@ -175,6 +175,7 @@ def figure(result: SweepResult):
         fig.update_yaxes(
             title_text=panel.axis.format(**values),
             tickformat=panel.tickformat,
+            ticksuffix=panel.ticksuffix or None,
             hoverformat=panel.hoverformat or None,
             **at,
         )

@@ -55,8 +55,10 @@ class Panel:
     axis: str
     traces: tuple[Trace, ...]
     tickformat: str = ""
-    """d3 format of the y ticks (``.0%``: MFU in percent)."""
+    """d3 format of the y ticks (``,.0f``: tokens per second)."""
     hoverformat: str = ""
+    ticksuffix: str = ""
+    """Text after each y tick and hovered value (``%`` for a value already in percent)."""
     needs: tuple[str, ...] = ()
     """The flags that fill the panel (``--train-tokens``)."""
 
@@ -86,6 +88,16 @@ def _throughput_at(step_field: str) -> Callable[[SweepRow], float]:
     return value
 
 
+def _percent(field: str) -> Callable[[Any], float | None]:
+    """A row's fraction ``field`` in percent (``None`` stays ``None``)."""
+
+    def value(row: Any) -> float | None:
+        fraction = getattr(row, field)
+        return None if fraction is None else 100.0 * fraction
+
+    return value
+
+
 PANELS: tuple[Panel, ...] = (
     Panel(
         key="throughput",
@@ -104,9 +116,9 @@ PANELS: tuple[Panel, ...] = (
         key="mfu",
         title="Model FLOPs utilisation",
         axis="MFU",
-        traces=(Trace(label="MFU", value="mfu"),),
-        tickformat=".0%",
-        hoverformat=".1%",
+        traces=(Trace(label="MFU", value=_percent("mfu")),),  # as the goodput, below
+        ticksuffix="%",
+        hoverformat=".1f",
     ),
     Panel(
         key="days",
@@ -136,9 +148,11 @@ PANELS: tuple[Panel, ...] = (
         key="goodput",
         title="Goodput under failures",
         axis="wall time that trains",
-        traces=(Trace(label="goodput", value="goodput"),),
-        tickformat=".0%",
-        hoverformat=".1%",
+        # in percent with plotly's own tick precision: goodputs of one sweep often lie within
+        # a hundredth of a point of each other, where any fixed d3 format repeats its labels
+        traces=(Trace(label="goodput", value=_percent("goodput")),),
+        ticksuffix="%",
+        hoverformat=".2f",
     ),
 )
 """The charts against GPU count, in page order (the memory chart follows them)."""
