@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs import hf_families
+from autopar.inputs import hf_details, hf_families
 from autopar.inputs.limits import MAX_GPUS, check_int, range_rule
 from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
@@ -331,7 +331,10 @@ def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
 
 
 def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
-    _check_model_keys(data)
+    if "model_type" in data:  # a Hugging Face config (or a preset in its terms): hf_keys decides
+        hf_details.check_keys(data, AUTOPAR_MODEL_KEYS)
+    else:
+        _check_model_keys(data)
     for key in REQUIRED_MODEL_KEYS:
         if data.get(key) is None:
             raise InputError("required key is missing", field=key)
@@ -377,6 +380,8 @@ def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
         fields["head_dim"] = 0
     if not fields["num_experts"]:
         fields["experts_per_token"] = 0
+    if "model_type" in data:
+        fields |= hf_details.detail_fields(data, fields)
     return ModelSpec(**hf_families.family_fields(data, fields))
 
 

@@ -14,11 +14,19 @@ from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs.stack import StackSpec
 
-MlpKind = Literal["swiglu", "gelu", "squared_relu"]
+MlpKind = Literal["swiglu", "geglu", "gelu", "squared_relu"]
 Precision = Literal["bf16", "fp8"]
 Framework = Literal["megatron", "torchtitan", "deepspeed"]
 
-MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
+MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "squared_relu")
+GATED_MLPS: tuple[str, ...] = ("swiglu", "geglu")
+"""Gated MLPs: three matrices (gate, up, down); the others have two."""
+ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh", "relu", "relu2")
+"""The MLP's activation function: SiLU, erf GELU, tanh-approximated GELU (HF ``gelu_new`` /
+``gelu_pytorch_tanh``), ReLU, squared ReLU."""
+DEFAULT_ACTIVATION = {"swiglu": "silu", "geglu": "gelu_tanh", "gelu": "gelu", "squared_relu": "relu2"}
+ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3", "yarn", "linear")
+ROUTER_SCORES: tuple[str, ...] = ("softmax", "sigmoid")
 LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
 """Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
 attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
@@ -43,6 +51,41 @@ def _non_negative(value: object, name: str) -> None:
 def _positive_number(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RopeSpec:
+    """Rotary position embedding as the model was trained with it (HF ``rope_theta``,
+    ``rope_scaling``, ``partial_rotary_factor``; transformers ``modeling_rope_utils.py``)."""
+
+    theta: float = 10000.0
+    """The base (HF ``rope_theta``; Megatron ``--rotary-base``; 10000 is both defaults)."""
+    scaling: str = "none"
+    """``none``, ``llama3`` (Llama 3.1 frequency bands), ``yarn``, ``linear`` (position
+    interpolation)."""
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    truncate: bool = True
+    """YaRN: round the correction range to integers (HF ``truncate``, default true)."""
+    percent: float = 1.0
+    """Share of each head's dimensions rotated (HF ``partial_rotary_factor``)."""
+    local_theta: float = 0.0
+    """Base of the sliding-window layers when it differs (Gemma 3 ``rope_local_base_freq``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("theta", "factor", "percent"):
+            _positive_number(getattr(self, name), f"rope.{name}")
+        if self.scaling not in ROPE_SCALINGS:
+            raise InputError(
+                f"must be one of {', '.join(ROPE_SCALINGS)}, got {excerpt(self.scaling)}",
+                field="rope_scaling",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +159,43 @@ class ModelSpec:
     mamba_num_groups: int = 1
     mamba_conv_kernel: int = 4
     mamba_chunk_size: int = 128
+    rope: RopeSpec = field(default_factory=RopeSpec)
+    """Rotary embedding base and scaling (unused with learned positions or no positions)."""
+    activation: str = ""
+    """The MLP activation (``ACTIVATIONS``); empty means ``mlp_kind``'s own (silu for swiglu)."""
+    norm_epsilon: float = 1e-5
+    """RMSNorm / LayerNorm epsilon (HF ``rms_norm_eps``; Megatron ``--norm-epsilon``)."""
+    qkv_bias: bool = False
+    """Biases on the q, k, v projections only (Qwen2; Megatron ``--add-qkv-bias``)."""
+    qk_layernorm: bool = False
+    """RMSNorm on each head's queries and keys (Qwen3, Gemma 3; Megatron ``--qk-layernorm``)."""
+    qk_l2_norm: bool = False
+    """Weightless L2 norm on queries and keys (Llama 4 ``use_qk_norm``; ``--qk-l2-norm``)."""
+    moe_router_score_function: str = "softmax"
+    """Router scores (HF ``scoring_func``; ``--moe-router-score-function``)."""
+    moe_router_expert_bias: bool = False
+    """A per-expert bias added to the scores for top-k selection only (DeepSeek-V3
+    ``topk_method: noaux_tc``; ``--moe-router-enable-expert-bias``)."""
+    moe_router_topk_scaling_factor: float = 1.0
+    """Routed outputs times this (HF ``routed_scaling_factor``)."""
+    moe_router_pre_softmax: bool = False
+    """Top-k of the softmax over all experts, not renormalised (HF ``norm_topk_prob: false``;
+    ``--moe-router-pre-softmax``)."""
+    moe_router_load_balancing: str = "aux_loss"
+    """``aux_loss`` or ``seq_aux_loss`` (DeepSeek ``seq_aux``)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate on the shared expert's output (Qwen1.5/2-MoE; ``--moe-shared-expert-gate``)."""
+    attn_logit_softcapping: float = 0.0
+    """Attention scores through ``cap * tanh(s / cap)`` (Gemma 2); 0 when off."""
+    final_logit_softcapping: float = 0.0
+    """The output logits likewise (Gemma 2); 0 when off."""
+    query_pre_attn_scalar: float = 0.0
+    """Scores scaled by ``1/sqrt(this)`` instead of ``1/sqrt(head_dim)`` (Gemma); 0 = head_dim."""
+    gemma_norms: bool = False
+    """Gemma's extra norms: post-attention and post-MLP RMSNorms, embeddings scaled by
+    ``sqrt(hidden)``."""
+    norm_zero_centered: bool = False
+    """Norm weights applied as ``1 + w`` (Gemma, Nemotron LayerNorm1P; ``--apply-layernorm-1p``)."""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
@@ -155,6 +235,26 @@ class ModelSpec:
                 field="num_experts_per_tok",
             )
         self._check_layer_types()
+        self._check_details()
+
+    def _check_details(self) -> None:
+        if self.activation and self.activation not in ACTIVATIONS:
+            raise InputError(
+                f"must be one of {', '.join(ACTIVATIONS)}, got {excerpt(self.activation)}",
+                field="hidden_act",
+            )
+        _positive_number(self.norm_epsilon, "rms_norm_eps")
+        _positive_number(self.moe_router_topk_scaling_factor, "routed_scaling_factor")
+        if self.moe_router_score_function not in ROUTER_SCORES:
+            raise InputError(
+                f"must be one of {', '.join(ROUTER_SCORES)}, got "
+                f"{excerpt(self.moe_router_score_function)}",
+                field="scoring_func",
+            )
+        for name in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
 
     def _check_layer_types(self) -> None:
         for name in (
@@ -203,6 +303,16 @@ class ModelSpec:
             )
         if any(k.startswith("sliding/") for k in kinds) and not self.attention_window:
             raise InputError("sliding layers need a window size", field="layer_types")
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Three MLP matrices (SwiGLU, GeGLU) rather than two."""
+        return self.mlp_kind in GATED_MLPS
+
+    @property
+    def activation_function(self) -> str:
+        """The MLP activation (``ACTIVATIONS``)."""
+        return self.activation or DEFAULT_ACTIVATION[self.mlp_kind]
 
     @property
     def kv_channels(self) -> int:
