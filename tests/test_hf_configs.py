@@ -24,7 +24,7 @@ FACTS: dict[str, dict[str, object]] = {
     "llama-3.1-8b": {"rope.theta": 500000.0, "rope.scaling": "llama3", "rope.factor": 8.0},
     "qwen2-7b": {"qkv_bias": True, "qk_layernorm": False, "rope.theta": 1e6, "layer_types": ()},
     "qwen2.5-7b": {"qkv_bias": True, "norm_epsilon": 1e-6},
-    "qwen3-8b": {"qk_layernorm": True, "qkv_bias": False, "head_dim": 128},
+    "qwen3-8b": {"qk_layernorm": True, "qkv_bias": False, "kv_channels": 128},
     "qwen1.5-moe-a2.7b": {
         "shared_expert_gate": True,
         "moe_router_pre_softmax": True,
@@ -41,7 +41,7 @@ FACTS: dict[str, dict[str, object]] = {
         "query_pre_attn_scalar": 144.0,
         "gemma_norms": True,
         "attention_window": 4096,
-        "head_dim": 128,
+        "kv_channels": 128,
     },
     "gemma-3-1b-pt": {"qk_layernorm": True, "rope.local_theta": 10000.0, "attention_window": 512},
     "gpt2": {
@@ -137,7 +137,9 @@ def test_megatron_carries_rope_base_and_llama3_scaling():
 
 def test_megatron_carries_qwen_biases_norms_and_gate():
     flags, config = _megatron("qwen2-7b")
-    assert config.add_qkv_bias and not config.add_bias_linear and flags["--rotary-base"] == ["1000000"]
+    assert (
+        config.add_qkv_bias and not config.add_bias_linear and flags["--rotary-base"] == ["1000000"]
+    )
     _, config = _megatron("qwen3-8b")
     assert config.qk_layernorm and config.kv_channels == 128
     _, config = _megatron("qwen1.5-moe-a2.7b")
@@ -148,7 +150,7 @@ def test_megatron_carries_deepseek_v3_routing_and_yarn():
     flags, config = _megatron("deepseek-v3")
     assert config.moe_router_score_function == "sigmoid" and config.moe_router_enable_expert_bias
     assert config.moe_router_topk_scaling_factor == 2.5
-    assert config.moe_router_load_balancing_type == "seq_aux_loss"
+    assert flags["--moe-router-load-balancing-type"] == ["seq_aux_loss"]
     assert (config.rotary_scaling_factor, config.mscale, config.mscale_all_dim) == (40.0, 1.0, 1.0)
 
 

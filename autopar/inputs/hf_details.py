@@ -76,7 +76,8 @@ def _number(data: Mapping[str, Any], key: str, default: float, *, zero_ok: bool 
     if value is None:
         return default
     bad = isinstance(value, bool) or not isinstance(value, int | float)
-    if bad or not math.isfinite(value) or not (0 <= value if zero_ok else 0 < value) <= MAX_FLOAT:
+    low_ok = not bad and (value >= 0 if zero_ok else value > 0)
+    if bad or not math.isfinite(value) or not (low_ok and value <= MAX_FLOAT):
         rule = "a number >= 0" if zero_ok else "a positive number"
         raise InputError(f"must be {rule}, got {excerpt(value)}", field=key)
     return float(value)
@@ -136,8 +137,7 @@ def _activation(data: Mapping[str, Any], family: str) -> tuple[str, str]:
     name = data.get(key, "silu")
     if not isinstance(name, str) or name not in ACTIVATION_NAMES:
         raise InputError(
-            f"{excerpt(name)} is not an activation autopar models "
-            f"({', '.join(ACTIVATION_NAMES)})",
+            f"{excerpt(name)} is not an activation autopar models ({', '.join(ACTIVATION_NAMES)})",
             field=key,
         )
     activation = ACTIVATION_NAMES[name]
@@ -226,9 +226,7 @@ def _window_layers(data: Mapping[str, Any], family: str, layers: int) -> tuple[i
     return window, [True] * layers  # mistral, mixtral, phi3: every layer
 
 
-def _layer_types(
-    data: Mapping[str, Any], family: str, fields: Mapping[str, Any]
-) -> dict[str, Any]:
+def _layer_types(data: Mapping[str, Any], family: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """``layer_types`` when layers slide or an MoE model keeps some MLPs dense
     (``mlp_only_layers``); else nothing (every layer attends fully, MoE every step)."""
     layers = fields["num_layers"]
@@ -304,7 +302,9 @@ def detail_fields(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[st
         if data.get(key) is not None:
             out[key] = _number(data, key, 0.0)
     if family == "gpt2" and not _flag(data, "scale_attn_weights", True):
-        raise InputError("false (unscaled attention scores) is not modelled", field="scale_attn_weights")
+        raise InputError(
+            "false (unscaled attention scores) is not modelled", field="scale_attn_weights"
+        )
     if family not in ("deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "llama4_text"):
         out |= _layer_types(data, family, {**fields, **out})
     implied = hf_keys.FAMILIES[family].implied

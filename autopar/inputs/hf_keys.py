@@ -53,7 +53,9 @@ COMMON_HARMLESS: dict[str, str] = {
         ("_name_or_path", "architectures", "auto_map", "transformers_version", "name_or_path"),
         "file bookkeeping",
     ),
-    **dict.fromkeys(("torch_dtype", "dtype"), "the checkpoint's dtype; training runs at --precision"),
+    **dict.fromkeys(
+        ("torch_dtype", "dtype"), "the checkpoint's dtype; training runs at --precision"
+    ),
     "quantization_config": "how the checkpoint's weights are stored; training runs at --precision",
     **dict.fromkeys(
         (

@@ -24,7 +24,12 @@ GATED_MLPS: tuple[str, ...] = ("swiglu", "geglu")
 ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh", "relu", "relu2")
 """The MLP's activation function: SiLU, erf GELU, tanh-approximated GELU (HF ``gelu_new`` /
 ``gelu_pytorch_tanh``), ReLU, squared ReLU."""
-DEFAULT_ACTIVATION = {"swiglu": "silu", "geglu": "gelu_tanh", "gelu": "gelu", "squared_relu": "relu2"}
+DEFAULT_ACTIVATION = {
+    "swiglu": "silu",
+    "geglu": "gelu_tanh",
+    "gelu": "gelu",
+    "squared_relu": "relu2",
+}
 ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3", "yarn", "linear")
 ROUTER_SCORES: tuple[str, ...] = ("softmax", "sigmoid")
 LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")

@@ -280,7 +280,9 @@ def _router(model: ModelSpec) -> list[Flag]:
     if model.moe_router_expert_bias:
         flags.append(("--moe-router-enable-expert-bias", None))
     if model.moe_router_topk_scaling_factor != 1:
-        flags.append(("--moe-router-topk-scaling-factor", repr(model.moe_router_topk_scaling_factor)))
+        flags.append(
+            ("--moe-router-topk-scaling-factor", repr(model.moe_router_topk_scaling_factor))
+        )
     if model.moe_router_pre_softmax and model.experts_per_token > 1:
         if model.moe_router_score_function != "softmax":
             raise refuse(
