@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs import hf_keys
+from autopar.inputs import hf_families, hf_keys
 from autopar.inputs.specs import RopeSpec
 
 ACTIVATION_NAMES: dict[str, str] = {
@@ -100,6 +100,8 @@ def check_keys(data: Mapping[str, Any], extra: tuple[str, ...]) -> None:
     """Every key of ``data`` is read or harmless for its ``model_type`` (or one of ``extra``,
     autopar's own keys); else the key is refused, with what it changes when the table knows."""
     model_type = data.get("model_type")
+    if not isinstance(model_type, str):
+        raise InputError(f"must be a string, got {excerpt(model_type)}", field="model_type")
     if model_type not in hf_keys.FAMILIES:
         raise InputError(
             f"{excerpt(model_type)} is not a model_type autopar reads; supported: "
@@ -117,6 +119,9 @@ def check_keys(data: Mapping[str, Any], extra: tuple[str, ...]) -> None:
                 field=key,
             )
         if status == "unknown":
+            family_error = hf_families.unmodelled_key_error(key)
+            if family_error is not None:  # another family's key: say which, suggest nothing
+                raise family_error
             raise InputError(
                 f"is not a key autopar has reviewed for model_type {model_type} "
                 "(autopar/inputs/hf_keys.py); refused rather than ignored",
