@@ -157,6 +157,21 @@ def _activation(data: Mapping[str, Any], family: str) -> tuple[str, str]:
     return UNGATED_KINDS[activation], activation
 
 
+def _activation_fields(data: Mapping[str, Any], family: str) -> dict[str, str]:
+    """``mlp_kind`` and ``activation`` from the activation key; an autopar ``mlp_kind`` written
+    beside it (the presets) must agree with what the key gives, and then only names it."""
+    mlp_kind, activation = _activation(data, family)
+    if "mlp_kind" not in data:
+        return {"mlp_kind": mlp_kind, "activation": activation}
+    if data["mlp_kind"] != mlp_kind:
+        raise InputError(
+            f"{excerpt(data['mlp_kind'])} contradicts the activation key, which gives "
+            f"{mlp_kind} for model_type {family}",
+            field="mlp_kind",
+        )
+    return {"activation": activation}
+
+
 def rope_spec(data: Mapping[str, Any]) -> RopeSpec:
     """``rope_theta`` and ``rope_scaling`` (or transformers 5's ``rope_parameters``, which holds
     both) as a ``RopeSpec``; a scaling type autopar does not model is refused by name."""
@@ -284,19 +299,19 @@ def detail_fields(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[st
     to the modeling code unless an autopar key set it (``explicit``)."""
     family = str(data["model_type"])
     out: dict[str, Any] = {"rope": rope_spec(data)}
-    if "mlp_kind" not in data and family != "nemotron_h":  # nemotron_h: mlp_hidden_act
-        out["mlp_kind"], out["activation"] = _activation(data, family)
+    if family != "nemotron_h":  # nemotron_h: mlp_hidden_act
+        out |= _activation_fields(data, family)
     eps_key = next(
         (k for k in ("rms_norm_eps", "layer_norm_epsilon", "norm_eps") if k in data), None
     )
     if eps_key is not None:
         out["norm_epsilon"] = _number(data, eps_key, 1e-5)
-    if family in ("qwen3", "qwen3_moe", "llama", "phi3", "gemma2", "gemma3_text", "mistral"):
-        if _flag(data, "attention_bias", False):
-            raise InputError(
-                "true (biases on q, k, v and the output projection) is not modelled",
-                field="attention_bias",
-            )
+    unbiased = ("qwen3", "qwen3_moe", "llama", "phi3", "gemma2", "gemma3_text", "mistral")
+    if family in unbiased and _flag(data, "attention_bias", False):
+        raise InputError(
+            "true (biases on q, k, v and the output projection) is not modelled",
+            field="attention_bias",
+        )
     if family == "llama" and _flag(data, "mlp_bias", False):
         raise InputError("true (biases on the MLP) is not modelled", field="mlp_bias")
     if family == "llama4_text":

@@ -1,6 +1,6 @@
 """What autopar does with each key of a Hugging Face ``config.json``, per ``model_type`` (data).
 
-One table, read by ``autopar.inputs.loading``: a key of a downloaded config is either **read**
+One table, read by ``autopar.inputs.hf_config``: a key of a downloaded config is either **read**
 (modelled: it reaches the ``ModelSpec`` and every emitter), **harmless** (ignored, with the reason
 it changes nothing autopar plans or emits), or **refused** (it changes the computation in a way
 autopar does not model: exit 2 naming the key and the file). A key in none of the three lists of
@@ -35,7 +35,7 @@ COMMON_READ: tuple[str, ...] = (
     "rope_parameters",
     "rms_norm_eps",
 )
-"""Keys every decoder family below reads (``autopar.inputs.loading.MODEL_KEYS`` and the RoPE,
+"""Keys every decoder family below reads (``autopar.inputs.hf_config.MODEL_KEYS`` and the RoPE,
 activation and norm keys)."""
 
 _DROPOUT = "dropout is the training stack's switch (--dropout / --no-dropout), not the model's"
@@ -310,7 +310,9 @@ FAMILIES: dict[str, Family] = {
         ),
         harmless={
             **_ROUTER_LOSS,
-            "initial_context_length": "the pre-training context before YaRN extension (rope_scaling)",
+            "initial_context_length": (
+                "the pre-training context before YaRN extension (rope_scaling)"
+            ),
         },
     ),
     "llama4_text": Family(

@@ -189,7 +189,8 @@ class ModelSpec:
     moe_router_load_balancing: str = "aux_loss"
     """``aux_loss`` or ``seq_aux_loss`` (DeepSeek ``seq_aux``)."""
     shared_expert_gate: bool = False
-    """A sigmoid gate on the shared expert's output (Qwen1.5/2-MoE; ``--moe-shared-expert-gate``)."""
+    """A sigmoid gate on the shared expert's output (Qwen1.5/2-MoE;
+    ``--moe-shared-expert-gate``)."""
     attn_logit_softcapping: float = 0.0
     """Attention scores through ``cap * tanh(s / cap)`` (Gemma 2); 0 when off."""
     final_logit_softcapping: float = 0.0
