@@ -217,6 +217,25 @@ def torchtitan_stage_layers(num_layers: int, parallelism: dict[str, Any]) -> lis
     return [sum(name.startswith("layers.") for name in part) for part in parts]
 
 
+def torchtitan_mesh(parallelism: dict[str, Any], world_size: int) -> None:
+    """torchtitan 0.3's own ``ParallelDims.build_mesh`` for the emitted parallelism, on a fake
+    process group of ``world_size`` ranks (no GPU): raises where the device mesh cannot be built
+    (a zero-sized expert mesh, a world the degrees do not cover)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torchtitan.config.configs import ParallelismConfig
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    try:
+        config = ParallelismConfig(**parallelism)
+        ParallelDims.from_config(config, world_size).build_mesh()
+    finally:
+        dist.destroy_process_group()
+
+
 def torchtitan_parse(args: list[str]):
     """torchtitan 0.3's own ``ConfigManager`` on the emitted arguments."""
     from torchtitan.config.manager import ConfigManager

@@ -168,10 +168,14 @@ def test_deepspeed_fields(dense):
     assert config["bf16"] == {"enabled": True}
     assert config["tensor_parallel"] == {"autotp_size": 4}
     assert config["pipeline"] == {"activation_checkpoint_interval": 1}  # never "stages"
+    assert config["communication_data_type"] == "fp32"  # as planned, not DeepSpeed's bf16
     assert emit.deepspeed_notes(lay, dense) == (
-        "DeepSpeed 0.19.8 config for llama-3-70b (JSON has no comments).",
+        "DeepSpeed 0.19.8 config for llama-3-70b (JSON has no comments): "
+        "TP 4 x PP 4 x DP 4 = 64 GPUs.",
         "DeepSpeed: the config has no pipeline size; build the model as "
-        "PipelineModule(layers, num_stages=4).",
+        "PipelineModule(layers, topology=PipeModelDataParallelTopology(num_pp=4, num_mp=4, "
+        "num_dp=4)) (the topology sets num_stages: runtime/pipe/module.py, "
+        "runtime/pipe/topology.py).",
     )
 
 
@@ -223,7 +227,7 @@ def test_bf16_gradients_reach_the_framework_configs():
         emit.bridge_overrides(plain, problem)  # the Bridge recipe would reduce in FP32
     fp32 = autopar.make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
     assert "--grad-reduce-in-bf16" not in emit.megatron_args(INTERLEAVED, fp32)
-    assert "communication_data_type" not in emit.deepspeed_json(plain, fp32)
+    assert emit.deepspeed_json(plain, fp32)["communication_data_type"] == "fp32"
 
 
 @pytest.mark.parametrize(
@@ -355,3 +359,31 @@ def test_megatron_p2p_overlap_follows_the_stack(dense):
     nemo = autopar.make_problem(model="llama-70b", gpus=64, global_batch=64, stack="nemo-24.07")
     assert "--no-overlap-p2p-communication" not in emit.megatron_args(INTERLEAVED, nemo)
     assert "--tp-comm-overlap" in emit.megatron_args(INTERLEAVED, nemo)
+
+
+def test_torchtitan_refuses_ep_whose_expert_mesh_torchtitan_cannot_build():
+    """mixtral-8x7b on 64 GPUs, DDP, EP 8: torchtitan's expert mesh would be
+    dp_shard*cp*tp // ep = 1 // 8 = 0 ranks (0.2.2 built it and failed at start); both emitters
+    refuse, and torchtitan 0.3's own ParallelDims cannot build that mesh."""
+    problem = autopar.make_problem(
+        model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=64, framework="torchtitan"
+    )
+    ddp = Layout(tp=1, pp=1, dp=64, ep=8, zero=0)
+    for fmt, emitter in (("torchtitan-0.2", emit.torchtitan_config), ("torchtitan", None)):
+        with pytest.raises(InputError, match=f"--format {fmt}.*ep=8.*dp_shard\\*cp\\*tp = 1"):
+            (emitter or emit.torchtitan_args)(ddp, problem)
+    parallelism = dict(
+        data_parallel_replicate_degree=64,
+        data_parallel_shard_degree=1,
+        tensor_parallel_degree=1,
+        pipeline_parallel_degree=1,
+        context_parallel_degree=1,
+        expert_parallel_degree=8,
+    )
+    with pytest.raises(ValueError, match="is 0"):
+        consumers.torchtitan_mesh(parallelism, 64)
+    fsdp = Layout(tp=1, pp=1, dp=64, ep=8, zero=3)  # EP borrows FSDP ranks: accepted and buildable
+    assert emit.torchtitan_config(fsdp, problem)["parallelism"]["data_parallel_shard_degree"] == 64
+    consumers.torchtitan_mesh(
+        parallelism | {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 64}, 64
+    )

@@ -191,6 +191,8 @@ def _torchtitan(lay: Layout, problem) -> None:
     )
     assert ("--training.disable-cuda-graphs" in args) == (lay.pp > 1 or lay.ep > 1)
     _stages_match(lay, problem, parallelism)
+    mesh = {k: v for k, v in parallelism.items() if k.endswith("_degree")}
+    consumers.torchtitan_mesh(mesh, lay.num_gpus)  # torchtitan builds the device mesh
 
 
 def _torchtitan_02(lay: Layout, problem) -> None:
@@ -211,8 +213,24 @@ def _deepspeed(lay: Layout, problem) -> None:
     assert config.train_batch_size == problem.training.global_batch_sequences
     assert config.zero_optimization_stage == lay.zero
     assert config.pipeline["stages"] == "auto"  # DeepSpeed's default: the size is in code
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[problem.training.grad_precision]
+    assert config.communication_data_type == dtype
     notes = emit.deepspeed_notes(lay, problem)
-    assert any(f"num_stages={lay.pp}" in n for n in notes) == (lay.pp > 1)
+    assert f"TP {lay.tp} x PP {lay.pp} x DP {lay.dp}" in notes[0]
+    topology = [n for n in notes if "PipeModelDataParallelTopology(" in n]
+    assert bool(topology) == (lay.pp > 1)
+    if topology:  # DeepSpeed's own topology class, built from the note's numbers
+        from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+        sizes = dict(re.findall(r"(num_pp|num_mp|num_dp)=(\d+)", topology[0]))
+        topo = PipeModelDataParallelTopology(**{k: int(v) for k, v in sizes.items()})
+        assert (topo.get_dim("pipe"), topo.get_dim("model"), topo.get_dim("data")) == (
+            lay.pp,
+            lay.tp,
+            lay.dp,
+        )
 
 
 CHECKS = {
@@ -244,6 +262,13 @@ def _mla_yarn_unflagged(model) -> bool:
     return ours != theirs
 
 
+def _expert_mesh_ok(lay: Layout, *, etp: int) -> bool:
+    """torchtitan's expert mesh: efsdp = dp_shard*cp*tp // (etp*ep) must cover the world
+    (0.2.2 distributed/parallel_dims.py:138; 0.3 is checked by building its mesh)."""
+    shard = lay.dp if lay.zero >= 2 else 1
+    return lay.ep == 1 or (shard * lay.cp * lay.tp) % (etp * lay.ep) == 0
+
+
 def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
     fp8 = problem.training.precision == "fp8"
     bf16_grads = problem.training.grad_precision == "bf16"
@@ -270,13 +295,14 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
         )
     if fmt == "torchtitan-0.2":
         return bool(
-            lay.zero == 1
+            not _expert_mesh_ok(lay, etp=lay.etp)
+            or lay.zero == 1
             or (lay.etp > 1 and lay.etp != lay.tp)
             or (lay.tp > 1 and not lay.sequence_parallel)
         )
     if fmt == "torchtitan":
         known = emit.torchtitan.torchtitan_model(problem.model)
-        ep_ok = lay.ep == 1 or lay.zero >= 2 or (lay.cp * lay.tp) % lay.ep == 0
+        ep_ok = _expert_mesh_ok(lay, etp=1)
         unknown = known is None or bool(known.refuse_03)
         return unknown or fp8 or lay.zero == 1 or lay.etp > 1 or not ep_ok
     return False

@@ -9,7 +9,12 @@ import typer
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.output import emit
-from autopar.cli.render import check_format, framework_notes, render_estimate
+from autopar.cli.render import (
+    check_format,
+    framework_notes,
+    implied_by_format,
+    render_estimate,
+)
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
@@ -29,7 +34,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron",
+        framework: o.Framework = None,
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
@@ -50,6 +55,7 @@ def register(app: typer.Typer) -> None:
         from autopar import api
 
         check_format(format)
+        framework, stack_options, implied = implied_by_format(format, framework, stack_options)
         problem = api.make_problem(
             **o.common(locals()),
             sequence_parallel=sequence_parallel,
@@ -65,5 +71,5 @@ def register(app: typer.Typer) -> None:
             )
         result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
         emit(render_estimate(result, format, problem=problem), output)
-        for note in framework_notes(result, format, problem):
+        for note in framework_notes(result, format, problem, implied):
             typer.echo(note, err=True)

@@ -57,7 +57,12 @@ Stack = Annotated[
     ),
 ]
 Framework = Annotated[
-    str, typer.Option("--framework", help="megatron, torchtitan or deepspeed rules.")
+    str | None,
+    typer.Option(
+        "--framework",
+        help="megatron, torchtitan or deepspeed rules (default: the framework --format "
+        "launches, else megatron).",
+    ),
 ]
 CostModelOpt = Annotated[
     str | None,

@@ -37,6 +37,32 @@ def check_format(fmt: str) -> None:
     _check(fmt)
 
 
+def implied_by_format(
+    fmt: str, framework: str | None, stack_options: dict[str, Any]
+) -> tuple[str, dict[str, Any], str | None]:
+    """The framework and stack options to solve with for ``--format fmt``, and the note saying
+    what the format implied. A launch format plans under its framework's rules
+    (``autopar.outputs.emit.FORMATS``) and, unless ``--stack`` names one, its stack preset's
+    defaults; an explicit ``--framework`` that differs from the format's is bad input."""
+    spec = emitters.FORMATS.get(fmt)
+    if spec is None:
+        return framework or "megatron", stack_options, None
+    if framework is not None and framework != spec.framework:
+        raise InputError(
+            f"{excerpt(framework)} conflicts with --format {fmt}, which is launched by "
+            f"{spec.framework}; drop --framework or use --framework {spec.framework}",
+            source="--framework",
+        )
+    implied = []
+    if framework is None and spec.framework != "megatron":
+        implied.append(f"framework {spec.framework}")
+    if spec.stack is not None and stack_options.get("stack") is None:
+        stack_options = {**stack_options, "stack": spec.stack}
+        implied.append(f"stack {spec.stack}")
+    note = f"{', '.join(implied)} (implied by --format {fmt})" if implied else None
+    return spec.framework, stack_options, note
+
+
 def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> str:
     if problem is None:
         raise InputError(
@@ -50,12 +76,16 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
     return emitters.FORMATS[fmt].text(estimate, problem)
 
 
-def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None) -> list[str]:
-    """What the launch script must do that ``fmt``'s output cannot say (the CLI writes these to
-    stderr): empty for other formats or without a layout."""
+def framework_notes(
+    estimate: Estimate | None, fmt: str, problem: Problem | None, implied: str | None = None
+) -> list[str]:
+    """What ``--format`` implied (``implied_by_format``) and what the launch script must do that
+    ``fmt``'s output cannot say (the CLI writes these to stderr); the latter empty for other
+    formats or without a layout."""
+    lines = [f"autopar: {implied}"] if implied else []
     if fmt not in emitters.EMITTERS or problem is None or estimate is None:
-        return []
-    return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
+        return lines
+    return lines + [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
 
 
 def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:

@@ -11,7 +11,12 @@ from autopar.base.errors import one_line
 from autopar.cli import options as o
 from autopar.cli.errors import EXIT_INFEASIBLE, guarded
 from autopar.cli.output import emit
-from autopar.cli.render import check_format, framework_notes, render_solve
+from autopar.cli.render import (
+    check_format,
+    framework_notes,
+    implied_by_format,
+    render_solve,
+)
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
@@ -32,7 +37,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron",
+        framework: o.Framework = None,
         stack_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         recompute: Annotated[
@@ -69,6 +74,7 @@ def register(app: typer.Typer) -> None:
 
         started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
+        framework, stack_options, implied = implied_by_format(format, framework, stack_options)
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         pins, limits = o.pins_and_limits(axis_values)
         problem = api.make_problem(
@@ -93,7 +99,8 @@ def register(app: typer.Typer) -> None:
             pipeline_plan=pipeline_plan,
         )
         emit(render_solve(result, format, problem=problem), output)
-        for note in framework_notes(result.best if result.layouts else None, format, problem):
+        best = result.best if result.layouts else None
+        for note in framework_notes(best, format, problem, implied):
             typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):
             explanation = result.explanation or Explanation(summary="no layout found")

@@ -154,11 +154,29 @@ def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) ->
             f"expert tensor parallelism etp={lay.etp} (torchtitan allows {allowed})",
             "use --format megatron",
         )
+    _check_expert_mesh(lay, fmt, etp=lay.etp if etp_equal_tp_ok else 1)
     if etp_equal_tp_ok and lay.tp > 1 and not lay.sequence_parallel:
         raise refuse(
             fmt,
             "TP without sequence parallelism (0.2 always pairs them)",
             "solve with --sequence-parallel, or use --format torchtitan",
+        )
+
+
+def _check_expert_mesh(lay: Layout, fmt: str, *, etp: int) -> None:
+    """torchtitan takes the EP x ETP ranks of the expert mesh from ``dp_shard * cp * tp`` (the
+    FSDP shard is the whole DP only under FSDP): ``efsdp = dp_shard*cp*tp // (etp*ep)``
+    (0.2.2 ``distributed/parallel_dims.py:138``; 0.3 ``config/configs.py``
+    ``expert_parallel_degree``). When ``etp*ep`` does not divide it the mesh is zero-sized or
+    does not cover the world (mixtral-8x7b on 64 GPUs with DDP and EP 8)."""
+    shard = lay.dp if lay.zero >= 2 else 1
+    if lay.ep > 1 and (shard * lay.cp * lay.tp) % (etp * lay.ep):
+        mode = "FSDP" if lay.zero >= 2 else "DDP (no FSDP shard)"
+        raise refuse(
+            fmt,
+            f"ep={lay.ep} x etp={etp} with {mode}: torchtitan takes expert ranks from "
+            f"dp_shard*cp*tp = {shard * lay.cp * lay.tp}, which they do not divide",
+            "solve with --framework torchtitan (FSDP), or use --format megatron",
         )
 
 
@@ -284,13 +302,6 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
             fmt,
             "FP8: torchtitan 0.3 sets it in a config_registry function (model converters)",
             "use --format torchtitan-0.2 or megatron",
-        )
-    if lay.ep > 1 and lay.zero < 2 and (lay.cp * lay.tp) % lay.ep:
-        raise refuse(
-            fmt,
-            f"ep={lay.ep} without FSDP: torchtitan 0.3 takes EP ranks from dp_shard*cp*tp "
-            "(configs.py expert_parallel_degree)",
-            "use --format megatron",
         )
     args = ["--module", known.module, "--config", known.config]
     for section, fields in (
