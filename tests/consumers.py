@@ -255,15 +255,19 @@ def _leaves(tree: Any, path: str = ""):
         yield path, tree
 
 
-def torchtitan_architecture(model) -> dict[str, int]:
+def torchtitan_architecture(model) -> dict[str, Any]:
     """A torchtitan 0.3 decoder config (``model_spec.model``) in autopar's ``ModelSpec`` terms
     (the names of ``autopar.outputs.emit.torchtitan.ARCH_FIELDS``): its layer list, attention and
     MoE sub-configs as torchtitan builds them."""
-    found: dict[str, set[int]] = {}
+    found: dict[str, set[Any]] = {}
     for path, value in _leaves(model.to_dict()):
-        if path.startswith(".mtp_layers") or not isinstance(value, int):
+        if path.startswith(".mtp_layers"):
             continue
         name = path.rsplit(".", 1)[-1]
+        if ".rope." in path and name in ("theta", "scaling", "rope_factor", "scaling_factor"):
+            found.setdefault(f"rope_{name}", set()).add(value)
+        if not isinstance(value, int):
+            continue
         if name == "hidden_dim" and "experts" in path:
             name = "expert_hidden_dim"
         found.setdefault(name, set()).add(value)
@@ -285,7 +289,24 @@ def torchtitan_architecture(model) -> dict[str, int]:
         "experts_per_token": one("top_k") if experts else 0,
         "moe_ffn_hidden_size": one("expert_hidden_dim") if experts else 0,
         "num_mtp_layers": len(getattr(model, "mtp_layers", None) or []),
+        **_torchtitan_rope(one),
     }
+
+
+# torchtitan RoPEConfig.scaling -> autopar RopeSpec.scaling, and the field holding its factor
+_TT_SCALING = {
+    "none": ("none", None),
+    "llama": ("llama3", "scaling_factor"),
+    "yarn": ("yarn", "rope_factor"),
+}
+
+
+def _torchtitan_rope(one) -> dict[str, Any]:
+    """The RoPE of every layer of a torchtitan model (``RoPE.Config``): base, scaling kind, and
+    the factor that kind reads (``scaling_factor`` for Llama-3.1's, ``rope_factor`` for YaRN)."""
+    scaling, factor_field = _TT_SCALING[one("rope_scaling")]
+    factor = float(one(f"rope_{factor_field}")) if factor_field else 1.0
+    return {"rope_theta": float(one("rope_theta")), "rope_scaling": scaling, "rope_factor": factor}
 
 
 def deepspeed_config(config: dict[str, Any], dp: int):

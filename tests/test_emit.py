@@ -92,7 +92,11 @@ def test_torchtitan_02_interleaved_ddp(dense):
     # with PP, local_batch_size is one DP rank's batch per step, split into micro-batches
     assert config["training"] == {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 4096}
     assert config["activation_checkpoint"]["mode"] == "none"
-    assert config["model"] == {"name": "llama3", "flavor": "70B"}
+    # torchtitan's 70B flavor is Llama-3.1's (RoPE scaled x8): Llama-3 70B is not named
+    assert "model" not in config
+    llama31 = autopar.make_problem(model="llama-3.1-70b", gpus=64, seq_len=4096, global_batch=64)
+    config31 = tomllib.loads(emit.torchtitan_toml(INTERLEAVED_DDP, llama31))
+    assert config31["model"] == {"name": "llama3", "flavor": "70B"}
 
 
 def test_torchtitan_02_fsdp_selective(dense):

@@ -443,8 +443,12 @@ def test_torchtitan_covers_every_flavor_of_a_preset():
                 if arch not in table:  # qwen3 235B-A22B: a flavor, no config function
                     path = Path(registry.__file__).parent / "config_registry.py"
                     assert f'"{flavor}"' not in path.read_text(encoding="utf-8"), flavor
-    # the check above saw a flavor without a function, and the multimodal Kimi-K2.5
-    assert {("qwen3", "235B-A22B"), ("kimi_k2_7", "Kimi-K2.5")} <= set(matched)
+    # The RoPE tells apart what the shapes did not: torchtitan's llama3 flavors are Llama-3.1's
+    # (scaled x8: Llama-3 matches none), its qwen3 235B-A22B has base 5e6 (the 2507 release;
+    # the preset's public config has 1e6), Kimi-K2.5's YaRN factor is 64 (Kimi-K2: 32)
+    assert ("qwen3", "235B-A22B") not in matched
+    assert matched.get(("llama3", "70B")) == "llama-3.1-70b"
+    assert ("kimi_k2_7", "Kimi-K2.5") not in matched
 
 
 def _tt_layout(model: ModelSpec) -> Layout:

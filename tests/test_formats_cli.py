@@ -119,7 +119,7 @@ def test_solve_megatron_bridge(solved):
     assert "model.virtual_pipeline_model_parallel_size=2" in lines[1:]
 
 
-SOLVE_TT = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2"
+SOLVE_TT = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2"
 
 
 def test_solve_torchtitan_03():
@@ -168,7 +168,7 @@ def test_solve_deepspeed_notes_the_pipeline_on_stderr():
     [
         ("megatron", ()),
         ("megatron-bridge", ()),
-        ("torchtitan", ("--zero", "3", "--framework", "torchtitan")),
+        ("torchtitan", ("--model", "llama-3.1-70b", "--zero", "3", "--framework", "torchtitan")),
         ("torchtitan-0.2", ("--zero", "0")),
         ("deepspeed", ("--no-sequence-parallel",)),
     ],
@@ -232,7 +232,7 @@ def test_deepspeed_with_context_parallel_is_bad_input():
 def test_a_launch_format_implies_its_framework_and_stack(fmt, framework, stack):
     """`solve --format torchtitan` used to exit 2 asking for --framework: the format now solves
     under its framework's rules and stack, says so, and a conflicting --framework is exit 2."""
-    args = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --time-limit 20"
+    args = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --time-limit 20"
     result = run(args, "--no-sequence-parallel", "--format", fmt)
     assert result.exit_code == 0, result.output
     implied = [line for line in result.stderr.splitlines() if "implied by --format" in line]
