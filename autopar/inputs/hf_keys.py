@@ -175,6 +175,11 @@ _DEEPSEEK = Family(
         "ep_size": "the inference checkpoint's expert split; the layout is autopar's to choose",
         "rope_interleave": "the order of the rotary pairs in the weights: same math",
     },
+    # MLA's RMSNorms on the compressed query and key-value latents (q_a_layernorm,
+    # kv_a_layernorm in modeling_deepseek_v3.py DeepseekV3Attention): Megatron's MLA applies
+    # them when qk_layernorm is set (multi_latent_attention.py; Megatron-Bridge's DeepSeek
+    # bridges set it, models/deepseek/deepseek_v3_bridge.py:62)
+    implied={"qk_layernorm": True},
 )
 _GEMMA_IMPLIED = {"gemma_norms": True, "norm_zero_centered": True, "tied_embeddings": True}
 
