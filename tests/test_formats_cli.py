@@ -115,7 +115,8 @@ def test_solve_megatron_bridge(solved):
     result = solved["megatron-bridge"]
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
-    assert "Megatron-Bridge 0.3.1" in lines[0]
+    assert "Megatron-Bridge 0.6.2" in lines[0] and "stack megatron-bridge-0.6" in lines[0]
+    assert "model.hidden_dropout=0.0" in lines[1:]  # Bridge's recipes, not Megatron-LM's 0.1
     assert "model.virtual_pipeline_model_parallel_size=2" in lines[1:]
 
 

@@ -12,8 +12,10 @@ each override here follows:
   alias, but ``model.seq_length`` is then re-synced to the unchanged ``seq_length``: the job
   would train at the recipe's length);
 - a recipe may have no ``comm_overlap`` section (``recipes/common.py`` ``_pretrain_common``:
-  ``comm_overlap=None``): its keys are written ``++comm_overlap.key=value`` (Hydra: set, adding
-  the key when absent), valid whichever recipe the overrides are applied to;
+  ``comm_overlap=None``) or one with overlaps on (the Llama-3 70B recipe): ``comm_overlap=null``
+  when the plan overlaps nothing, else ``++comm_overlap._target_=...CommOverlapConfig`` and
+  ``++comm_overlap.key=value`` (a config built anew, ``omegaconf_utils._apply_overrides``),
+  valid whichever recipe the overrides are applied to;
 - a recipe's pipeline layout (DeepSeek-V3's, ``set_deepseek_v3_pipeline_model_parallel_layout``)
   is re-built after a PP/VPP override unless the layout itself is overridden:
   ``model.pipeline_model_parallel_layout=null`` keeps the split autopar planned;
