@@ -8,19 +8,21 @@ accepted or refused by autopar naming why; the job Bridge would build has the pl
 (sizes, split, no recipe pipeline layout left over, batch, sequence length); and the model it
 would train is the one autopar read (shapes, RoPE, norms, biases, activation, router).
 
-All cases run in one ``bridge_probe`` process for the session (Bridge's import is ~20 CPU-s);
-the tests share one xdist group so that process is started once.
+All cases run in one ``bridge_probe`` process for the session (Bridge's import is ~20 CPU-s):
+the first xdist worker to need it runs it under a file lock, the other reads its results.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 import autopar
 from autopar.base.errors import InputError
@@ -28,8 +30,6 @@ from autopar.layout.plan import Layout
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_args, bridge_overrides
 from autopar.outputs.emit.common import virtual_stage_layers
 from tests.conftest import DATA
-
-pytestmark = pytest.mark.xdist_group("megatron-bridge")
 
 RECIPES = "megatron.bridge.recipes"
 
@@ -129,7 +129,7 @@ def _item(case: Case, problem):
     return case.layout
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # module scope re-ran it when the group's modules interleave
 def bridge(tmp_path_factory) -> dict[str, dict]:
     """Every case's overrides (or autopar's refusal) and what Bridge made of them."""
     cases, refused = [], {}
@@ -152,17 +152,23 @@ def bridge(tmp_path_factory) -> dict[str, dict]:
     for case in CASES:  # each file once more, as the recipe alone converts it
         recipe = {"recipe": f"{RECIPES}.{case.recipe}", "config": str(DATA / case.config)}
         cases.append({"id": f"{case.config}:recipe", **recipe, "convert_only": True})
-    work = tmp_path_factory.mktemp("bridge")
-    (work / "cases.json").write_text(json.dumps(cases))
-    probe = Path(__file__).with_name("bridge_probe.py")
-    done = subprocess.run(
-        [sys.executable, str(probe), str(work / "cases.json"), str(work / "results.json")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = json.loads((work / "results.json").read_text())
+    # one directory for the session's xdist workers (each has its own basetemp below it)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    done_path = shared / "bridge-results.json"
+    with FileLock(str(shared / "bridge-results.lock")):
+        if not done_path.exists():
+            (shared / "bridge-cases.json").write_text(json.dumps(cases))
+            probe = Path(__file__).with_name("bridge_probe.py")
+            done = subprocess.run(
+                [sys.executable, str(probe), str(shared / "bridge-cases.json"), str(done_path)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(done_path.read_text())
     return {"refused": refused, **results}
 
 

@@ -18,8 +18,6 @@ from autopar.outputs import emit
 from tests import consumers
 from tests.conftest import DATA
 
-pytestmark = pytest.mark.xdist_group("megatron-bridge")  # the Megatron-LM import, once
-
 PUBLIC = sorted(
     str(path.relative_to(DATA)) for path in [*DATA.glob("*-config.json"), *DATA.glob("hf/*.json")]
 )
