@@ -29,11 +29,15 @@ _EXPORTS: dict[str, str] = {
     "evaluate_problem": "autopar.api",
     "layout_of": "autopar.api",
     "make_problem": "autopar.api",
+    "optimum_of": "autopar.api",
     "plan_of": "autopar.api",
     "solve": "autopar.api",
     "solve_problem": "autopar.api",
     "sweep": "autopar.sweeps.run",
     "SweepResult": "autopar.sweeps.run",
+    "fallbacks": "autopar.sweeps.fallbacks",
+    "fallbacks_problem": "autopar.sweeps.fallbacks",
+    "FallbackResult": "autopar.sweeps.fallbacks",
     "InfeasibleError": "autopar.base.errors",
     "InputError": "autopar.base.errors",
     "load_cluster": "autopar.inputs.loading",
@@ -47,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingSpec": "autopar.inputs.specs",
     "Estimate": "autopar.layout.plan",
     "Layout": "autopar.layout.plan",
+    "PerStage": "autopar.layout.stages",
     "StagePlan": "autopar.layout.stages",
     "StageRecompute": "autopar.layout.stages",
     "CostModel": "autopar.costs.terms",
@@ -55,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     "TermContext": "autopar.costs.terms",
     "load_cost_model": "autopar.costs.plugin",
     "SolveResult": "autopar.layout.results",
+    "Alternatives": "autopar.layout.alternatives",
+    "Optimum": "autopar.layout.alternatives",
 }
 """Public name -> the module that defines it."""
 

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from autopar.base.axes import GIVEN_AXES
-from autopar.base.errors import InputError
+from autopar.base.errors import InputError, excerpt
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives, collective_sources
 from autopar.costs.estimate import estimate
+from autopar.costs.goodput import overhead_factor
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs import limits as bounds
@@ -30,11 +31,13 @@ from autopar.inputs.problem import (
     make_problem,
 )
 from autopar.inputs.specs import Problem
+from autopar.layout.alternatives import Optimum
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.results import Explanation, SolveResult
+from autopar.layout.results import OBJECTIVES, Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
+from autopar.search.alternatives import find_alternatives, find_optimum
 from autopar.search.explain import explain_infeasible
 from autopar.search.solver import solve_space
 
@@ -42,12 +45,14 @@ __all__ = [
     "DEFAULT_GLOBAL_BATCH_TOKENS",
     "DEFAULT_SEQ_LEN",
     "build_problem",
+    "check_objective",
     "check_solve_options",
     "evaluate",
     "evaluate_problem",
     "layout_of",
     "make_context",
     "make_problem",
+    "optimum_of",
     "plan_of",
     "solve",
     "solve_problem",
@@ -87,20 +92,32 @@ def solve_problem(
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
+    alternatives: bool = False,
+    objective: str = "step-time",
+    upper_bound_s: float | None = None,
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
     fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.search``: the
-    ``top`` best distinct outer layouts, each with its best plan)."""
-    check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
+    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
+    ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
+    for a uniform plan, the fastest layout with each axis changed
+    (``autopar.search.alternatives``), within the same ``time_limit``. ``objective="goodput"``
+    minimises the expected time per useful step under the cluster's failure model instead
+    (``autopar.costs.goodput``); ``upper_bound_s`` keeps only layouts whose objective is at
+    most that (a caller's incumbent: ``infeasible`` then means none is as good)."""
+    top, time_limit, num_workers = check_solve_options(
+        top=top, time_limit=time_limit, num_workers=num_workers
+    )
     check_pipeline_plan(pipeline_plan)
+    check_objective(objective, pipeline_plan)
     deadline = time.perf_counter() + time_limit
     cm = load_cost_model(cost_model)
+    factor = overhead_factor(cm) if objective == "goodput" else None
     ctx = make_context(problem)
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
     if pipeline_plan == "per-stage":
-        from autopar.pipeline.search import solve_result
+        from autopar.pipeline.result import solve_result
 
         result = solve_result(
             problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top
@@ -113,8 +130,24 @@ def solve_problem(
         return dataclasses.replace(result, inputs=inputs, explanation=explanation)
     space = build_space(problem)
     left_s = max(0.0, deadline - time.perf_counter())  # the limit covers the set-up too
-    result = solve_space(space, ctx, cm, top_k=top, time_limit_s=left_s, num_workers=num_workers)
+    result = solve_space(
+        space,
+        ctx,
+        cm,
+        top_k=top,
+        time_limit_s=left_s,
+        num_workers=num_workers,
+        time_factor=factor,
+        upper_bound_s=upper_bound_s,
+    )
     result = dataclasses.replace(result, inputs=inputs)
+    if alternatives and result.layouts:
+        why = find_alternatives(
+            space, ctx, cm, result.best, deadline=deadline, num_workers=num_workers
+        )
+        result = dataclasses.replace(result, alternatives=why)
+    if result.status == "infeasible" and upper_bound_s is not None:
+        return result  # nothing as good as the bound: the caller knows why
     if result.status == "infeasible":
         explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     elif result.status == "unknown":
@@ -124,15 +157,37 @@ def solve_problem(
     return dataclasses.replace(result, explanation=explanation)
 
 
-def check_solve_options(*, top: object, time_limit: object, num_workers: object) -> None:
+def check_solve_options(
+    *, top: object, time_limit: object, num_workers: object
+) -> tuple[int, float, int | None]:
     """``--top``, ``--time-limit`` (>= 0 and finite: NaN or a negative limit is an error, never
-    "the time limit ran out") and ``--num-workers``, against their documented maxima."""
-    bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
-    bounds.check_number(
+    "the time limit ran out") and ``--num-workers``, against their documented maxima; returned
+    as an int, a float and an int (or None), whatever numeric type they were given in."""
+    checked_top = bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
+    limit = bounds.check_number(
         time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
     )
     if num_workers is not None:
-        bounds.check_int(num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS)
+        num_workers = bounds.check_int(
+            num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS
+        )
+    return checked_top, limit, num_workers
+
+
+def check_objective(objective: object, pipeline_plan: str = "uniform") -> None:
+    """``--objective``: one of ``OBJECTIVES``; ``goodput`` ranks uniform layouts only (a
+    per-stage plan's checkpoint is not tabulated per plan)."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise InputError(
+            f"must be one of {', '.join(OBJECTIVES)}, got {excerpt(objective)}",
+            source="--objective",
+        )
+    if objective == "goodput" and pipeline_plan != "uniform":
+        raise InputError(
+            "goodput ranks uniform pipelines only; use --pipeline-plan uniform or --objective "
+            "step-time",
+            source="--objective",
+        )
 
 
 def solve(
@@ -142,10 +197,14 @@ def solve(
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
+    alternatives: bool = False,
+    objective: str = "step-time",
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
-    ``make_problem``; ``status`` says whether it is proven optimal."""
+    ``make_problem``; ``status`` says whether it is proven optimal; ``alternatives=True`` adds
+    the fastest layout with each axis changed (``SolveResult.alternatives``);
+    ``objective="goodput"`` ranks by the expected time per useful step under failures."""
     return solve_problem(
         make_problem(**options),
         top=top,
@@ -153,6 +212,8 @@ def solve(
         num_workers=num_workers,
         cost_model=cost_model,
         pipeline_plan=pipeline_plan,
+        alternatives=alternatives,
+        objective=objective,
     )
 
 
@@ -171,6 +232,24 @@ def evaluate_problem(
     from autopar.costs.stage_estimate import estimate_plan
 
     return estimate_plan(layout, plan, ctx, cm)
+
+
+def optimum_of(
+    problem: Problem,
+    estimate: Estimate,
+    *,
+    time_limit: float = 10.0,
+    num_workers: int | None = None,
+    cost_model: str | CostModel | None = None,
+) -> Optimum | None:
+    """How far ``estimate`` (from ``evaluate_problem``) is from the fastest uniform layout of
+    ``problem`` that fits, found within ``time_limit`` seconds (every layout scored when the
+    space allows it, else CP-SAT); None when nothing fits or the limit ends the search first."""
+    check_solve_options(top=1, time_limit=time_limit, num_workers=num_workers)
+    deadline = time.perf_counter() + time_limit
+    ctx, cm = make_context(problem), load_cost_model(cost_model)
+    space = build_space(problem)
+    return find_optimum(space, ctx, cm, estimate, deadline=deadline, num_workers=num_workers)
 
 
 def evaluate(

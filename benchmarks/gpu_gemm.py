@@ -32,7 +32,7 @@ from autopar.costs.comm import DatasheetCollectives
 from autopar.costs.terms import TermContext
 from autopar.inputs.loading import load_cluster, load_model
 from autopar.inputs.specs import SearchOptions, TrainingSpec
-from cost_models.compute import gemm_time_s
+from cost_models.gemm import gemm_time_s
 
 MODELS = ("llama-3-8b", "llama-3-70b", "gpt3-175b")
 
@@ -73,7 +73,7 @@ def roofline_flop_per_s(shapes: list[GemmShape], *, gpu: str, dtype: str) -> np.
         comm=DatasheetCollectives(cluster),
     )
     m, n, k = (np.array([getattr(s, a) for s in shapes], dtype=np.float64) for a in "mnk")
-    return 2 * m * n * k / gemm_time_s(m, n, k, ctx=ctx, fp8=dtype == "fp8")
+    return 2 * m * n * k / gemm_time_s(m, n, k, ctx=ctx, dtype=dtype)
 
 
 def has_fp8() -> bool:

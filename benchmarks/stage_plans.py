@@ -1,6 +1,6 @@
 """Per-stage pipeline plans (issue 13): proof time, the space covered, and the predicted gains.
 
-    python benchmarks/stage_plans.py [--workers N]
+    python benchmarks/stage_plans.py [--workers N] [--case N ...] [--time-limit S]
 
 For each case it prints
 
@@ -34,7 +34,8 @@ from autopar.costs.stage_estimate import estimate_plan
 from autopar.costs.stage_figures import stage_figures
 from autopar.costs.terms import grid_of
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan
-from autopar.pipeline.search import per_stage_space, solve_result
+from autopar.pipeline.candidates import per_stage_space
+from autopar.pipeline.result import solve_result
 
 CASES = [
     ("Llama-3.1 405B, 16384 H100", dict(model="llama-3.1-405b", gpus=16384, global_batch=2048)),
@@ -94,17 +95,20 @@ def account_for_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompu
     return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
 
 
-def run(name: str, options: dict, workers: int) -> None:
+def run(name: str, options: dict, workers: int, time_limit_s: float = TIME_LIMIT_S) -> None:
     options = {"seq_len": SEQ_LEN, **options}
     problem = api.make_problem(**options)
     ctx, cm = make_context(problem), load_cost_model(None)
     start = time.perf_counter()
-    staged = solve_result(problem, ctx, cm, time_limit_s=TIME_LIMIT_S, num_workers=workers)
+    staged = solve_result(problem, ctx, cm, time_limit_s=time_limit_s, num_workers=workers)
     staged_s = time.perf_counter() - start
     uniform_options = dict(options)
     if problem.model.num_layers % 8:
         uniform_options["uneven_pipeline"] = True
     uniform = api.solve(**uniform_options, num_workers=workers)
+    if not staged.layouts:
+        print(f"== {name}: per-stage {staged.status} in {staged_s:.2f} s ({staged.notes[0]})\n")
+        return
     best = staged.best
     lay = uniform.best.layout
     rec = StageRecompute(lay.recompute, problem.model.num_layers if lay.recompute == "full" else 0)
@@ -118,7 +122,7 @@ def run(name: str, options: dict, workers: int) -> None:
     print(f"== {name}, seq {options['seq_len']}, global batch {options['global_batch']}")
     print(f"per-stage   {staged.status} in {staged_s:.2f} s ({staged.notes[0]})")
     print(f"            {best.layout.text()}")
-    print(f"            {best.pipeline_plan.text()}")
+    print(f"            {best.per_stage.plan.text()}")
     print(
         f"space       {rows} outer layouts, 10^{log_plans:.0f} plans; brute force at "
         f"{per_plan * 1e6:.1f} us/plan: 10^{math.log10(max(brute_years, 1e-30)):.0f} years"
@@ -128,9 +132,10 @@ def run(name: str, options: dict, workers: int) -> None:
     )
     print(f"  even      {even.step_time_s:.3f} s  (per-stage model, Megatron's even split)")
     print(f"  account   {account.step_time_s:.3f} s  (account-for-embedding/loss split)")
+    chosen = best.per_stage
     print(
-        f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%} (the {best.plan_from}'s plan; "
-        f"formula {best.formula_step_time_s:.3f} s)"
+        f"per-stage   {best.step_time_s:.3f} s  MFU {best.mfu:.1%} "
+        f"(the {chosen.plan_from}'s plan; formula {chosen.formula_step_time_s:.3f} s)"
     )
     print(
         f"gain        {uniform.best.step_time_s / best.step_time_s - 1:+.1%} over the uniform "
@@ -146,7 +151,7 @@ def run(name: str, options: dict, workers: int) -> None:
         pinned_problem,
         make_context(pinned_problem),
         cm,
-        time_limit_s=TIME_LIMIT_S,
+        time_limit_s=time_limit_s,
         num_workers=workers,
     )
     if pinned.layouts:
@@ -155,7 +160,7 @@ def run(name: str, options: dict, workers: int) -> None:
             f"plan only   {plan_only.step_time_s:.3f} s on the uniform optimum's layout "
             f"({pinned.status}, {pinned.solve_time_s:.2f} s): "
             f"{even.step_time_s / plan_only.step_time_s - 1:+.1%} over its even split; "
-            f"{plan_only.pipeline_plan.text()[:160]}"
+            f"{plan_only.per_stage.plan.text()[:160]}"
         )
     print()
 
@@ -163,11 +168,14 @@ def run(name: str, options: dict, workers: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--time-limit", type=float, default=TIME_LIMIT_S, help="per solve (a loaded machine)"
+    )
     parser.add_argument("--case", type=int, action="append", help="run only these (0-based)")
     args = parser.parse_args()
     for i, (name, options) in enumerate(CASES):
         if args.case is None or i in args.case:
-            run(name, options, args.workers)
+            run(name, options, args.workers, args.time_limit)
 
 
 if __name__ == "__main__":

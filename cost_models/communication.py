@@ -14,7 +14,7 @@ import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
 from cost_models.compute import (
-    FLASH_BACKWARD_SLOWDOWN,
+    backward_slowdown,
     flash_block_time_s,
     memory_time_s,
     mlp_time_s,
@@ -111,7 +111,7 @@ def _core_block_s(
     """Forward flash attention of one ``queries x keys`` block of ``heads`` heads, ``mbs``
     sequences: two GEMMs ``(q x d) @ (d x k)`` and ``(q x k) @ (k x d)``, half of each when the
     block is causal (on its diagonal)."""
-    one = flash_block_time_s(queries, keys, model.kv_channels, ctx=ctx, fp8=False)
+    one = flash_block_time_s(queries, keys, model.kv_channels, ctx=ctx, dtype="bf16")
     return mbs * heads * one * np.where(causal, 1.0, 2.0)
 
 
@@ -151,7 +151,7 @@ def ring_attention_s(
     kv_bytes = mbs * 2.0 * c * 2.0 * kv_size(model) / tp * BYTES_BF16
     ranks = np.where(cp > 1, 2.0, 1.0)
     send = ctx.comm.time_s("send_recv", kv_bytes, num_ranks=ranks, num_nodes=num_nodes)
-    backward_block = 2.0 * FLASH_BACKWARD_SLOWDOWN * block
+    backward_block = 2.0 * backward_slowdown(ctx) * block
     local = mbs * 2.0 * c
     merge_f = memory_time_s(CP_CORRECTION_BYTES * local * query_size(model) / tp, ctx)
     merge_b = memory_time_s(
@@ -164,7 +164,7 @@ def ring_attention_s(
     busy = cp > 1
     return (
         np.where(busy, forward + small_blocks, 0.0),
-        np.where(busy, backward + 2.0 * FLASH_BACKWARD_SLOWDOWN * small_blocks, 0.0),
+        np.where(busy, backward + 2.0 * backward_slowdown(ctx) * small_blocks, 0.0),
     )
 
 

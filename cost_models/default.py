@@ -17,6 +17,7 @@ memory terms.
 from __future__ import annotations
 
 from autopar.costs.terms import CostModel
+from cost_models.checkpoint import CheckpointBytes
 from cost_models.communication import CpCommTime, DispatcherDecision, EpCommTime, TpCommTime
 from cost_models.compute import (
     MOE_LOAD_IMBALANCE,
@@ -41,6 +42,7 @@ from cost_models.memory import (
     RecomputeWorkspaceMemory,
     WorkspaceMemory,
 )
+from cost_models.offload import OffloadTime
 from cost_models.pipeline import InFlightMicrobatches, PipelineSlots, PpCommTime
 
 
@@ -107,6 +109,7 @@ def default_cost_model(
             ),
             FsdpGatherTime(overlap=dp_comm_overlap),
             ExpertFsdpTime(overlap=dp_comm_overlap),
+            OffloadTime(),
         ),
         slots=PipelineSlots(),
         static_memory_terms=static_memory,
@@ -114,6 +117,7 @@ def default_cost_model(
         in_flight=InFlightMicrobatches(),
         flops=TransformerFlops(),
         decisions=DispatcherDecision(dispatcher=moe_dispatcher),
+        checkpoint=CheckpointBytes(),
     )
 
 

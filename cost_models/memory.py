@@ -45,8 +45,10 @@ import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
 from autopar.inputs.specs import GIB, ModelSpec
+from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
+from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES
 from cost_models.shapes import (
     all_stage_kinds,
     dense_layer_params,
@@ -89,10 +91,32 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
 
 
 def fp8_linear_gemms(ctx: TermContext) -> frozenset[str]:
-    """The linear layers that run in FP8 (empty in BF16 training)."""
-    if ctx.training.precision != "fp8":
-        return frozenset()
-    return frozenset(ctx.training.stack.fp8_gemms)
+    """The linear layers whose inputs Transformer Engine keeps as a low-precision copy for
+    backward (FP8, or FP4 with NVFP4; empty in BF16 training)."""
+    if ctx.training.precision == "fp8":
+        return frozenset(ctx.training.stack.fp8_gemms)
+    if ctx.training.precision == "nvfp4":
+        return frozenset(ctx.training.stack.fp8_gemms) & FP4_GEMMS
+    return frozenset()
+
+
+def saved_copy_bytes(ctx: TermContext) -> float:
+    """Bytes per element of the low-precision copy TE keeps of a layer's input for the weight
+    gradient: FP8 1 (MXFP8 plus an E8M0 scale per 32), NVFP4 the column-wise FP4 copy with its
+    E4M3 scale per 16 (``OPERAND_BYTES``)."""
+    if ctx.training.precision == "nvfp4":
+        return OPERAND_BYTES["fp4"]
+    return 1.0 + (1.0 / 32.0 if ctx.training.stack.fp8_recipe == "mxfp8" else 0.0)
+
+
+def offload_share(ctx: TermContext) -> float:
+    """Share of the layers' activations that stays on the GPU with ``cpu_offload_layers`` of
+    ``L`` offloaded: ``(L - N) / L`` (Transformer Engine ``cpu_offload.py``
+    ``get_cpu_offload_context``, L748-751: "activation memory usage is equal to (num_layers -
+    num_offloaded_layers) * T"). Megatron allows it with ``pp == 1`` only
+    (``rules._offload_rules``)."""
+    layers = ctx.model.num_layers
+    return (layers - min(ctx.training.stack.cpu_offload_layers, layers)) / layers
 
 
 def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool, bool]]:
@@ -108,24 +132,40 @@ def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool,
     return out
 
 
-def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """Dense-grid parameters on one rank of the most loaded stage: its layers, the input
-    embedding (and learned positions) on the first stage, the untied output layer and the MTP
-    modules on the last (Megatron ``theoretical_memory_usage.py``, "most loaded model shard";
-    for a uniform model that is the first stage, as there)."""
-    tp, pp = np.broadcast_arrays(
-        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
-    )
+def stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: int) -> list[np.ndarray]:
+    """Per stage of a ``pp``-stage pipeline, its dense-grid parameters over all its TP ranks
+    (one value per entry of ``tp``: the vocabulary is padded to ``128 * tp``): its layers, the
+    input embedding (and learned positions) on the first stage, the untied output layer and
+    the MTP modules on the last."""
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = embedding * (0.0 if model.tied_embeddings else 1.0)
+    return [
+        params + (embedding + positions) * first + output * last
+        for params, first, last in stage_layer_param_sums(model, pp)
+    ]
+
+
+def stage_moe_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Per stage of a ``pp``-stage pipeline, its MoE layers (MTP ones included)."""
+    return [
+        sum(n for kind, n in counts.items() if kind.endswith("/moe"))
+        for counts in all_stage_kinds(model, pp)
+    ]
+
+
+def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Dense-grid parameters on one rank of the most loaded stage (``stage_dense_params`` / tp;
+    Megatron ``theoretical_memory_usage.py``, "most loaded model shard"; for a uniform model
+    that is the first stage, as there)."""
+    tp, pp = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
+    )
     best = np.zeros(len(tp))
     for value in np.unique(pp):
         rows = pp == value
-        for params, first, last in stage_layer_param_sums(model, int(value)):
-            stage = params + (embedding[rows] + positions) * first + output[rows] * last
-            best[rows] = np.maximum(best[rows], stage)
+        best[rows] = np.max(stage_dense_params(model, tp[rows], int(value)), axis=0)
     return best / tp
 
 
@@ -158,7 +198,7 @@ class DenseParamMemory:
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
         params = first_stage_dense_params(ctx.model, tp, pp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = dense_shard_degree(grid, ctx, megatron_compatible=self.megatron_compatible)
         total = params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
         if self.part == "weights" and not self.megatron_compatible:
@@ -175,7 +215,7 @@ _PARTS: dict[str, tuple[float | None, int]] = {
 }
 
 
-def _bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
+def part_bytes_per_param(part: str, ctx: TermContext) -> tuple[float, int]:
     """Bytes per parameter of ``part`` and the ZeRO stage from which it is sharded. With BF16
     Adam moments (``StackSpec.optimizer_state_dtype``) the optimizer keeps 4 + 2 + 2 bytes."""
     bytes_per_param, stage = _PARTS[part]
@@ -206,7 +246,7 @@ class ExpertParamMemory:
         if not model.is_moe:
             return np.zeros(len(pp))
         params = stage_expert_layers(model, grid["pp"]) * expert_params(model) / (ep * etp)
-        bytes_per_param, stage = _bytes_per_param(self.part, ctx)
+        bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = ctx.training.num_gpus / (etp * ep * pp)
         return params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
 
@@ -216,11 +256,7 @@ def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     pp = np.atleast_1d(np.asarray(pp))
     out = np.zeros(len(pp))
     for value in np.unique(pp):
-        most = max(
-            sum(n for kind, n in counts.items() if kind.endswith("/moe"))
-            for counts in all_stage_kinds(model, int(value))
-        )
-        out[pp == value] = most
+        out[pp == value] = max(stage_moe_layers(model, int(value)))
     return out
 
 
@@ -233,6 +269,8 @@ def mixer_activation_bytes_per_token(
     stores_scores,
     recompute: np.ndarray,
     fp8_gemms: frozenset[str] = frozenset(),
+    copy_bytes: float = 1.0,
+    modules: frozenset[str] = frozenset(DEFAULT_RECOMPUTE_MODULES),
 ) -> tuple[float | np.ndarray, float | np.ndarray]:
     """(outside the TP region, inside it) bytes one token mixer keeps per token (module
     docstring): its norm input and its input outside; inside, attention keeps Q, K, V and its
@@ -243,13 +281,15 @@ def mixer_activation_bytes_per_token(
     (``mamba_split_conv1d_scan_combined``, ``ssm/mamba_mixer.py``), which keeps the in_proj
     output and recomputes the conv and scan internals, plus the scan output and the gated
     norm's output (the out_proj input). ``fp8_gemms``: Transformer Engine saves an FP8 layer's
-    input as its FP8 copy (1 B/element; ``LayerNormLinear.ln_out``, ``Linear.inputmat``), and keeps
-    the output projection's FP8 input besides the BF16 attention output."""
+    input as its FP8 copy (``copy_bytes``: 1 B/element; ``LayerNormLinear.ln_out``,
+    ``Linear.inputmat``; NVFP4 0.5625), and keeps the output projection's low-precision input
+    besides the BF16 attention output. ``modules``: what selective recompute re-runs
+    (``StackSpec.recompute_modules``)."""
     h = model.hidden_size
     if mixer == "none":
         return 0.0, 0.0
-    outside = (2.0 + (1.0 if "qkv" in fp8_gemms else 2.0)) * h
-    proj_in = 1.0 if "proj" in fp8_gemms else 2.0
+    outside = (2.0 + (copy_bytes if "qkv" in fp8_gemms else 2.0)) * h
+    proj_in = copy_bytes if "proj" in fp8_gemms else 2.0
     if mixer == "mamba":
         inner = model.mamba_inner_size
         return outside, 2.0 * mamba_in_proj_size(model) + (2.0 + proj_in) * inner
@@ -261,10 +301,11 @@ def mixer_activation_bytes_per_token(
         latents = 2.0 * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
         output = (1.0 + proj_in) * heads * model.v_head_dim
         inside = 2.0 * heads * (qk + qk + model.v_head_dim) + output + scores
-        selective = np.asarray(recompute) == RECOMPUTE_SELECTIVE
+        selective = (np.asarray(recompute) == RECOMPUTE_SELECTIVE) & ("mla_up_proj" in modules)
         return outside + latents, np.where(selective, output, inside)
     q, kv = query_size(model), kv_size(model)
-    return outside, 2.0 * (q + 2 * kv) + (3.0 if "proj" in fp8_gemms else 2.0) * q + scores
+    attention_out = 2.0 + proj_in if "proj" in fp8_gemms else 2.0
+    return outside, 2.0 * (q + 2 * kv) + attention_out * q + scores
 
 
 def kind_activation_bytes_per_token(
@@ -278,14 +319,19 @@ def kind_activation_bytes_per_token(
     dropout: bool,
     recompute: np.ndarray,
     fp8_gemms: frozenset[str] = frozenset(),
+    copy_bytes: float = 1.0,
+    modules: frozenset[str] = frozenset(DEFAULT_RECOMPUTE_MODULES),
 ) -> np.ndarray:
     """Bytes one layer of ``kind`` keeps per token for backward, its MoE experts excepted
     (``ExpertActivationMemory``); ``keys`` is the attention span (it matters only for
     materialised scores); ``fp8_gemms`` as ``mixer_activation_bytes_per_token`` (FC1 and FC2
-    inputs at 1 B when they run in FP8)."""
+    inputs at 1 B when they run in FP8). Selective recompute of ``layernorm`` (in ``modules``)
+    drops the two norms' outputs: each is re-run from its input, which stays (Megatron
+    ``transformer_layer.py``, output-discarding checkpoints)."""
     mixer, _, ffn = kind.partition("/")
     h = model.hidden_size
-    stores_scores = flash_attention | (np.asarray(recompute) == 0)
+    recompute = np.asarray(recompute)
+    stores_scores = flash_attention | (recompute == 0)
     outside, inside = mixer_activation_bytes_per_token(
         model,
         mixer,
@@ -294,13 +340,20 @@ def kind_activation_bytes_per_token(
         stores_scores=stores_scores,
         recompute=recompute,
         fp8_gemms=fp8_gemms,
+        copy_bytes=copy_bytes,
+        modules=modules,
     )
+    norms = (recompute == RECOMPUTE_SELECTIVE) & ("layernorm" in modules)
+    if mixer not in ("none", "mamba"):
+        outside = outside - np.where(norms, (copy_bytes if "qkv" in fp8_gemms else 2.0) * h, 0.0)
     if ffn == "moe":
-        outside = outside + 4.0 * h  # norm input and the router / dispatcher input
+        # norm input and the router / dispatcher input (the norm's output)
+        outside = outside + np.where(norms, 2.0, 4.0) * h
     if ffn == "dense":
-        outside = outside + (2.0 + (1.0 if "fc1" in fp8_gemms else 2.0)) * h
+        fc1_in = np.where(norms, 0.0, copy_bytes if "fc1" in fp8_gemms else 2.0)
+        outside = outside + (2.0 + fc1_in) * h
         inside = inside + 2.0 * mlp_up_width(model, model.ffn_hidden_size)
-        inside = inside + (1.0 if "fc2" in fp8_gemms else 2.0) * model.ffn_hidden_size
+        inside = inside + (copy_bytes if "fc2" in fp8_gemms else 2.0) * model.ffn_hidden_size
     sublayers = (mixer != "none") + (ffn != "none")
     outside = outside + (1.0 * h if dropout else 0.0) * sublayers
     sp_divisor = np.where(np.asarray(sp) == 1, tp, 1.0)
@@ -383,8 +436,10 @@ class LayerActivationMemory:
                 dropout=dropout,
                 recompute=grid["recompute"],
                 fp8_gemms=fp8,
+                copy_bytes=saved_copy_bytes(ctx),
+                modules=frozenset(ctx.training.stack.recompute_modules),
             )
-            return tokens * per_token
+            return tokens * per_token * offload_share(ctx)
 
         return peak_in_flight_stage_bytes(
             model, grid["pp"], layer_bytes, first_stage_extra=embedding
@@ -432,10 +487,16 @@ class ExpertActivationMemory:
         tokens = mbs * ctx.training.seq_len / cp
         fe = model.expert_ffn_hidden_size
         # FP8: Transformer Engine keeps the FP8 copies of the two GEMM inputs for backward.
-        fp8 = fp8_linear_gemms(ctx)
-        fc1_in = 1.0 if "fc1" in fp8 else 2.0
-        fc2_in = 1.0 if "fc2" in fp8 else 2.0
+        fp8, low = fp8_linear_gemms(ctx), saved_copy_bytes(ctx)
+        fc1_in = low if "fc1" in fp8 else 2.0
+        fc2_in = low if "fc2" in fp8 else 2.0
         h = model.hidden_size
+        # selective recompute of moe_act re-runs the activation from FC1's output: FC2's input
+        # is not kept
+        moe_act = (np.asarray(grid["recompute"]) == RECOMPUTE_SELECTIVE) & (
+            "moe_act" in ctx.training.stack.recompute_modules
+        )
+        fc2_in = np.where(moe_act, 0.0, fc2_in)
         copy = (fc1_in + 2.0) * h + 2.0 * mlp_up_width(model, fe) + fc2_in * fe
         routed = tokens / tp * model.experts_per_token * copy
         fs = model.shared_expert_ffn_hidden_size
@@ -443,6 +504,7 @@ class ExpertActivationMemory:
         router = tokens / tp * 4.0 * model.num_experts
         per_layer = routed + shared + router
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
+        per_layer = per_layer * offload_share(ctx)
         peak = peak_in_flight_stage_bytes(
             model, grid["pp"], lambda kind: per_layer if kind.endswith("/moe") else 0.0
         )
@@ -497,6 +559,7 @@ class RecomputeWorkspaceMemory:
                     dropout=ctx.training.stack.dropout,
                     recompute=none,
                     fp8_gemms=fp8_linear_gemms(ctx),
+                    copy_bytes=saved_copy_bytes(ctx),
                 ),
             )
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL

@@ -12,9 +12,3 @@ from autopar.costs.terms import TermContext
 def switch(value: Any, ctx: TermContext, name: str) -> Any:
     """``value`` unless it is ``None``, else the stack's ``name``."""
     return getattr(ctx.training.stack, name) if value is None else value
-
-
-def fp8_gemm(ctx: TermContext, gemm: str) -> bool:
-    """Whether ``gemm`` (``qkv``, ``proj``, ``fc1``, ``fc2``, ``attention``, ``logits``) runs in
-    FP8: FP8 training and the stack lists it."""
-    return ctx.training.precision == "fp8" and ctx.training.stack.fp8(gemm)

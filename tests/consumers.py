@@ -112,8 +112,21 @@ def megatron_transformer_config(line: str):
             kwargs["_vpp_layers"] = int(values[0])
         elif flag == "--moe-layer-freq":
             kwargs["moe_layer_freq"] = eval(values[0], {"__builtins__": {}})  # noqa: S307
+        elif flag == "--cuda-graph-impl" and values == ["full_iteration"]:
+            # main's full_iteration impl is megatron-core 0.16's local impl, full_iteration scope
+            kwargs |= {"cuda_graph_impl": "local", "cuda_graph_scope": ["full_iteration"]}
+        elif flag == "--cuda-graph-modules":  # 0.16 names main's cuda_graph_modules scope
+            kwargs["cuda_graph_scope"] = list(values)
+        elif dest == "recompute_modules":  # a list field (cp_comm_type takes one value too)
+            kwargs[dest] = list(values)
         elif dest in fields and dest != "moe_router_load_balancing_type":
             kwargs[dest] = True if not values else _typed(values[0])
+    if kwargs.get("cpu_offloading_num_layers", 0) > 0:  # arguments.py L1950-1951
+        kwargs["cpu_offloading"] = True
+        if kwargs.get("cuda_graph_scope") == ["full_iteration"]:
+            # main graphs the full iteration with offloading (transformer_config.py L2800);
+            # megatron-core 0.16 refused any graph with it: check the rest without the graph
+            del kwargs["cuda_graph_impl"], kwargs["cuda_graph_scope"]
     vpp_layers = kwargs.pop("_vpp_layers", None)
     if vpp_layers:
         stages = kwargs["num_layers"] // vpp_layers
@@ -260,10 +273,10 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
             "subchannel": "blockwise",
             "mxfp8": "mxfp8",
         }
-        model |= {
-            "fp8": "hybrid",
-            "fp8_recipe": next(v for k, v in fp8_recipe.items() if k in recipe),
-        }
+        name = next(v for k, v in fp8_recipe.items() if k in recipe)
+        model |= {"fp8": "e4m3" if name == "mxfp8" else "hybrid", "fp8_recipe": name}
+    if "nvfp4" in recipe:  # bf16_with_nvfp4_mixed
+        model |= {"fp4": "e2m1", "fp4_recipe": "nvfp4"}
     if "attention_backend" in model:  # OmegaConf turns the member name into the enum
         from megatron.core.transformer.enums import AttnBackend
 

@@ -122,9 +122,6 @@ GETATTR_ALLOWED: dict[tuple[str, str], str] = {
     ("autopar/inputs/safe_yaml.py", "strerror"): "an OSError's message",
     ("autopar/inputs/safe_yaml.py", "problem_mark"): "a PyYAML error's position",
     ("autopar/inputs/safe_yaml.py", "problem"): "a PyYAML error's text",
-    ("autopar/outputs/report.py", "stages"): "per-stage estimates (to go with the pipeline fold)",
-    ("autopar/outputs/report.py", "formula_step_time_s"): "per-stage estimates (ditto)",
-    ("autopar/cli/render.py", "pipeline_plan"): "per-stage estimates (ditto)",
 }
 """``getattr(obj, "literal")``: duck typing on autopar's own types is not allowed (import the
 type, or give it the field); these read objects from outside autopar, each for its reason."""

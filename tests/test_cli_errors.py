@@ -77,7 +77,51 @@ CASES = [
         lambda p: ["--model", "llama-8b", "--gpu", "a100", "--precision", "fp8"],
         ["FP8"],
     ),
+    (
+        "nvfp4 on hopper",
+        lambda p: ["--model", "llama-8b", "--gpu", "h100", "--precision", "nvfp4"],
+        ["--precision", "nvfp4", "h100", "hopper"],
+    ),
+    (
+        "nvfp4 on mi355x",
+        lambda p: ["--model", "llama-8b", "--gpu", "mi355x", "--precision", "nvfp4"],
+        ["--precision", "mi355x", "cdna4"],
+    ),
+    (
+        "mxfp8 on hopper",
+        lambda p: [
+            *("--model", "llama-8b", "--gpu", "h200"),
+            *("--precision", "fp8", "--fp8-recipe", "mxfp8"),
+        ],
+        ["mxfp8", "Blackwell"],
+    ),
+    (
+        "gpu file without fp4 peak",
+        lambda p: ["--model", "llama-8b", "--gpu", _blackwell_file(p), "--precision", "nvfp4"],
+        ["gpu.yaml", "peak_fp4_tflop_per_s", "missing"],
+    ),
+    (
+        "offload every layer",
+        lambda p: ["--model", "llama-8b", "--cpu-offload-layers", "32"],
+        ["--cpu-offload-layers", "32 layers"],
+    ),
+    (
+        "offload with layer graphs",
+        lambda p: ["--model", "llama-8b", "--cpu-offload-layers", "4", "--cuda-graphs", "layers"],
+        ["--cpu-offload-layers", "CUDA graphs"],
+    ),
 ]
+
+
+def _blackwell_file(tmp_path) -> str:
+    """A Blackwell GPU file that omits the FP4 peak."""
+    from pathlib import Path
+
+    text = (Path(autopar.__file__).parent / "presets" / "gpus" / "b200.yaml").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("peak_fp4_tflop_per_s")]
+    path = tmp_path / "gpu.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
 
 
 @pytest.mark.parametrize(("name", "args", "expected"), CASES, ids=[c[0] for c in CASES])
@@ -345,14 +389,15 @@ def test_uneven_pipeline_solves_in_every_format(runner, fmt) -> None:
 
 
 def test_stale_temp_files_never_block_a_write_and_are_cleared(tmp_path) -> None:
-    """A run killed by SIGKILL can leave ``.out.json.*.tmp``: the next write succeeds beside it
-    and removes it once it is older than ``STALE_TEMP_S`` (a live write takes milliseconds)."""
+    """A run killed by SIGKILL can leave ``.out.json.XXXXXXXX.autopar.tmp``: the next write
+    succeeds beside it and removes it once it is older than ``STALE_TEMP_S`` (a live write takes
+    milliseconds)."""
     import os
 
-    from autopar.base.files import STALE_TEMP_S, write_atomic
+    from autopar.base.files import STALE_TEMP_S, TEMP_MARKER, write_atomic
 
-    stale = tmp_path / ".out.json.abc123.tmp"
-    fresh = tmp_path / ".out.json.def456.tmp"
+    stale = tmp_path / f".out.json.abc12345{TEMP_MARKER}"
+    fresh = tmp_path / f".out.json.def45678{TEMP_MARKER}"
     stale.write_text("half")
     fresh.write_text("in flight")
     old = time.time() - STALE_TEMP_S - 60

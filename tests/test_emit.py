@@ -217,7 +217,10 @@ def test_emitters_accept_an_estimate(dense):
     est = autopar.evaluate(
         model="llama-70b", gpus=64, seq_len=4096, global_batch=64, tp=4, pp=4, vpp=2
     )
-    assert emit.megatron_args(est, dense) == emit.megatron_args(est.layout, dense)
+    # the estimate also carries the checkpoint interval that maximises goodput (issue 22)
+    interval = est.goodput.checkpoint_interval_steps
+    expected = f"{emit.megatron_args(est.layout, dense)} --save-interval {interval}"
+    assert emit.megatron_args(est, dense) == expected
 
 
 def test_bf16_gradients_reach_the_framework_configs():

@@ -62,6 +62,7 @@ def layouts(model: ModelSpec) -> dict[str, Layout]:
         "zero2-pp2": Layout(tp=tp, pp=2, dp=4, mbs=2, grad_accum=4, zero=2, sequence_parallel=sp),
         "zero0-cp2-pp4": Layout(tp=tp, pp=4, dp=2, cp=2, grad_accum=8, sequence_parallel=sp),
         "no-sp-pp4-full": Layout(tp=tp, pp=4, dp=2, grad_accum=8, zero=1, recompute="full"),
+        "offload": Layout(tp=tp, pp=1, dp=8, grad_accum=4, zero=1, sequence_parallel=sp),
     }
     if (split := _interleaving(model.num_layers)) is not None:
         pp, vpp = split
@@ -90,21 +91,49 @@ STACKS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/stacks
 STACK_LAYOUTS = ("zero1-selective", "interleaved", "zero0-cp2-pp4", "no-sp-pp4-full", "moe-ep")
 
 
-def _problem(name: str, lay: Layout, precision: str, stack: str | None = None):
+def _problem(name: str, lay: Layout, precision: str, stack: str | None = None, extra=()):
     gpus = lay.tp * lay.pp * lay.dp * lay.cp
     batch = lay.mbs * lay.grad_accum * lay.dp
     return autopar.make_problem(
-        model=name, gpus=gpus, seq_len=4096, global_batch=batch, precision=precision, stack=stack
+        model=name,
+        gpus=gpus,
+        seq_len=4096,
+        global_batch=batch,
+        precision=precision,
+        stack=stack,
+        **dict(extra),
     )
 
 
+BLACKWELL = (("gpu", "b200"),)
+BLACKWELL_CASES = {
+    "zero1-selective": (
+        ("nvfp4", None, BLACKWELL),
+        ("fp8", None, (*BLACKWELL, ("fp8_recipe", "mxfp8"))),
+        ("bf16", None, (("cuda_graphs", "layers"),)),
+        ("bf16", None, (("cuda_graphs", "layers"), ("dropout", False))),
+        ("bf16", None, (("recompute_modules", "layernorm,moe_act"),)),
+    ),
+    "offload": (
+        ("bf16", None, (("cpu_offload_layers", 2),)),
+        ("bf16", None, (("cpu_offload_layers", 2), ("cuda_graphs", "full"))),
+        ("nvfp4", None, (*BLACKWELL, ("cuda_graphs", "full"))),
+    ),
+    "no-sp-pp4-full": (("bf16", None, (("cuda_graphs", "layers"),)),),
+}
+"""NVFP4, MXFP8, CUDA graphs and CPU offloading (issue 20) on the layouts that take them, and
+per-layer graphs with full recomputation (Megatron refuses the pair)."""
+
+
 def _cases(label: str):
-    """(precision, stack) pairs tried for a layout: every stack preset on a few layouts."""
-    yield "bf16", None
+    """(precision, stack, extra keywords) tried for a layout: every stack preset on a few
+    layouts, the Blackwell recipes on others."""
+    yield "bf16", None, ()
     if label in STACK_LAYOUTS:
-        yield from (("bf16", stack) for stack in STACKS)
+        yield from (("bf16", stack, ()) for stack in STACKS)
     if label == "zero1-selective":
-        yield from (("fp8", None), ("fp8", "nemo-24.07"))
+        yield from (("fp8", None, ()), ("fp8", "nemo-24.07", ()))
+    yield from BLACKWELL_CASES.get(label, ())
 
 
 def _megatron(lay: Layout, problem) -> None:
@@ -135,13 +164,21 @@ def _megatron(lay: Layout, problem) -> None:
         )
         assert middle % (lay.pp - 2 or 1) == 0
     assert config.recompute_granularity == (None if lay.recompute == "none" else lay.recompute)
-    assert (config.fp8 == "hybrid") == (problem.training.precision == "fp8")
+    if lay.recompute == "selective":
+        expected = emit.common.selective_modules(model, problem.training.stack) or ["core_attn"]
+        assert config.recompute_modules == expected
     stack = problem.training.stack
+    mxfp8 = stack.fp8_recipe == "mxfp8"
+    assert config.fp8 == {"fp8": "e4m3" if mxfp8 else "hybrid"}.get(problem.training.precision)
+    assert config.fp4 == {"nvfp4": "e2m1"}.get(problem.training.precision)
+    assert config.cpu_offloading_num_layers == stack.cpu_offload_layers
     assert config.tp_comm_overlap == (stack.tp_comm_overlap and lay.tp > 1)
     assert config.hidden_dropout == config.attention_dropout == (0.1 if stack.dropout else 0.0)
     assert config.cross_entropy_loss_fusion == stack.cross_entropy_fusion
     assert config.cp_comm_type == (stack.cp_comm_type if lay.cp > 1 else None)
     args = consumers.megatron_parse(emit.megatron_args(lay, problem))
+    impl = {"none": None, "layers": ["transformer_engine"], "full": ["full_iteration"]}
+    assert args.get("--cuda-graph-impl") == impl[stack.cuda_graphs]
     zero = ("--use-megatron-fsdp" in args, "--use-distributed-optimizer" in args)
     assert zero == {0: (False, False), 1: (False, True), 2: (True, True), 3: (True, True)}[lay.zero]
     if lay.zero >= 2:
@@ -270,9 +307,11 @@ def _expert_mesh_ok(lay: Layout, *, etp: int) -> bool:
 
 
 def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
+    stack = problem.training.stack
+    if _blackwell_refusal(fmt, lay, problem):
+        return True
     fp8 = problem.training.precision == "fp8"
     bf16_grads = problem.training.grad_precision == "bf16"
-    stack = problem.training.stack
     tp_overlap_without_sp = stack.tp_comm_overlap and lay.tp > 1 and not lay.sequence_parallel
     model = problem.model
     unwritten = bool(emit.common.unsupported_layers(model))  # sliding, Mamba, sinks
@@ -308,14 +347,32 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
     return False
 
 
+def _blackwell_refusal(fmt: str, lay: Layout, problem) -> bool:
+    """NVFP4 and CPU offloading exist in Megatron(-Bridge) only; Megatron refuses per-layer
+    graphs with full recompute and offloading with pp > 1 or recompute; megatron-core 0.16 (the
+    Bridge target) any graph with offloading."""
+    stack = problem.training.stack
+    megatron = fmt in ("megatron", "megatron-bridge")
+    if not megatron and (problem.training.precision == "nvfp4" or stack.cpu_offload_layers):
+        return True
+    if megatron and stack.cuda_graphs == "layers" and lay.recompute == "full":
+        return True
+    if megatron and stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
+        return True
+    if megatron and stack.cpu_offload_layers and (lay.pp > 1 or lay.recompute != "none"):
+        return True
+    graphed_offload = bool(stack.cpu_offload_layers) and stack.cuda_graphs != "none"
+    return fmt == "megatron-bridge" and graphed_offload
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_accepted_or_refused(name):
     """Each preset x layout x format: accepted by the consumer or refused as expected."""
     model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
     outcomes = {}
     for label, lay in layouts(model).items():
-        for precision, stack in _cases(label):
-            problem = _problem(name, lay, precision, stack)
+        for precision, stack, extra in _cases(label):
+            problem = _problem(name, lay, precision, stack, extra)
             for fmt, check in CHECKS.items():
                 try:
                     check(lay, problem)
@@ -324,9 +381,9 @@ def test_presets_accepted_or_refused(name):
                     assert "cannot express" in str(error) and "--format" in str(error), error
                     outcome = "refused"
                 expected = "refused" if _expected_refusal(fmt, lay, problem) else "accepted"
-                outcomes[fmt, label, precision, stack] = outcome
-                assert outcome == expected, (fmt, label, precision, stack)
-    default = [outcomes["megatron", label, "bf16", None] for label in layouts(model)]
+                outcomes[fmt, label, precision, stack, extra] = outcome
+                assert outcome == expected, (fmt, label, precision, stack, extra)
+    default = [outcomes["megatron", label, "bf16", None, ()] for label in layouts(model)]
     if not emit.common.unsupported_layers(model) and not _mla_yarn_unflagged(model):
         assert default.count("accepted") >= len(default) - 1  # at most the biased-ETP layout
 
@@ -532,3 +589,24 @@ def test_torchtitan_refuses_presets_it_cannot_express_in_one_line(name):
     assert "\n" not in message and "cannot express" in message and "--format" in message
     if name == "deepseek-v3":  # the one difference is named
         assert "num_mtp_layers 0 (the model has 1)" in message
+
+
+def test_checkpoint_settings_reach_each_consumer() -> None:
+    """The goodput-optimal interval and the async save, parsed by each consumer itself:
+    Megatron-LM's parser, Megatron-Bridge's CheckpointConfig, torchtitan 0.3's ConfigManager."""
+    import autopar
+
+    # Llama-3.1: torchtitan's llama3_8b config is Llama-3.1's (RoPE scaled x8)
+    options = dict(model="llama-3.1-8b", gpus=64, global_batch=256, async_checkpoint=True)
+    est = autopar.evaluate(**options, tp=1, pp=1, zero=3, framework="torchtitan")
+    problem = autopar.make_problem(**options, framework="torchtitan")
+    interval = est.goodput.checkpoint_interval_steps
+    args = consumers.megatron_parse(emit.megatron_args(est, problem))
+    assert args["--save-interval"] == [str(interval)]
+    assert "--async-save" in args and "--use-persistent-ckpt-worker" in args
+    overrides = emit.bridge_overrides(autopar.evaluate(**options), autopar.make_problem(**options))
+    assert overrides["checkpoint"]["async_save"] is True
+    consumers.bridge_check(overrides)
+    config = consumers.torchtitan_parse(emit.torchtitan_args(est, problem))
+    assert config.checkpoint.interval == interval
+    assert config.checkpoint.async_mode == "async"

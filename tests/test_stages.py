@@ -4,6 +4,7 @@ memory against the uniform model, CP-SAT against brute force, bad input and expl
 from __future__ import annotations
 
 import itertools
+import shlex
 
 import numpy as np
 import pytest
@@ -13,10 +14,10 @@ from autopar.api import make_context
 from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.costs.plugin import load_cost_model
-from autopar.costs.schedule import simulate_step_s
+from autopar.costs.schedule import in_flight, simulate_step_s
 from autopar.costs.stage_costs import probe_stage_costs
 from autopar.costs.stage_estimate import estimate_plan
-from autopar.costs.stage_figures import in_flight, pipeline_time_s, stage_figures
+from autopar.costs.stage_figures import pipeline_time_s, stage_figures
 from autopar.costs.terms import grid_of, memory_bytes, step_time_s
 from autopar.inputs.specs import (
     ClusterSpec,
@@ -28,14 +29,10 @@ from autopar.inputs.specs import (
 )
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan
 from autopar.outputs.emit.megatron_stages import layout_string
-from autopar.pipeline.search import (
-    _groups,
-    _subset,
-    _uniform_recomputes,
-    even_alternatives,
-    per_stage_space,
-    solve_stages,
-)
+from autopar.pipeline.candidates import per_stage_space, uniform_recomputes
+from autopar.pipeline.encoding import shapes_of
+from autopar.pipeline.result import even_alternatives
+from autopar.pipeline.search import solve_stages
 
 LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
 
@@ -135,9 +132,9 @@ def test_estimate_step_is_the_simulated_schedule(pp, vpp):
         pipeline = simulate_step_s(forward, chunk - forward, layout.grad_accum)
         assert staged.step_time_s == pytest.approx(costs.step_time_s[0] + pipeline, rel=1e-9)
         figures = stage_figures(plan, costs, grid["grad_accum"])
-        assert staged.formula_step_time_s == pytest.approx(float(figures.step_time_s[0]))
+        assert staged.per_stage.formula_step_time_s == pytest.approx(float(figures.step_time_s[0]))
         assert staged.to_dict()["pipeline_schedule"]["formula_step_time_s"] == (
-            staged.formula_step_time_s
+            staged.per_stage.formula_step_time_s
         )
 
 
@@ -193,7 +190,7 @@ def test_staged_estimate_is_the_uniform_estimate_for_an_even_plan():
     uniform = api.evaluate_problem(problem, layout)
     assert staged.memory_bytes["total"] == pytest.approx(uniform.memory_bytes["total"])
     assert staged.step_time_s < uniform.step_time_s
-    assert [s.in_flight for s in staged.stages] == [(4,), (3,), (2,), (1,)]
+    assert [s.in_flight for s in staged.per_stage.stages] == [(4,), (3,), (2,), (1,)]
     data = staged.to_dict()
     assert [s["layers"] for s in data["stages"]] == [20, 20, 20, 20]
     assert data["stages"][0]["holds"] == ["embedding"] and data["stages"][3]["holds"] == ["loss"]
@@ -287,11 +284,12 @@ def brute_force_rows(problem: Problem) -> np.ndarray:
     costs = probe_stage_costs(cm, ctx, grid)
     capacity = float(ctx.cluster.usable_memory_bytes)
     best = np.full(len(grid["pp"]), np.inf)
-    for (p, v), index in _groups(grid).items():
-        sub = _subset(costs, index)
+    for shape, index in shapes_of(grid).items():
+        p, v = shape.pp, shape.vpp
+        sub = costs.take(index)
         m = grid["grad_accum"][index]
         for layers in _compositions(problem.model.num_layers, p, v):
-            options = _uniform_recomputes(problem.options.recompute, max(layers))
+            options = uniform_recomputes(problem.options.recompute, max(layers))
             times, memory = [], []
             for rec in options:
                 plan = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=(rec,) * p)
@@ -331,7 +329,7 @@ def test_cpsat_agrees_with_brute_force(seed, tables):
     # the reported plan scores what the solver says by the formula it ranks by
     staged = api.evaluate_problem(problem, solution.layout, plan=solution.plan)
     assert staged.fits
-    assert staged.formula_step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
+    assert staged.per_stage.formula_step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
 
 
 def mixed_problem(seed: int) -> Problem:
@@ -379,9 +377,9 @@ def test_window_tables_agree_with_brute_force(seed):
         assert solution.step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5), (seed, tables)
         staged = api.evaluate_problem(problem, solution.layout, plan=solution.plan)
         assert staged.fits
-        assert staged.formula_step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
+        assert staged.per_stage.formula_step_time_s == pytest.approx(expected, rel=1e-5, abs=2e-5)
         # 1F1B: the formula bounds the simulated schedule from above
-        assert staged.step_time_s <= staged.formula_step_time_s * (1 + 1e-12)
+        assert staged.step_time_s <= staged.per_stage.formula_step_time_s * (1 + 1e-12)
 
 
 @pytest.mark.parametrize(("seed", "kinds"), [(3, "one"), (49, "one"), (9, "mixed"), (19, "mixed")])
@@ -392,7 +390,8 @@ def test_top_is_the_best_distinct_outer_layouts(seed, kinds):
     per_row = np.sort(brute_force_rows(problem))
     expected = per_row[np.isfinite(per_row)][:3]
     result = api.solve_problem(problem, top=3, pipeline_plan="per-stage")
-    steps = sorted(e.formula_step_time_s for e in result.layouts if e.plan_from == "search")
+    searched = [e.per_stage for e in result.layouts if e.per_stage.plan_from == "search"]
+    steps = sorted(s.formula_step_time_s for s in searched)
     assert len(expected) >= 2  # the case has runners-up
     assert steps == pytest.approx(list(expected), rel=1e-5, abs=2e-5)
     assert len({e.layout for e in result.layouts}) == len(steps)
@@ -412,14 +411,12 @@ def test_solve_per_stage_beats_or_ties_the_uniform_layout():
     ctx, cm = make_context(problem), load_cost_model(None)
     evens = [
         estimate_plan(layout, plan, ctx, cm)
-        for layout, plan in even_alternatives(
-            solve_stages(problem, ctx, cm).candidates, problem, ctx
-        )
+        for layout, plan in even_alternatives(solve_stages(problem, ctx, cm).candidates, problem)
     ]
     assert evens and staged.best.step_time_s <= min(e.step_time_s for e in evens)
     assert any("proven optimal for it" in note for note in staged.notes)
     assert any("simulated" in note for note in staged.notes)
-    assert sum(staged.best.pipeline_plan.chunk_layers) == 80
+    assert sum(staged.best.per_stage.plan.chunk_layers) == 80
     assert staged.to_dict()["layouts"][0]["stages"]
 
 
@@ -459,8 +456,9 @@ def test_megatron_flags_express_the_plan_and_other_formats_refuse(runner):
     )  # fmt: skip
     result = runner.invoke(app, [*common, "--format", "megatron"])
     assert result.exit_code == 0
-    assert '--pipeline-model-parallel-layout "Et*19|t*20|t*21|t*20L"' in result.output
-    assert "--recompute-method block --recompute-num-layers 2" in result.output
+    words = shlex.split(result.stdout.splitlines()[-1])  # what the shell passes Megatron
+    assert words[words.index("--pipeline-model-parallel-layout") + 1] == "Et*19|t*20|t*21|t*20L"
+    assert "--recompute-method block --recompute-num-layers 2" in " ".join(words)
     assert "--decoder-first-pipeline-num-layers" not in result.output
     refused = runner.invoke(app, [*common, "--format", "deepspeed"])
     assert refused.exit_code == 2
@@ -522,7 +520,11 @@ def test_megatron_recompute_flags_cover_the_plan():
 
     same = StagePlan(pp=2, vpp=1, chunk_layers=(5, 4), recompute=(StageRecompute("full", 5),) * 2)
     assert recompute_flags(same) == (
-        ["--recompute-granularity full --recompute-method block --recompute-num-layers 5"],
+        [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", "5"),
+        ],
         None,
     )
     mixed = StagePlan(
@@ -533,7 +535,7 @@ def test_megatron_recompute_flags_cover_the_plan():
                    StageRecompute()),
     )  # fmt: skip
     flags, note = recompute_flags(mixed)
-    assert flags[0].endswith("--recompute-num-layers 4")  # all of the selective stage's layers
+    assert flags[-1] == ("--recompute-num-layers", "4")  # all of the selective stage's layers
     assert note and note.startswith("# autopar:")
 
 
@@ -551,5 +553,5 @@ def test_deepseek_v3_published_layout_is_expressible():
         model="deepseek-v3", gpus=1024, seq_len=4096, global_batch=8192, tp=2, pp=8, ep=64,
         vpp=4, recompute="selective", pipeline_plan="per-stage", stage_layers=layers,
     )  # fmt: skip
-    assert sum(estimate.pipeline_plan.chunk_layers) == 61
+    assert sum(estimate.per_stage.plan.chunk_layers) == 61
     assert estimate.step_time_s > 0

@@ -18,8 +18,11 @@ from autopar.sweeps.run import COLUMNS, SweepResult
 
 FRAME_COLUMNS = [
     "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
-    "grad_accum", "recompute", "zero", "sequence_parallel", "step_time_s", "tokens_per_s",
-    "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost", "reason",
+    "grad_accum", "recompute", "zero", "sequence_parallel", "step_time_s", "step_time_low_s",
+    "step_time_high_s", "error_band_pct", "error_band_runs", "tokens_per_s",
+    "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost", "goodput",
+    "checkpoint_interval_s", "interruptions_per_day", "days_to_train_failure_free",
+    "cost_failure_free", "reason",
 ]  # fmt: skip
 
 
@@ -54,10 +57,15 @@ def test_more_gpus_more_throughput(swept):
     assert frame["tokens_per_s"].is_monotonic_increasing
     assert frame["days_to_train"].is_monotonic_decreasing
     assert ((frame["mfu"] > 0.2) & (frame["mfu"] < 1)).all()
-    # cost = gpu-hours x price, and days = tokens / throughput
+    # cost = gpu-hours x price, days = tokens / throughput; with failures, / goodput
     first = frame.iloc[0]
-    assert first["days_to_train"] == pytest.approx(1e12 / first["tokens_per_s"] / 86400)
+    free = 1e12 / first["tokens_per_s"] / 86400
+    assert first["days_to_train_failure_free"] == pytest.approx(free)
+    assert first["days_to_train"] == pytest.approx(free / first["goodput"])
+    assert 0.9 < first["goodput"] < 1
     assert first["cost"] == pytest.approx(8 * first["days_to_train"] * 24 * 2.5)
+    assert first["cost_failure_free"] == pytest.approx(8 * free * 24 * 2.5)
+    assert first["interruptions_per_day"] == pytest.approx(8 * 24 / 50_677.0, rel=1e-4)
 
 
 def test_progress_and_to_dict(swept):

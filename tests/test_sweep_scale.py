@@ -15,6 +15,7 @@ import autopar
 from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.sweeps.html import sweep_html
+from autopar.sweeps.report import PANELS
 from tests import html_report
 
 GRID = dict(
@@ -99,20 +100,24 @@ def test_html_report_is_self_contained_and_complete(serial):
     assert page.external == []  # plotly.js inlined: opens offline, can be mailed
     assert any("plotly" in s.lower() and len(s) > 1_000_000 for s in page.scripts)
     figure = html_report.figure(page)
-    titles = {a["text"] for a in figure["layout"]["annotations"]}
-    assert {
+    titles = [a["text"] for a in figure["layout"]["annotations"]]
+    assert titles[:6] == [
         "Throughput per GPU",
         "Model FLOPs utilisation",
-        "Time to train",
-        "Cost to train",
+        "Time to train 1T tokens",
+        "Cost to train 1T tokens at 2.50 USD per GPU-hour",
+        "Goodput under failures",
         "Memory per GPU (best layout)",
-    } <= titles
-    lines = [t for t in figure["data"] if t["type"] == "scatter"]
-    assert len(lines) == 4 and all(t["x"] == [8, 16, 32, 64] for t in lines)
+    ]
+    lines = [t for t in figure["data"] if t["type"] == "scatter" and t["mode"] != "lines"]
+    traces = sum(len(panel.traces) for panel in PANELS)  # days and cost: with, without failures
+    assert len(lines) == traces and all(t["x"] == [8, 16, 32, 64] for t in lines)
     throughput = next(t for t in lines if t["yaxis"] == "y")
     assert throughput["y"] == pytest.approx([r.tokens_per_s_per_gpu for r in serial.rows])
     bars = {t["name"] for t in figure["data"] if t["type"] == "bar"}
-    assert bars == {"weights GiB", "gradients GiB", "optimizer GiB", "activations GiB", "other GiB"}
+    assert bars == {"weights", "gradients", "optimizer", "activations", "other"}
+    capacity = next(t for t in figure["data"] if t["name"] == "usable memory (capacity)")
+    assert max(y for y in capacity["y"] if y) == pytest.approx(serial.inputs.gpus[0].usable_gib)
     table = [row for row in page.rows if row]
     assert [row[0] for row in table] == ["8", "16", "32", "64"]
 

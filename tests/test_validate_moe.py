@@ -8,14 +8,14 @@ import pytest
 
 from autopar.api import make_problem
 from autopar.layout.rules import layout_rules
-from tests.test_validate_published import validate_published
+from tests.test_validate_published import validate_published, validated
 
 H100_MEMORY_GIB = 79.6
 
 
 @pytest.fixture(scope="module")
 def moe_table():
-    modelled, skipped = validate_published.validate(validate_published.DEFAULT_CSV)
+    modelled, skipped = validated()
     return modelled[modelled["source"] == "mbridge_moe"], skipped
 
 

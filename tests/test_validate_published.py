@@ -4,6 +4,7 @@ issue 11: each precision separately, every row on the stack it ran on)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -25,14 +26,23 @@ def _load():
 validate_published = _load()
 
 
-@pytest.fixture(scope="module")
-def table():
-    """The dense rows; the MoE rows (source ``mbridge_moe``) have their own targets in
-    ``tests/test_validate_moe.py``."""
+@functools.cache
+def validated():
+    """(every modelled run, the skipped rows), computed once per test process and shared by the
+    validation tests (each file filters its own rows)."""
     if not validate_published.DEFAULT_CSV.exists():
         pytest.fail(f"published runs missing: {validate_published.DEFAULT_CSV}")
-    modelled, skipped = validate_published.validate(validate_published.DEFAULT_CSV)
-    return modelled[modelled["source"] != "mbridge_moe"], skipped
+    return validate_published.validate(validate_published.DEFAULT_CSV)
+
+
+@pytest.fixture(scope="module")
+def table():
+    """The dense A100 / H100 rows; the MoE rows (source ``mbridge_moe``) and the Blackwell rows
+    (``mbridge_blackwell``) have their own targets in ``tests/test_validate_moe.py`` and
+    ``tests/test_validate_blackwell.py``."""
+    modelled, skipped = validated()
+    others = ("mbridge_moe", "mbridge_blackwell")
+    return modelled[~modelled["source"].isin(others)], skipped
 
 
 def test_every_source_is_modelled(table) -> None:

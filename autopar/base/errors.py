@@ -36,8 +36,10 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
         text = repr(value[: limit + 1])
     elif isinstance(value, dict):
         return f"a mapping of {len(value)} key(s)"
-    elif isinstance(value, list | tuple | set | frozenset):
+    elif isinstance(value, list):
         return f"a list of {len(value)} item(s)"
+    elif isinstance(value, tuple | set | frozenset | range):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
     else:
         return f"a value of type {type(value).__name__}"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from autopar.base.errors import InputError, excerpt
+from autopar.base.files import printable
 from autopar.costs.comm import COLLECTIVES, bus_bandwidth_factor
 from autopar.inputs.safe_yaml import read_text
 
@@ -471,7 +472,7 @@ def parse_nccl_log(
     text = read_text(path, max_bytes=MAX_LOG_BYTES, errors="replace")
     return parse_nccl_text(
         text,
-        source=str(path),
+        source=printable(str(path)),  # a name that is not UTF-8 holds surrogates
         collective=collective,
         num_ranks=num_ranks,
         num_nodes=num_nodes,

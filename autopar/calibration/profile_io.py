@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from autopar.base.errors import InputError, excerpt, shorten
-from autopar.base.files import write_atomic
+from autopar.base.files import printable, write_atomic
 from autopar.calibration.fit import SPANS, CollectiveFit, Curve, Regime
 from autopar.calibration.profile import CommProfile, GemmPoint, SourceLog
 from autopar.costs.comm import COLLECTIVES, CollectiveModel
@@ -37,6 +37,8 @@ def _plain(obj: object) -> object:
         return [_plain(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
+    if isinstance(obj, str):  # a log's name may not be UTF-8: YAML holds it as \xff
+        return printable(obj)
     return obj
 
 

@@ -5,9 +5,11 @@ Exit codes (DESIGN §7): 0 ok, 1 infeasible, 2 bad input (one line naming file, 
 
 from __future__ import annotations
 
+import autopar.base.startup  # noqa: F401  (first: quiet Ctrl-C / SIGTERM while the CLI starts)
+
+# isort: split
 import typer
 
-import autopar.base.startup  # noqa: F401, I001  (first: quiet Ctrl-C / SIGTERM while the CLI starts)
 from autopar.cli import calibrate, estimate_cmd, presets_cmd, schema_cmd, solve_cmd, sweep_cmd
 from autopar.cli.errors import run_guarded
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,8 @@ import typer
 
 from autopar.base.errors import InputError, excerpt, shorten
 from autopar.cli.errors import guarded
+from autopar.cli.help import EXAMPLES, GroupedCommand
+from autopar.cli.output import emit
 from autopar.inputs.limits import MAX_GPUS, check_int
 
 if TYPE_CHECKING:  # the calibration floor loads pandas: imported by the commands that use it
@@ -49,21 +52,23 @@ def _parse_all(logs: Sequence[Path], *, gpu: str | None, gpus_per_node: int | No
     return [parse_nccl_log(p, gpu=gpu, gpus_per_node=gpus_per_node) for p in logs]
 
 
-def _sources(frames: Sequence) -> tuple[SourceLog, ...]:
+def _sources(frames: Sequence, logs: Sequence[Path]) -> tuple[SourceLog, ...]:
+    """Each log's provenance: its name as printed (``source``) and the digest of the file read
+    (``logs``, in the order parsed: a name that is not UTF-8 prints otherwise than it opens)."""
     from autopar.calibration.profile import SourceLog
     from autopar.calibration.profile_io import file_sha256
 
     return tuple(
         SourceLog(
             path=str(f["source"].iat[0]),
-            sha256=file_sha256(f["source"].iat[0]),
+            sha256=file_sha256(log),
             collective=",".join(dict.fromkeys(f["collective"])),
             num_ranks=int(f["num_ranks"].iat[0]),
             num_nodes=int(f["num_nodes"].iat[0]),
             gpu=None if f["gpu"].iat[0] is None else str(f["gpu"].iat[0]),
             notes=tuple(f.attrs.get("notes", ())),
         )
-        for f in frames
+        for f, log in zip(frames, logs, strict=True)
     )
 
 
@@ -124,7 +129,7 @@ def _run_fit(
     import pandas as pd
 
     try:
-        profile = fit_profile(pd.concat(frames, ignore_index=True), sources=_sources(frames))
+        profile = fit_profile(pd.concat(frames, ignore_index=True), sources=_sources(frames, logs))
     except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError) as err:
         if isinstance(err, InputError):
             raise
@@ -191,13 +196,15 @@ def calibrate(
             )
         return _run_fit(logs or [], output=output, gpu=gpu, gpus_per_node=gpus_per_node, fmt=fmt)
 
-    typer.echo(run())
+    text = run()
+    if sys.stdout is not None:  # closed with --output given: the profile is the result
+        emit(text, None)
 
 
 bench_app = typer.Typer(help="Benchmarks that produce calibration data (needs autopar[bench]).")
 
 
-@bench_app.command("comm")
+@bench_app.command("comm", cls=GroupedCommand, epilog=EXAMPLES["bench comm"])
 @guarded
 def bench_comm(
     output: Annotated[Path, typer.Option("--output", "-o", help="nccl-tests-format log.")],
@@ -231,10 +238,10 @@ def bench_comm(
         hint = comm.torchrun_command(nnodes=2, nproc_per_node=8, output=str(output))
         return f"wrote {output} ({nproc} local processes)\nacross nodes: {hint}"
 
-    typer.echo(run())
+    emit(run(), None)
 
 
-@bench_app.command("gemm")
+@bench_app.command("gemm", cls=GroupedCommand, epilog=EXAMPLES["bench gemm"])
 @guarded
 def bench_gemm(
     shape: Annotated[list[str] | None, typer.Option("--shape", help="m,n,k (repeatable).")] = None,
@@ -280,7 +287,7 @@ def bench_gemm(
             lines.append(f"merged into {profile}")
         return "\n".join(lines)
 
-    typer.echo(run())
+    emit(run(), None)
 
 
 def _gemm_shapes(
@@ -322,5 +329,5 @@ def _gemm_shapes(
 
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` and the ``bench`` sub-app to the autopar CLI."""
-    app.command("calibrate")(guarded(calibrate))
+    app.command("calibrate", cls=GroupedCommand, epilog=EXAMPLES["calibrate"])(guarded(calibrate))
     app.add_typer(bench_app, name="bench")

@@ -1,8 +1,10 @@
 """Turn autopar's errors into one line on stderr and an exit code, never a traceback.
 
-Exit codes (DESIGN §7): 0 ok, 1 infeasible, 2 bad input or an output that cannot be written,
-130 interrupted (SIGINT), 143 terminated (SIGTERM), 141 quietly when the reader of stdout goes
-away, 3 an internal error (a bug: please report).
+Exit codes (DESIGN §7): 0 ok, 1 infeasible, 2 bad input or an output that cannot be written
+(a closed stdout included, and an output that is also an input), 130 interrupted (SIGINT), 143
+terminated (SIGTERM), 141 quietly when the reader of stdout goes away, 3 an internal error (a
+bug: please report), 4 the machine failed the run (a library could not load, out of memory;
+sweep points lost with their worker process: the finished ones are written, marked partial).
 Option-parser usage errors keep typer/click's own format and exit code 2.
 """
 
@@ -10,17 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import signal
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args
 
 import typer
+from typer.models import ArgumentInfo
 
 from autopar.base.errors import InfeasibleError, InputError, OutputError, shorten
-from autopar.base.files import check_writable
+from autopar.base.files import output_target, same_file
+from autopar.base.startup import EXIT_ENVIRONMENT as EXIT_ENVIRONMENT
+from autopar.base.startup import cannot_start_line
 
 # The parser's usage errors (``click.ClickException``: vendored as ``typer._click`` by recent
 # typer releases, the click package before); taken from typer's own ``BadParameter`` so that
@@ -53,10 +60,66 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _arguments(command: Callable[..., Any]) -> set[str]:
+    """The command's positional arguments (named ``LOGS`` in messages, not ``--logs``)."""
+    signature = inspect.signature(command, eval_str=True)
+    return {
+        name
+        for name, parameter in signature.parameters.items()
+        if any(isinstance(meta, ArgumentInfo) for meta in get_args(parameter.annotation))
+    }
+
+
+def _input_paths(kwargs: dict[str, Any]) -> Any:
+    """(keyword, path) for every value of the command that may name an input file: strings and
+    paths, the items of lists and mappings, and the items of comma-separated lists."""
+    for key, value in kwargs.items():
+        if key == "output":
+            continue
+        items = list(value.values()) if isinstance(value, dict) else value
+        for item in items if isinstance(items, list | tuple) else [items]:
+            if isinstance(item, Path):
+                yield key, item
+            elif isinstance(item, str):
+                yield from ((key, part) for part in {item, *item.split(",")} if part)
+
+
+def check_output(kwargs: dict[str, Any], arguments: set[str] = frozenset()) -> None:
+    """Before any work: stdout is open when it is the output; ``--output`` can be written and
+    is none of the command's input files (``calibrate -o logs/a.log logs/*.log`` and ``solve
+    --model cfg.json -o cfg.json`` used to destroy the input, exit 0)."""
+    output = kwargs.get("output")
+    if output is None:
+        if sys.stdout is None:
+            raise OutputError("stdout is closed; nothing can be written there (use --output FILE)")
+        return
+    target = output_target(output)
+    if not target.is_file:
+        return
+    for key, path in _input_paths(kwargs):
+        if same_file(path, target.path):
+            name = key.upper() if key in arguments else f"--{key.replace('_', '-')}"
+            raise OutputError(
+                f"is also an input ({name}); write the result to another file",
+                source=f"--output {output}",
+            )
+
+
+def _while_importing(err: BaseException) -> bool:
+    """Whether ``err`` was raised while a module was being imported (importlib's frames)."""
+    trace = err.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a command: ``--output`` checked before any work; InputError and OutputError ->
-    exit 2, InfeasibleError -> exit 1, Ctrl-C -> 130, SIGTERM -> 143, anything else -> one
-    line and exit 3."""
+    """Decorate a command: stdout and ``--output`` checked before any work (``check_output``);
+    InputError and OutputError -> exit 2, InfeasibleError -> exit 1, Ctrl-C -> 130, SIGTERM ->
+    143, anything else -> one line and exit 3."""
+    arguments = _arguments(command)
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -65,8 +128,7 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
                 # numpy's RuntimeWarnings (overflow in a broken profile's figures) would add
                 # lines to the one-line contract; the figures are checked where they are used
                 warnings.simplefilter("ignore", RuntimeWarning)
-                if kwargs.get("output") is not None:
-                    check_writable(kwargs["output"])
+                check_output(kwargs, arguments)
                 return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, *_CLICK_EXITS):
             raise
@@ -78,11 +140,18 @@ def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
             raise _fail("terminated", EXIT_TERMINATED) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", EXIT_INTERRUPTED) from None
-        except MemoryError:
-            raise _fail("error: out of memory (input too large?)", EXIT_BAD_INPUT) from None
+        except (ImportError, MemoryError) as err:
+            if isinstance(err, ImportError) or _while_importing(err):
+                # a command loads its libraries (OR-Tools, pandas) itself: under a memory
+                # limit they fail to load, which is the machine's doing, not the input's
+                raise _fail(cannot_start_line(err), EXIT_ENVIRONMENT) from None
+            raise _fail(
+                "error: out of memory (input too large, or a memory limit too low?)", EXIT_BAD_INPUT
+            ) from None
         except BrokenPipeError:
             # Python flushes stdout again at exit; point it at /dev/null so that flush is quiet.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except OSError as err:
             name = f": {shorten(err.filename, 120)}" if err.filename else ""

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 
 from autopar.cli import options as o
 from autopar.cli.errors import guarded
+from autopar.cli.failure_options import with_failure_options
+from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
 from autopar.cli.output import emit
+from autopar.cli.progress import working
 from autopar.cli.render import (
+    WHY_FORMATS,
     check_format,
     framework_notes,
     implied_by_format,
@@ -19,8 +24,9 @@ from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("evaluate")
+    @app.command("evaluate", cls=GroupedCommand, epilog=EXAMPLES["evaluate"])
     @guarded
+    @with_failure_options()
     @o.with_stack_options
     @o.with_axis_options("evaluate")
     def evaluate(
@@ -36,6 +42,7 @@ def register(app: typer.Typer) -> None:
         precision: o.Precision = "bf16",
         framework: o.Framework = None,
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         uneven_pipeline: o.UnevenPipeline = False,
         pipeline_plan: o.PipelinePlan = "uniform",
@@ -44,9 +51,19 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
-                "--sequence-parallel/--no-sequence-parallel", help="Default: on when tp > 1."
+                "--sequence-parallel/--no-sequence-parallel",
+                help="Default: on when tp > 1.",
+                rich_help_panel=LAYOUT,
             ),
         ] = None,
+        time_limit: Annotated[
+            float,
+            typer.Option(
+                help="Seconds to look for the optimum this layout is measured against "
+                "(0: do not look).",
+                rich_help_panel=SEARCH,
+            ),
+        ] = 10.0,
         format: o.Format = "table",
         output: o.Output = None,
         **layout_values: object,
@@ -54,22 +71,33 @@ def register(app: typer.Typer) -> None:
         """Predict step time, throughput, MFU and per-GPU memory of one layout."""
         from autopar import api
 
+        started = time.perf_counter()  # --time-limit covers the whole command
         check_format(format)
         framework, stack_options, implied = implied_by_format(format, framework, stack_options)
-        problem = api.make_problem(
-            **o.common(locals()),
-            sequence_parallel=sequence_parallel,
-            uneven_pipeline=uneven_pipeline,
-        )
-        if stage_layers is not None or stage_recompute is not None:
-            pipeline_plan = "per-stage"
-        layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
-        plan = None
-        if pipeline_plan == "per-stage":
-            plan = api.plan_of(
-                problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+        api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
+        with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
+            problem = api.make_problem(
+                **o.common(locals()),
+                sequence_parallel=sequence_parallel,
+                uneven_pipeline=uneven_pipeline,
             )
-        result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
-        emit(render_estimate(result, format, problem=problem), output)
+            if stage_layers is not None or stage_recompute is not None:
+                pipeline_plan = "per-stage"
+            layout = api.layout_of(problem, pipeline_plan=pipeline_plan, **layout_values)
+            plan = None
+            if pipeline_plan == "per-stage":
+                plan = api.plan_of(
+                    problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
+                )
+            result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
+            searched = format in WHY_FORMATS and plan is None and time_limit > 0
+            optimum = None
+            if searched:
+                left = max(0.0, time_limit - (time.perf_counter() - started))
+                optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
+        text = render_estimate(
+            result, format, problem=problem, optimum=optimum, optimum_searched=searched
+        )
+        emit(text, output)
         for note in framework_notes(result, format, problem, implied):
             typer.echo(note, err=True)

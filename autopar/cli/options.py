@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from autopar.base.axes import AXES, GIVEN_AXES, Axis
+from autopar.cli.help import CLUSTER, LAYOUT, MODEL, OUTPUT, SEARCH, STACK, TRAINING
 from autopar.inputs.stack import SWITCHES, Switch
 
 Model = Annotated[
@@ -20,40 +21,63 @@ Model = Annotated[
         "--model",
         "-m",
         help="Preset name (autopar models) or a YAML/JSON file with Hugging Face config.json keys.",
+        rich_help_panel=MODEL,
     ),
 ]
-Gpus = Annotated[int, typer.Option("--gpus", "-n", help="Number of GPUs in the job.")]
+Gpus = Annotated[
+    int, typer.Option("--gpus", "-n", help="Number of GPUs in the job.", rich_help_panel=CLUSTER)
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
         "--gpu",
         help="GPU preset (autopar gpus) or YAML file; default h100 unless --cluster names one.",
+        rich_help_panel=CLUSTER,
     ),
 ]
 GpusPerNode = Annotated[
-    int | None, typer.Option("--gpus-per-node", help="NVLink domain size (default: the GPU's).")
+    int | None,
+    typer.Option(
+        "--gpus-per-node", help="NVLink domain size (default: the GPU's).", rich_help_panel=CLUSTER
+    ),
 ]
 Cluster = Annotated[
-    str | None, typer.Option("--cluster", help="Cluster YAML: gpu, overrides, comm_profile.")
+    str | None,
+    typer.Option(
+        "--cluster", help="Cluster YAML: gpu, overrides, comm_profile.", rich_help_panel=CLUSTER
+    ),
 ]
 CommProfile = Annotated[
     str | None,
-    typer.Option("--comm-profile", help="Communication profile YAML from `autopar calibrate`."),
+    typer.Option(
+        "--comm-profile",
+        help="Communication profile YAML from `autopar calibrate`.",
+        rich_help_panel=CLUSTER,
+    ),
 ]
-GlobalBatch = Annotated[int | None, typer.Option("--global-batch", help="Sequences per step.")]
+GlobalBatch = Annotated[
+    int | None, typer.Option("--global-batch", help="Sequences per step.", rich_help_panel=TRAINING)
+]
 GlobalBatchTokens = Annotated[
     int | None,
     typer.Option(
-        "--global-batch-tokens", help="Tokens per step (default 4Mi when no batch is given)."
+        "--global-batch-tokens",
+        help="Tokens per step (default 4Mi when no batch is given).",
+        rich_help_panel=TRAINING,
     ),
 ]
-SeqLen = Annotated[int, typer.Option("--seq-len", help="Sequence length in tokens.")]
-Precision = Annotated[str, typer.Option("--precision", help="bf16 or fp8.")]
+SeqLen = Annotated[
+    int, typer.Option("--seq-len", help="Sequence length in tokens.", rich_help_panel=TRAINING)
+]
+Precision = Annotated[
+    str, typer.Option("--precision", help="bf16 or fp8.", rich_help_panel=TRAINING)
+]
 Stack = Annotated[
     str | None,
     typer.Option(
         "--stack",
         help="Training stack preset (autopar stacks) or YAML file; default megatron-lm.",
+        rich_help_panel=STACK,
     ),
 ]
 Framework = Annotated[
@@ -62,6 +86,7 @@ Framework = Annotated[
         "--framework",
         help="megatron, torchtitan or deepspeed rules (default: the framework --format "
         "launches, else megatron).",
+        rich_help_panel=SEARCH,
     ),
 ]
 CostModelOpt = Annotated[
@@ -70,6 +95,7 @@ CostModelOpt = Annotated[
         "--cost-model",
         help="A registered cost model (default, megatron-compatible) or module:attr "
         "(docs/cost-models.md).",
+        rich_help_panel=SEARCH,
     ),
 ]
 Format = Annotated[
@@ -79,10 +105,12 @@ Format = Annotated[
         "-f",
         help="table, json, csv, megatron, megatron-bridge, torchtitan (0.3), torchtitan-0.2 or "
         "deepspeed.",
+        rich_help_panel=OUTPUT,
     ),
 ]
 Output = Annotated[
-    str | None, typer.Option("--output", "-o", help="Write to this file (atomically).")
+    str | None,
+    typer.Option("--output", "-o", help="Write to this file (atomically).", rich_help_panel=OUTPUT),
 ]
 
 
@@ -98,9 +126,9 @@ def _switch_option(item: Switch) -> Any:
     values = f" ({', '.join(item.choices)})" if item.choices and item.kind is str else ""
     listed = f" (comma list of {','.join(item.choices)})" if item.kind is tuple else ""
     flag = f"{item.flag}/--no-{item.flag[2:]}" if item.kind is bool else item.flag
-    kind = {bool: bool, float: float}.get(item.kind, str)
+    kind = {bool: bool, float: float, int: int}.get(item.kind, str)
     help_text = f"{item.help}{values}{listed} [stack]"
-    return Annotated[kind | None, typer.Option(flag, help=help_text)]
+    return Annotated[kind | None, typer.Option(flag, help=help_text, rich_help_panel=STACK)]
 
 
 STACK_OPTIONS: tuple[tuple[str, Any], ...] = (
@@ -113,31 +141,43 @@ switch of it), all defaulting to the stack's own value; ``with_stack_options`` a
 
 def common(values: dict[str, Any], *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The shared options of a command (pass its ``locals()``) as Python API keyword arguments,
-    the stack options (``stack_options``) included."""
+    the stack options (``stack_options``) and the failure model (``failure_options``,
+    ``autopar.cli.failure_options``) included."""
     out = {key: values[key] for key in COMMON_KEYS if key not in skip}
-    return {**out, **values.get("stack_options", {})}
+    return {**out, **values.get("stack_options", {}), **(values.get("failure_options") or {})}
 
 
-def with_stack_options(func: Callable) -> Callable:
-    """Give a command function, which takes ``stack_options``, the options of ``STACK_OPTIONS``:
-    typer reads the generated signature; the function receives them as one dict."""
-    extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-        for name, kind in STACK_OPTIONS
-    ]
+def with_option_group(
+    func: Callable, extra: list[inspect.Parameter], into: str, *, given_only: bool = False
+) -> Callable:
+    """Give a command function, which takes the keyword ``into``, the options ``extra``: typer
+    reads the generated signature; the function receives their values as one dict (with
+    ``given_only``, only those not ``None``)."""
     names = [p.name for p in extra]
     signature = inspect.signature(func, eval_str=True)
-    params = [p for p in signature.parameters.values() if p.name != "stack_options"]
+    params = [p for p in signature.parameters.values() if p.name != into]
     head = [p for p in params if p.kind is not p.VAR_KEYWORD]
     tail = [p for p in params if p.kind is p.VAR_KEYWORD]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        stack_options = {name: kwargs.pop(name) for name in names if name in kwargs}
-        return func(*args, stack_options=stack_options, **kwargs)
+        group = {name: kwargs.pop(name) for name in names if name in kwargs}
+        if given_only:
+            group = {k: v for k, v in group.items() if v is not None}
+        return func(*args, **{into: group}, **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=[*head, *extra, *tail])
     return wrapper
+
+
+def with_stack_options(func: Callable) -> Callable:
+    """Give a command function, which takes ``stack_options``, the options of ``STACK_OPTIONS``
+    (``with_option_group``)."""
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in STACK_OPTIONS
+    ]
+    return with_option_group(func, extra, "stack_options")
 
 
 PipelinePlan = Annotated[
@@ -146,6 +186,7 @@ PipelinePlan = Annotated[
         "--pipeline-plan",
         help="uniform (every stage alike) or per-stage (layers per pipeline chunk and each "
         "stage's recompute chosen too).",
+        rich_help_panel=SEARCH,
     ),
 ]
 StageLayers = Annotated[
@@ -154,6 +195,7 @@ StageLayers = Annotated[
         "--stage-layers",
         help="Layers of every pipeline chunk, pp*vpp comma-separated counts in virtual stage "
         "order (implies --pipeline-plan per-stage).",
+        rich_help_panel=LAYOUT,
     ),
 ]
 StageRecompute = Annotated[
@@ -162,6 +204,7 @@ StageRecompute = Annotated[
         "--stage-recompute",
         help="Recompute per stage: none, selective or full:K (K layers of each chunk); one "
         "entry for all stages or one per stage (implies --pipeline-plan per-stage).",
+        rich_help_panel=LAYOUT,
     ),
 ]
 UnevenPipeline = Annotated[
@@ -170,11 +213,14 @@ UnevenPipeline = Annotated[
         "--uneven-pipeline/--even-pipeline",
         help="Allow PP sizes that do not divide the layers (Megatron "
         "--decoder-first/last-pipeline-num-layers).",
+        rich_help_panel=SEARCH,
     ),
 ]
 
 
-def _option(name: str, kind: type, default: Any, help_text: str) -> inspect.Parameter:
+def _option(
+    name: str, kind: type, default: Any, help_text: str, panel: str = LAYOUT
+) -> inspect.Parameter:
     flag = "--" + name.replace("_", "-")
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
@@ -182,7 +228,7 @@ def _option(name: str, kind: type, default: Any, help_text: str) -> inspect.Para
         name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[kind, typer.Option(flag, help=help_text)],
+        annotation=Annotated[kind, typer.Option(flag, help=help_text, rich_help_panel=panel)],
     )
 
 
@@ -191,9 +237,10 @@ def _evaluate_option(axis: Axis) -> inspect.Parameter:
     if axis.kind == "mode":
         kind = type(axis.choices[0])
         choices = ", ".join(map(str, axis.choices))
-        return _option(axis.layout_attr, kind, default, f"{axis.description} ({choices}).")
+        help_text = f"{axis.description} ({choices})."
+        return _option(axis.layout_attr, kind, default, help_text, LAYOUT)
     kind = bool if axis.kind == "flag" else int
-    return _option(axis.layout_attr, kind, default, axis.description)
+    return _option(axis.layout_attr, kind, default, axis.description, LAYOUT)
 
 
 def axis_options(command: Literal["solve", "evaluate"]) -> list[inspect.Parameter]:

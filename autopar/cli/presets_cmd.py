@@ -8,19 +8,48 @@ from typing import Annotated
 import typer
 
 from autopar.cli.errors import guarded
-from autopar.inputs.loading import load_gpu, load_model, load_stack, preset_names, preset_text
+from autopar.cli.help import EXAMPLES, GroupedCommand
+from autopar.inputs.echo import parameter_count
+from autopar.inputs.loading import (
+    load_gpu,
+    load_model,
+    load_stack,
+    preset_aliases,
+    preset_names,
+    preset_text,
+)
 from autopar.inputs.specs import GIB
 from autopar.inputs.stack import DEFAULT_STACK, SWITCHES
 
 
-def _model_line(name: str) -> str:
-    m = load_model(name)
-    kind = f"MoE {m.num_experts}x top-{m.experts_per_token}" if m.is_moe else "dense"
-    return (
-        f"{name:<24} layers={m.num_layers:<4} hidden={m.hidden_size:<6} "
-        f"heads={m.num_attention_heads}/{m.num_kv_heads:<4} ffn={m.ffn_hidden_size:<6} "
-        f"vocab={m.vocab_size:<7} {m.mlp_kind:<12} {kind}"
-        + (f" ({m.layer_summary})" if m.layer_summary else "")
+def _params(count: int) -> str:
+    return f"{count / 1e12:.2f}T" if count >= 1e12 else f"{count / 1e9:.1f}B"
+
+
+def models_table(names: list[str]) -> str:
+    """One row per model preset: its parameter count (``autopar.inputs.echo.parameter_count``),
+    shape, MLP, dense or MoE, and the aliases it answers to (``--model llama-70b``)."""
+    header = ["model", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp", "kind",
+              "aliases"]  # fmt: skip
+    rows = [header]
+    for name in names:
+        m = load_model(name)
+        kind = f"MoE {m.num_experts}x top-{m.experts_per_token}" if m.is_moe else "dense"
+        if m.layer_summary:
+            kind += f" ({m.layer_summary})"
+        rows.append([
+            name, _params(parameter_count(m)), str(m.num_layers), str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size),
+            str(m.vocab_size), m.mlp_kind, kind, ", ".join(preset_aliases("models", name)) or "-",
+        ])  # fmt: skip
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    numeric = {1, 2, 3, 5, 6}
+    return "\n".join(
+        "  ".join(
+            v.rjust(w) if c in numeric else v.ljust(w)
+            for c, (v, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
     )
 
 
@@ -65,21 +94,20 @@ def stacks_table(names: list[str]) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("models")
+    @app.command("models", cls=GroupedCommand, epilog=EXAMPLES["models"])
     @guarded
     def models(
         show: Annotated[
             str | None, typer.Option("--show", help="Print this preset as YAML.")
         ] = None,
     ) -> None:
-        """List model presets, or print one (--show NAME) as YAML to save and edit."""
+        """List model presets (parameters, shape, aliases), or print one (--show NAME) as YAML."""
         if show:
             typer.echo(preset_text("models", show), nl=False)
             return
-        for name in preset_names("models"):
-            typer.echo(_model_line(name))
+        typer.echo(models_table(preset_names("models")))
 
-    @app.command("gpus")
+    @app.command("gpus", cls=GroupedCommand, epilog=EXAMPLES["gpus"])
     @guarded
     def gpus(
         show: Annotated[
@@ -93,7 +121,7 @@ def register(app: typer.Typer) -> None:
         for name in preset_names("gpus"):
             typer.echo(_gpu_line(name))
 
-    @app.command("stacks")
+    @app.command("stacks", cls=GroupedCommand, epilog=EXAMPLES["stacks"])
     @guarded
     def stacks(
         show: Annotated[

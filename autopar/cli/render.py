@@ -9,7 +9,6 @@ that framework's launch configuration.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -17,12 +16,19 @@ from typing import Any
 from autopar.base.errors import InputError, excerpt
 from autopar.cli.output import to_json
 from autopar.inputs.specs import Problem
+from autopar.layout.alternatives import Optimum
 from autopar.layout.plan import Estimate
 from autopar.layout.results import flat_row
 from autopar.outputs import emit as emitters
 from autopar.outputs.report import estimate_text, explanation_text, solve_text
+from autopar.outputs.why import optimum_text
 
 FORMATS: tuple[str, ...] = ("table", "json", "csv", *emitters.EMITTERS)
+WHY_FORMATS: tuple[str, ...] = ("table", "json")
+"""The formats that say why a layout (solve's alternatives, evaluate's gap to the optimum);
+launcher files and CSV rows do not, so those commands skip the search for them."""
+LAUNCHERS: tuple[str, ...] = tuple(emitters.EMITTERS)
+"""The formats that write one layout's launch configuration."""
 
 
 def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
@@ -70,10 +76,10 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
             "pass problem=autopar.make_problem(...)",
             source=f"--format {fmt}",
         )
-    plan = getattr(estimate, "pipeline_plan", None)
-    if plan is not None:
-        return _plan_text(estimate, plan, fmt, problem)
-    return emitters.FORMATS[fmt].text(estimate, problem)
+    form = emitters.FORMATS[fmt]
+    if estimate.per_stage is not None and not form.per_stage:
+        raise emitters.refuse_stage_plan(fmt)
+    return form.text(estimate, problem)
 
 
 def framework_notes(
@@ -88,19 +94,6 @@ def framework_notes(
     return lines + [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
 
 
-def _plan_text(estimate: Estimate, plan, fmt: str, problem: Problem) -> str:
-    """A per-stage plan: Megatron-LM expresses it (``autopar.outputs.emit.megatron_stages``), the
-    others refuse."""
-    from autopar.outputs.emit.megatron_stages import megatron_plan_args, refuse
-
-    if fmt != "megatron":
-        raise refuse(fmt)
-    layout = dataclasses.replace(estimate.layout, vpp=1)
-    base = emitters.megatron_args(layout, problem, with_split=False)  # the plan sets the split
-    mtp = problem.model.num_mtp_layers
-    return megatron_plan_args(base, plan, num_mtp_layers=mtp)
-
-
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     """Records as CSV with a header row (columns in the order of the first record)."""
     if not rows:
@@ -112,15 +105,28 @@ def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
-def render_estimate(estimate: Estimate, fmt: str, *, problem: Problem | None = None) -> str:
+def render_estimate(
+    estimate: Estimate,
+    fmt: str,
+    *,
+    problem: Problem | None = None,
+    optimum: Optimum | None = None,
+    optimum_searched: bool = False,
+) -> str:
+    """``evaluate``'s output; with ``optimum_searched``, the table and JSON also say how far
+    the layout is from ``optimum`` (``api.optimum_of``; None: none was found)."""
     _check(fmt)
     if fmt == "json":
-        return to_json(estimate.to_dict())
+        data = estimate.to_dict()
+        if optimum_searched:
+            data["optimum"] = optimum.to_dict() if optimum else None
+        return to_json(data)
     if fmt == "csv":
         return csv_text([flat_row(estimate)])
     if fmt in emitters.EMITTERS:
         return _framework_text(estimate, fmt, problem)
-    return estimate_text(estimate)
+    text = estimate_text(estimate)
+    return f"{text}\n\n{optimum_text(optimum, estimate)}" if optimum_searched else text
 
 
 def render_solve(result, fmt: str, *, problem: Problem | None = None) -> str:

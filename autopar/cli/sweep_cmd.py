@@ -9,18 +9,36 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autopar.base.axes import AXES
 from autopar.base.errors import InputError, Interrupted, excerpt
 from autopar.cli import options as o
-from autopar.cli.errors import guarded
-from autopar.cli.output import emit, to_json
+from autopar.cli.errors import EXIT_ENVIRONMENT, guarded
+from autopar.cli.failure_options import Objective, with_failure_options
+from autopar.cli.help import CLUSTER, EXAMPLES, OUTPUT, SEARCH, TRAINING, GroupedCommand
+from autopar.cli.output import emit, emit_partial, signals_held, to_json
 from autopar.cli.render import csv_text
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 if TYPE_CHECKING:
     from autopar.sweeps.run import SweepResult, SweepRow
+from autopar.sweeps.inputs import DEFAULT_CURRENCY
 
 FORMATS: tuple[str, ...] = ("table", "csv", "json", "html")
+SweepTimeLimit = Annotated[
+    float | None,
+    typer.Option(
+        "--time-limit",
+        help="Seconds for the whole sweep (default: none).",
+        rich_help_panel=SEARCH,
+    ),
+]
+PointTimeLimit = Annotated[
+    float,
+    typer.Option(
+        "--point-time-limit",
+        help="Solver time limit of each point in seconds.",
+        rich_help_panel=SEARCH,
+    ),
+]
 
 
 def parse_list(text: str, flag: str, kind: type = int) -> list:
@@ -54,40 +72,19 @@ def _number(text: str | None, flag: str) -> float | None:
     return value
 
 
-def _cell(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        return format(value, fmt)
-    return str(value)
-
-
-_TABLE = (
-    # column, header, float format
-    ("gpus", "GPUs", ""),
-    ("gpu", "GPU", ""),
-    ("seq_len", "seq", ""),
-    ("status", "status", ""),
-    *((axis.layout_attr, axis.title, ".0f") for axis in AXES),
-    ("step_time_s", "step s", ".3f"),
-    ("tokens_per_s_per_gpu", "tok/s/GPU", ",.0f"),
-    ("mfu", "MFU", ".1%"),
-    ("memory_gib", "GiB", ".1f"),
-    ("days_to_train", "days", ".1f"),
-    ("cost", "cost", ",.0f"),
-)
-
-
 def sweep_table(result: SweepResult) -> str:
-    """The sweep for people: one aligned line per grid point."""
-    cells = [[header for _, header, _ in _TABLE]]
+    """The sweep for people: one aligned line per grid point, the columns of the HTML report's
+    table (``autopar.sweeps.report.COLUMNS``) less the free-text reason."""
+    from autopar.sweeps.report import cell, shown_columns, title_values, value_of
+
+    columns = shown_columns(result.rows, wide=False)
+    values = title_values(result.inputs)
+    cells = [[c.title.format(**values) for c in columns]]
     for row in result.rows:
-        cells.append([_cell(getattr(row, name), fmt) for name, _, fmt in _TABLE])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(_TABLE))]
+        cells.append([cell(value_of(c.key, row), c.fmt) for c in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join(
-        " ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
+        " ".join(text.rjust(width) for text, width in zip(line, widths, strict=True))
         for line in cells
     )
 
@@ -105,7 +102,12 @@ def render_sweep(result: SweepResult, fmt: str) -> str:
         from autopar.sweeps.html import sweep_html
 
         return sweep_html(result)
-    return sweep_table(result)
+    table = sweep_table(result)
+    if result.partial:
+        table += (
+            f"\npartial: {result.partial_reason} (rows 'interrupted' or 'failed' have no answer)"
+        )
+    return table
 
 
 def _progress_line(done: int, total: int, row: SweepRow) -> None:
@@ -150,18 +152,43 @@ def progress_reporter(console=None) -> Iterator[Callable[[int, int, SweepRow], N
         yield advance
 
 
+def _write_partial(result: SweepResult, fmt: str, output: str | None) -> None:
+    """A partial sweep beside ``--output`` (``emit_partial``) and one line saying why and where;
+    a second Ctrl-C or SIGTERM waits until both are done (``signals_held``)."""
+    text = render_sweep(result, fmt)
+    with signals_held(output):
+        where = emit_partial(text, output)
+        kept = (
+            "the finished points are on stdout, marked partial"
+            if where == "stdout"
+            else f"the finished points are in {where} (marked partial; --output is left as it was)"
+        )
+        typer.echo(f"autopar: sweep {result.partial_reason}; {kept}", err=True)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("sweep")
+    @app.command("sweep", cls=GroupedCommand, epilog=EXAMPLES["sweep"])
     @guarded
+    @with_failure_options(run=False)
     @o.with_stack_options
     def sweep_command(
         model: o.Model,
         gpus: Annotated[
-            str, typer.Option("--gpus", "-n", help="GPU counts, comma-separated: 256,512,1024.")
+            str,
+            typer.Option(
+                "--gpus",
+                "-n",
+                help="GPU counts, comma-separated: 256,512,1024.",
+                rich_help_panel=CLUSTER,
+            ),
         ],
         gpu: Annotated[
             str | None,
-            typer.Option("--gpu", help="GPU presets, comma-separated: h100,h200 (default h100)."),
+            typer.Option(
+                "--gpu",
+                help="GPU presets, comma-separated: h100,h200 (default h100).",
+                rich_help_panel=CLUSTER,
+            ),
         ] = None,
         gpus_per_node: o.GpusPerNode = None,
         cluster: o.Cluster = None,
@@ -169,40 +196,78 @@ def register(app: typer.Typer) -> None:
         global_batch: o.GlobalBatch = None,
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: Annotated[
-            str, typer.Option("--seq-len", help="Sequence lengths, comma-separated: 4096,8192.")
+            str,
+            typer.Option(
+                "--seq-len",
+                help="Sequence lengths, comma-separated: 4096,8192.",
+                rich_help_panel=TRAINING,
+            ),
         ] = str(DEFAULT_SEQ_LEN),
         precision: o.Precision = "bf16",
         framework: o.Framework = "megatron",
         stack_options: dict | None = None,
+        failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
+        objective: Objective = "step-time",
         uneven_pipeline: o.UnevenPipeline = False,
         pipeline_plan: o.PipelinePlan = "uniform",
         train_tokens: Annotated[
             str | None,
-            typer.Option("--train-tokens", help="Tokens to train on (15e12): adds days_to_train."),
+            typer.Option(
+                "--train-tokens",
+                help="Tokens to train on (15e12): adds days_to_train.",
+                rich_help_panel=TRAINING,
+            ),
         ] = None,
         gpu_hour_cost: Annotated[
             str | None,
-            typer.Option("--gpu-hour-cost", help="Price of one GPU-hour: adds cost."),
+            typer.Option(
+                "--gpu-hour-cost",
+                help="Price of one GPU-hour, in --currency: adds cost (with --train-tokens).",
+                rich_help_panel=CLUSTER,
+            ),
         ] = None,
-        time_limit: Annotated[
-            float, typer.Option(help="Solver time limit per point in seconds.")
-        ] = 10.0,
-        num_workers: Annotated[int | None, typer.Option(help="CP-SAT workers.")] = None,
+        currency: Annotated[
+            str,
+            typer.Option(
+                "--currency",
+                help="What --gpu-hour-cost is priced in (a label: USD, EUR, ...).",
+                rich_help_panel=CLUSTER,
+            ),
+        ] = DEFAULT_CURRENCY,
+        time_limit: SweepTimeLimit = None,
+        point_time_limit: PointTimeLimit = 10.0,
+        num_workers: Annotated[
+            int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
+        ] = None,
         jobs: Annotated[
-            int, typer.Option("--jobs", "-j", help="Points solved at once (processes).")
+            int,
+            typer.Option(
+                "--jobs", "-j", help="Points solved at once (processes).", rich_help_panel=SEARCH
+            ),
         ] = 1,
         executor: Annotated[
             str,
-            typer.Option(help="processes (this machine) or dask (needs autopar[dask])."),
+            typer.Option(
+                help="processes (this machine) or dask (needs autopar[dask]).",
+                rich_help_panel=SEARCH,
+            ),
         ] = "processes",
         scheduler: Annotated[
             str | None,
-            typer.Option(help="Dask scheduler address (default: a local cluster of --jobs)."),
+            typer.Option(
+                help="Dask scheduler address (default: a local cluster of --jobs).",
+                rich_help_panel=SEARCH,
+            ),
         ] = None,
         format: Annotated[
             str,
-            typer.Option("--format", "-f", help="table, csv, json or html (needs autopar[html])."),
+            typer.Option(
+                "--format",
+                "-f",
+                help="table, csv, json or html (needs autopar[html]).",
+                rich_help_panel=OUTPUT,
+            ),
         ] = "table",
         output: o.Output = None,
     ) -> None:
@@ -232,19 +297,24 @@ def register(app: typer.Typer) -> None:
                     seq_len=seq_list,
                     train_tokens=tokens,
                     gpu_hour_cost=price,
+                    currency=currency,
                     progress=progress,
                     jobs=jobs,
                     executor=executor,
                     scheduler=scheduler,
                     time_limit=time_limit,
+                    point_time_limit=point_time_limit,
                     num_workers=num_workers,
                     cost_model=cost_model,
+                    objective=objective,
                     uneven_pipeline=uneven_pipeline,
                     pipeline_plan=pipeline_plan,
                     **common,
                 )
         except Interrupted as stop:  # Ctrl-C: keep the finished points, then exit 130
-            emit(render_sweep(stop.partial, format), output)
-            typer.echo(f"autopar: sweep {stop} points", err=True)
+            _write_partial(stop.partial, format, output)
             raise stop.cause from None
+        if result.partial:  # points lost with their worker: the rest is kept, exit 4
+            _write_partial(result, format, output)
+            raise typer.Exit(EXIT_ENVIRONMENT)
         emit(render_sweep(result, format), output)

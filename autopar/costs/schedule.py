@@ -20,11 +20,18 @@ An operation starts when its rank is free and its input is ready: the forward of
 virtual stage. Communication is free (its time is in the chunk times). The step is the finish
 time of the last operation: the longest path through this graph, found in one pass over the
 operations (each rank advances until it waits on an operation not yet done).
+
+``PipelineSchedule`` is what the per-stage figures and search ask of a schedule (in-flight
+micro-batches, the closed form they rank by, the simulation); ``MEGATRON`` is Megatron's 1F1B
+(``vpp == 1``) and interleaved schedule, the only one so far.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 
@@ -124,3 +131,75 @@ def simulate_step_s(forward_s, backward_s, num_microbatches: int) -> float:
             raise AssertionError("schedule deadlocked")
         remaining -= progressed
     return max(free)
+
+
+@functools.cache
+def in_flight(pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+    """Micro-batches whose activations each chunk of ``stage`` holds at the stage's peak under
+    Megatron's schedules. 1F1B: ``min(p - i, m)`` (``p - i - 1`` warm-up forwards, then one more
+    before the first backward). Interleaved: ``2*(p - i - 1) + (v-1)*p`` warm-up forwards plus
+    one, at most ``m*v``, taken in the order of ``get_schedule_table`` (groups of ``p``
+    micro-batches per chunk); for equal chunks this is Korthikanti et al. 2022 §4.2.3's
+    ``p * (1 + (p-1)/(p*v))`` (``theoretical_memory_usage.py``)."""
+    m = num_microbatches
+    if vpp == 1:
+        return (min(pp - stage, m),)
+    total = m * vpp
+    warmup = min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+    units = min(warmup + 1, total)
+    order = schedule_chunks(m, vpp, pp)[:units]
+    return tuple(order.count(j) for j in range(vpp))
+
+
+class PipelineSchedule(Protocol):
+    """A pipeline schedule as the per-stage figures and search use it. ``T_i`` is one
+    micro-batch's forward + backward (+ recompute) on stage ``i``."""
+
+    name: str
+
+    def in_flight(self, pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+        """Micro-batches whose activations each chunk of ``stage`` holds at its peak."""
+        ...
+
+    def step_weights(self, pp: int, vpp: int, num_microbatches: int) -> tuple[Fraction, Fraction]:
+        """``(a, b)``, both >= 0: the pipeline part of the step is ``a * max_i T_i + b * sum_i
+        T_i``, the closed form the search ranks plans by and proves for (the bounds need
+        ``a, b >= 0``)."""
+        ...
+
+    def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
+        """The same closed form in float, over rows (``max_i T_i``, ``sum_i T_i``, ``m``)."""
+        ...
+
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+        """The pipeline part of the step by simulation over ``(pp, vpp)`` chunk times."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronSchedule:
+    """Megatron-LM's 1F1B (``vpp == 1``) and interleaved 1F1B schedules. Closed form
+    ``(m - 1/v) * max_i T_i + sum_i T_i / v``: the slowest stage runs ``m`` micro-batches back
+    to back, the first forward and the last backward cross every other stage once (warm-up
+    and drain); with equal stages Narayanan et al. 2021 §2.2 ``(m + p - 1) * t`` and, for the
+    interleaved schedule, ``(m + (p-1)/v) * t`` (§2.2.2). Exact for equal stages only
+    (``tests/test_stages.py`` measures it against ``simulate_step_s``)."""
+
+    name: str = "megatron"
+
+    def in_flight(self, pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+        return in_flight(pp, vpp, num_microbatches, stage)
+
+    def step_weights(self, pp: int, vpp: int, num_microbatches: int) -> tuple[Fraction, Fraction]:
+        return Fraction(num_microbatches * vpp - 1, vpp), Fraction(1, vpp)
+
+    def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
+        m = np.asarray(num_microbatches, dtype=np.float64)
+        return (m - 1.0 / vpp) * slowest_s + total_s / vpp
+
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+        return simulate_step_s(forward_s, backward_s, num_microbatches)
+
+
+MEGATRON = MegatronSchedule()
+"""The schedule every per-stage plan runs today."""

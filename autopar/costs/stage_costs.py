@@ -89,21 +89,18 @@ class StageCosts:
     def kinds(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.layer_kinds))
 
-    def row(self, i: int) -> StageCosts:
-        """The costs of one row (arrays of length 1)."""
-        pick = slice(i, i + 1)
-        return StageCosts(
-            layer_kinds=self.layer_kinds,
-            **{
-                f.name: (
-                    {k: v[pick] for k, v in getattr(self, f.name).items()}
-                    if isinstance(getattr(self, f.name), Mapping)
-                    else getattr(self, f.name)[pick]
-                )
-                for f in dataclasses.fields(self)
-                if f.name != "layer_kinds"
-            },
-        )
+    def take(self, index) -> StageCosts:
+        """The costs of the rows ``index`` picks (an index array or a slice)."""
+        fields = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "layer_kinds":
+                fields[f.name] = value
+            elif isinstance(value, Mapping):
+                fields[f.name] = {k: v[index] for k, v in value.items()}
+            else:
+                fields[f.name] = value[index]
+        return StageCosts(**fields)
 
 
 def layer_kinds(model) -> tuple[str, ...]:
@@ -148,6 +145,84 @@ def _place(term) -> str:
     return PLACEMENT.get(term.name, "every")
 
 
+FIXED_FIELDS = (
+    "every_time_s",
+    "first_time_s",
+    "last_time_s",
+    "every_static_bytes",
+    "first_static_bytes",
+    "last_static_bytes",
+    "first_activation_bytes",
+    "last_activation_bytes",
+    "every_activation_bytes",
+    "full_workspace_bytes",
+    "selective_workspace_bytes",
+)
+"""The ``StageCosts`` fields outside the layers (filled from the first layer kind's probes)."""
+
+
+def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict:
+    """Per label (time, activations, static bytes): the slope per layer and the intercepts per
+    placement, from the sums at 1 and 2 layers per stage (``v(layers) = intercept + layers *
+    slope``)."""
+    parts = {}
+    for label, terms in (
+        ("time_s", cost_model.microbatch_terms),
+        ("activation_bytes", cost_model.microbatch_memory_terms),
+        ("static_bytes", static_terms),
+    ):
+        v1, by1 = _sum_by(terms, g, probes[0], n, _place)
+        v2, by2 = _sum_by(terms, g, probes[1], n, _place)
+        parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
+    return parts
+
+
+class _Probes:
+    """The arrays of a ``StageCosts`` as ``probe_stage_costs`` fills them."""
+
+    def __init__(self, kinds: tuple[str, ...], size: int) -> None:
+        self.time = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
+        self.act = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
+        self.static = {k: np.zeros(size) for k in kinds}
+        self.fixed = {name: np.zeros(size) for name in FIXED_FIELDS}
+        self.embedding_bytes = np.zeros(size)
+
+    def probe(self, cost_model, ctx, static_terms, kind: str, rows, sub, *, first: bool) -> None:
+        """The costs of ``kind`` on ``rows`` (one ``pp``), and with the ``first`` kind the
+        layer-independent parts and the recompute workspaces."""
+        n, p = len(rows), int(sub["pp"][0])
+        probes = [
+            dataclasses.replace(ctx, model=_probe_model(ctx.model, kind, p * layers))
+            for layers in (1, 2)
+        ]
+        for code in range(NUM_RECOMPUTE_MODES):
+            g = {**sub, "recompute": np.full(n, code, dtype=np.int64)}
+            parts = _probe_parts(cost_model, static_terms, g, probes, n)
+            self.time[kind][rows, code] = parts["time_s"][0]
+            self.act[kind][rows, code] = parts["activation_bytes"][0]
+            if code == 0:
+                self.static[kind][rows] = parts["static_bytes"][0]
+            if not first:
+                continue  # layer-independent parts from the first layer's kind
+            static_fixed = sum(parts["static_bytes"][1].values(), np.zeros(n))
+            if code == 0:
+                for label, (_, intercepts) in parts.items():
+                    for where, value in intercepts.items():
+                        self.fixed[f"{where}_{label}"][rows] += value
+                self.embedding_bytes[rows] = sum(
+                    (2.0 * one - two)
+                    for one, two in (
+                        (_value(t, g, probes[0], n), _value(t, g, probes[1], n))
+                        for t in static_terms
+                        if t.name in EMBEDDING_TERMS
+                    )
+                )
+                static_none = static_fixed
+            else:
+                name = "full_workspace_bytes" if code == 2 else "selective_workspace_bytes"
+                self.fixed[name][rows] = np.maximum(static_fixed - static_none, 0.0)
+
+
 def probe_stage_costs(
     cost_model: CostModel,
     ctx: TermContext,
@@ -162,27 +237,9 @@ def probe_stage_costs(
     kinds_in_order = layer_kinds(model)
     num_mtp, mtp_kind = mtp_layers(model)
     kinds = tuple(dict.fromkeys((*kinds_in_order, *([mtp_kind] if num_mtp else []))))
-    time = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
-    act = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
-    static = {k: np.zeros(size) for k in kinds}
-    fixed = {
-        name: np.zeros(size)
-        for name in (
-            "every_time_s",
-            "first_time_s",
-            "last_time_s",
-            "every_static_bytes",
-            "first_static_bytes",
-            "last_static_bytes",
-            "first_activation_bytes",
-            "last_activation_bytes",
-            "every_activation_bytes",
-            "full_workspace_bytes",
-            "selective_workspace_bytes",
-        )
-    }
+    found = _Probes(kinds, size)
+    fixed = found.fixed
     pp_all = np.asarray(grid["pp"], dtype=np.int64)
-    embedding_bytes = np.zeros(size)
     static_terms = tuple(
         t for t in cost_model.static_memory_terms if t.name not in LAST_AS_SINGLE_STAGE
     )
@@ -195,45 +252,9 @@ def probe_stage_costs(
         n = len(rows)
         for kind in kinds:
             check_deadline(deadline)  # --time-limit covers probing (autopar.base.deadline)
-            probes = [
-                dataclasses.replace(ctx, model=_probe_model(model, kind, int(p) * layers))
-                for layers in (1, 2)
-            ]
-            for code in range(NUM_RECOMPUTE_MODES):
-                g = {**sub, "recompute": np.full(n, code, dtype=np.int64)}
-                parts = {}
-                for label, terms in (
-                    ("time_s", cost_model.microbatch_terms),
-                    ("activation_bytes", cost_model.microbatch_memory_terms),
-                    ("static_bytes", static_terms),
-                ):
-                    v1, by1 = _sum_by(terms, g, probes[0], n, _place)
-                    v2, by2 = _sum_by(terms, g, probes[1], n, _place)
-                    # v(layers) = intercept + layers * slope, probed at 1 and 2 layers per stage
-                    parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
-                time[kind][rows, code] = parts["time_s"][0]
-                act[kind][rows, code] = parts["activation_bytes"][0]
-                if code == 0:
-                    static[kind][rows] = parts["static_bytes"][0]
-                if kind != kinds_in_order[0]:
-                    continue  # layer-independent parts from the first layer's kind
-                static_fixed = sum(parts["static_bytes"][1].values(), np.zeros(n))
-                if code == 0:
-                    for label, (_, intercepts) in parts.items():
-                        for where, value in intercepts.items():
-                            fixed[f"{where}_{label}"][rows] += value
-                    embedding_bytes[rows] = sum(
-                        (2.0 * one - two)
-                        for one, two in (
-                            (_value(t, g, probes[0], n), _value(t, g, probes[1], n))
-                            for t in static_terms
-                            if t.name in EMBEDDING_TERMS
-                        )
-                    )
-                    static_none = static_fixed
-                else:
-                    name = "full_workspace_bytes" if code == 2 else "selective_workspace_bytes"
-                    fixed[name][rows] = np.maximum(static_fixed - static_none, 0.0)
+            found.probe(
+                cost_model, ctx, static_terms, kind, rows, sub, first=kind == kinds_in_order[0]
+            )
         one = {**sub, "pp": np.ones(n, dtype=np.int64), "recompute": np.zeros(n, dtype=np.int64)}
         for term in single_terms:
             value = np.asarray(term.evaluate(one, ctx), dtype=np.float64)
@@ -241,22 +262,20 @@ def probe_stage_costs(
     if not model.tied_embeddings:
         # The untied output layer has the input embedding's shape: the last stage holds its
         # parameters (the cost model counts them only with pp == 1, on the first stage).
-        fixed["last_static_bytes"] += np.where(pp_all > 1, embedding_bytes, 0.0)
+        fixed["last_static_bytes"] += np.where(pp_all > 1, found.embedding_bytes, 0.0)
     if num_mtp:
         # each MTP module: one more layer and one more pass through the output layer and loss
-        fixed["last_time_s"] += num_mtp * (time[mtp_kind][:, 0] + fixed["last_time_s"])
-        fixed["last_static_bytes"] += num_mtp * static[mtp_kind]
-        fixed["last_activation_bytes"] += num_mtp * act[mtp_kind][:, 0]
+        fixed["last_time_s"] += num_mtp * (found.time[mtp_kind][:, 0] + fixed["last_time_s"])
+        fixed["last_static_bytes"] += num_mtp * found.static[mtp_kind]
+        fixed["last_activation_bytes"] += num_mtp * found.act[mtp_kind][:, 0]
     step = np.zeros(size)
     for term in cost_model.step_terms:
-        step = step + np.broadcast_to(
-            np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,)
-        )
+        step = step + _value(term, grid, ctx, size)
     return StageCosts(
         layer_kinds=kinds_in_order,
-        time_s=time,
-        activation_bytes=act,
-        static_bytes=static,
+        time_s=found.time,
+        activation_bytes=found.act,
+        static_bytes=found.static,
         step_time_s=step,
         **fixed,
     )

@@ -1,9 +1,9 @@
 """Score a layout with a per-stage pipeline plan, in float (the report side of issue 13).
 
-The headline figures come from ``autopar.layout.stages`` (per-stage times and memories over the
-``autopar.costs.stage_costs`` of the layout); the step time is Megatron's schedule simulated over
+The headline figures come from ``autopar.costs.stage_figures`` (per-stage times and memories
+over the ``autopar.costs.stage_costs`` of the layout); the step time is the schedule simulated over
 the chunk times (``autopar.costs.schedule``), the schedule formula's value kept as
-``formula_step_time_s``. The breakdowns keep the categories of ``Estimate``: the
+``PerStage.formula_step_time_s``. The breakdowns keep the categories of ``Estimate``: the
 peak stage's static bytes are split in the proportions the uniform cost model gives them
 (weights, gradients, optimizer states, other), its activations are its own; the step time is
 split into the step terms' categories (as the uniform model has them), ``bubble`` (the
@@ -14,55 +14,24 @@ per-micro-batch categories in the uniform model's proportions.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from autopar.costs.estimate import estimate
+from autopar.costs.goodput import run_figures
+from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import probe_stage_costs
 from autopar.costs.stage_figures import (
-    StageEstimate,
+    StageFigures,
     simulated_pipeline_s,
     stage_figures,
     stage_rows,
 )
 from autopar.costs.terms import CostModel, TermContext, grid_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.stages import RECOMPUTE_CODES, StagePlan, plan_recompute_mode
+from autopar.layout.stages import RECOMPUTE_CODES, PerStage, StagePlan, plan_recompute_mode
 
 STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StagedEstimate(Estimate):
-    """An ``Estimate`` with its per-stage plan and per-stage figures (``stages`` in JSON)."""
-
-    pipeline_plan: StagePlan
-    stages: tuple[StageEstimate, ...]
-    formula_step_time_s: float
-    """The step by the schedule formula (``autopar.costs.stage_figures.pipeline_time_s``), what the
-    per-stage search ranks by; ``step_time_s`` is the simulated schedule."""
-    plan_from: str = "given"
-    """``given`` (an explicit plan), ``search`` (the per-stage search's, ranked by the formula)
-    or ``even split`` (a uniform plan the simulation found faster)."""
-
-    def schedule_text(self) -> str:
-        """The step by Megatron's schedule simulated against the formula, for the report."""
-        gap = self.formula_step_time_s / self.step_time_s - 1.0
-        simulated, formula = self.step_time_s, self.formula_step_time_s
-        return f"schedule simulated {simulated:.3f} s, formula {formula:.3f} s ({gap:+.2%})"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = Estimate.to_dict(self)
-        out["pipeline_plan"] = self.pipeline_plan.to_dict()
-        out["stages"] = [stage.to_dict() for stage in self.stages]
-        out["pipeline_schedule"] = {
-            "simulated_step_time_s": self.step_time_s,
-            "formula_step_time_s": self.formula_step_time_s,
-            "plan_from": self.plan_from,
-        }
-        return out
 
 
 def estimate_plan(
@@ -72,15 +41,50 @@ def estimate_plan(
     cost_model: CostModel,
     *,
     plan_from: str = "given",
-) -> StagedEstimate:
-    """The estimate of ``layout`` run with ``plan`` (``plan_from``: ``StagedEstimate``)."""
+    schedule: PipelineSchedule = MEGATRON,
+) -> Estimate:
+    """The estimate of ``layout`` run with ``plan``: the uniform estimate of the layout with
+    the per-stage figures in place of its own (``dataclasses.replace``, so everything else it
+    carries, ``inputs`` and ``choices`` among it, is the uniform estimate's) and
+    ``per_stage`` set (``plan_from``: ``PerStage``)."""
     grid = grid_of([layout])
     costs = probe_stage_costs(cost_model, ctx, grid)
-    figures = stage_figures(plan, costs, grid["grad_accum"])
+    figures = stage_figures(plan, costs, grid["grad_accum"], schedule=schedule)
     base = estimate(layout, ctx, cost_model)
-    # The step of Megatron's schedule simulated over the chunk times (autopar.costs.schedule); the
+    # The step of the schedule simulated over the chunk times (autopar.costs.schedule); the
     # formula the search ranks by is kept alongside.
-    step = float(costs.step_time_s[0]) + simulated_pipeline_s(figures, 0)
+    step = float(costs.step_time_s[0]) + simulated_pipeline_s(figures, 0, schedule=schedule)
+    peak_flop_per_s = ctx.cluster.gpu.peak_flop_per_s(ctx.training.precision)
+    gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step
+    model_flop = float(np.asarray(cost_model.flops.model_flop(grid, ctx)).reshape(-1)[0])
+    hardware_flop = model_flop + _recompute_flop(plan, grid, ctx, cost_model, model_flop)
+    per_stage = PerStage(
+        plan=plan,
+        stages=tuple(stage_rows(plan, figures, 0, costs.layer_kinds, schedule=schedule)),
+        formula_step_time_s=float(figures.step_time_s[0]),
+        plan_from=plan_from,
+    )
+    tokens_per_s = float(ctx.training.global_batch_tokens / step)
+    return dataclasses.replace(
+        base,
+        fits=bool(figures.memory_bytes[0].max() <= base.capacity_bytes),
+        step_time_s=step,
+        tokens_per_s=tokens_per_s,
+        mfu=model_flop / gpu_flop_per_s,
+        hfu=hardware_flop / gpu_flop_per_s,
+        memory_bytes=_memory_bytes(figures, base),
+        time_s=_time_s(figures, base, cost_model, step=step, num_microbatches=layout.grad_accum),
+        per_stage=per_stage,
+        # no goodput for per-stage plans (the checkpoint term prices a uniform split): the
+        # days are the failure-free ones only
+        goodput=None,
+        **run_figures(tokens_per_s, None, ctx),
+    )
+
+
+def _memory_bytes(figures: StageFigures, base: Estimate) -> dict[str, float]:
+    """The peak stage's memory: its static bytes in the uniform estimate's proportions, its
+    own activations (module docstring)."""
     peak = int(np.argmax(figures.memory_bytes[0]))
     static = float(figures.static_bytes[0, peak])
     shares = {c: base.memory_bytes.get(c, 0.0) for c in STATIC_CATEGORIES}
@@ -88,8 +92,19 @@ def estimate_plan(
     memory = {c: static * shares[c] / total_share for c in STATIC_CATEGORIES}
     memory["activations"] = float(figures.activation_bytes[0, peak])
     memory["total"] = float(figures.memory_bytes[0, peak])
-    m = layout.grad_accum
-    busy = m * float(figures.time_s[0].max())
+    return memory
+
+
+def _time_s(
+    figures: StageFigures,
+    base: Estimate,
+    cost_model: CostModel,
+    *,
+    step: float,
+    num_microbatches: int,
+) -> dict[str, float]:
+    """The step split into the uniform estimate's categories (module docstring)."""
+    busy = num_microbatches * float(figures.time_s[0].max())
     step_categories = {t.category for t in cost_model.step_terms}
     fixed = {c: v for c, v in base.time_s.items() if c in step_categories}
     per_mb = {c: v for c, v in base.time_s.items() if c not in step_categories and c != "bubble"}
@@ -97,27 +112,7 @@ def estimate_plan(
     time_s = {c: busy * v / per_mb_total for c, v in per_mb.items()}
     time_s.update(fixed)
     time_s["bubble"] = max(0.0, step - sum(fixed.values()) - busy)
-    time_s = {c: time_s.get(c, 0.0) for c in base.time_s}
-    peak_flop_per_s = ctx.cluster.gpu.peak_flop_per_s(ctx.training.precision)
-    gpu_flop_per_s = peak_flop_per_s * layout.num_gpus * step
-    model_flop = float(np.asarray(cost_model.flops.model_flop(grid, ctx)).reshape(-1)[0])
-    hardware_flop = model_flop + _recompute_flop(plan, grid, ctx, cost_model, model_flop)
-    capacity = float(ctx.cluster.usable_memory_bytes)
-    return StagedEstimate(
-        layout=layout,
-        fits=bool(figures.memory_bytes[0].max() <= capacity),
-        step_time_s=step,
-        tokens_per_s=float(ctx.training.global_batch_tokens / step),
-        mfu=model_flop / gpu_flop_per_s,
-        hfu=hardware_flop / gpu_flop_per_s,
-        memory_bytes=memory,
-        capacity_bytes=capacity,
-        time_s=time_s,
-        pipeline_plan=plan,
-        formula_step_time_s=float(figures.step_time_s[0]),
-        plan_from=plan_from,
-        stages=tuple(stage_rows(plan, figures, 0, costs.layer_kinds)),
-    )
+    return {c: time_s.get(c, 0.0) for c in base.time_s}
 
 
 def _recompute_flop(plan: StagePlan, grid, ctx, cost_model: CostModel, model_flop: float) -> float:

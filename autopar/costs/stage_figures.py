@@ -1,37 +1,20 @@
 """The figures that price a per-stage pipeline plan (``autopar.layout.stages``): per-stage
-micro-batch times and memory over the rows of a ``StageCosts``, and the schedule arithmetic.
-
-Schedule (``m`` micro-batches, stage ``i`` of ``p``, ``v`` chunks per stage; ``t_i`` = one
-micro-batch's forward + backward on stage ``i``):
-
-- step time, 1F1B: ``(m - 1) * max_i t_i + sum_i t_i``: the slowest stage runs ``m`` micro-batches
-  back to back; the first micro-batch's forward and the last one's backward cross every other
-  stage once (warm-up and drain). With equal stages this is Narayanan et al. 2021 §2.2
-  ``(m + p - 1) * t``. Interleaved: ``(m - 1/v) * max_i t_i + sum_i t_i / v``, which is
-  ``(m + (p-1)/v) * t`` with equal stages (the bubble shrinks ``v`` times; Narayanan §2.2.2).
-  ``autopar.costs.schedule`` simulates the schedule itself; ``tests/test_stages.py`` measures the
-  formula against it.
-- activations in flight, 1F1B: stage ``i`` holds ``min(p - i, m)`` micro-batches (Megatron
-  ``schedules.py`` ``forward_backward_pipelining_without_interleaving``: ``p - i - 1`` warm-up
-  forwards, then one more before the first backward). Interleaved: ``2*(p - i - 1) + (v-1)*p``
-  warm-up forwards plus one, at most ``m*v``, taken in the order of ``get_schedule_table``
-  (groups of ``p`` micro-batches per chunk): the counts per chunk weigh that chunk's
-  activations (for equal chunks this is Korthikanti et al. 2022 §4.2.3's
-  ``p * (1 + (p-1)/(p*v))``, ``theoretical_memory_usage.py``).
+micro-batch times and memory over the rows of a ``StageCosts``, under a pipeline schedule
+(``autopar.costs.schedule.PipelineSchedule``: the micro-batches in flight per chunk weigh each
+chunk's activations, and its closed form turns the stage times into the step the search ranks
+by; ``MEGATRON`` by default).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from autopar.costs.schedule import schedule_chunks, simulate_step_s
+from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import StageCosts
-from autopar.layout.stages import RECOMPUTE_CODES, StagePlan
+from autopar.layout.stages import RECOMPUTE_CODES, StageEstimate, StagePlan
 
 FORWARD_SHARE = 1.0 / 3.0
 """Forward's share of a micro-batch's forward + backward without recompute: the backward
@@ -39,26 +22,22 @@ computes gradients of inputs and of weights, twice the forward's FLOPs (Narayana
 §3.5, ``96 B s l h^2`` of which the forward is a third); recompute adds to the backward."""
 
 
-@functools.cache
-def in_flight(pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
-    """Micro-batches whose activations each chunk of ``stage`` holds at the stage's peak
-    (module docstring)."""
-    m = num_microbatches
-    if vpp == 1:
-        return (min(pp - stage, m),)
-    total = m * vpp
-    warmup = min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
-    units = min(warmup + 1, total)
-    order = schedule_chunks(m, vpp, pp)[:units]
-    return tuple(order.count(j) for j in range(vpp))
-
-
-def pipeline_time_s(stage_times_s: np.ndarray, num_microbatches, vpp: int) -> np.ndarray:
-    """Step time of the schedule from per-stage micro-batch times ``(rows, pp)`` (module
-    docstring)."""
-    m = np.asarray(num_microbatches, dtype=np.float64)
-    slowest = stage_times_s.max(axis=1)
-    return (m - 1.0 / vpp) * slowest + stage_times_s.sum(axis=1) / vpp
+def pipeline_time_s(
+    stage_times_s: np.ndarray,
+    num_microbatches,
+    vpp: int,
+    *,
+    schedule: PipelineSchedule = MEGATRON,
+) -> np.ndarray:
+    """The pipeline part of the step by the schedule's closed form, from per-stage micro-batch
+    times ``(rows, pp)``."""
+    return schedule.pipeline_s(
+        stage_times_s.max(axis=1),
+        stage_times_s.sum(axis=1),
+        num_microbatches,
+        pp=stage_times_s.shape[1],
+        vpp=vpp,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,8 +75,14 @@ def _chunk_kinds(plan: StagePlan, kinds: Sequence[str]) -> list[tuple[dict, dict
     return out
 
 
-def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarray) -> StageFigures:
-    """Time and memory of every stage of ``plan`` on each row of ``costs``."""
+def stage_figures(
+    plan: StagePlan,
+    costs: StageCosts,
+    num_microbatches: np.ndarray,
+    *,
+    schedule: PipelineSchedule = MEGATRON,
+) -> StageFigures:
+    """Time and memory of every stage of ``plan`` on each row of ``costs`` under ``schedule``."""
     m_rows = np.asarray(num_microbatches, dtype=np.int64)
     rows = len(m_rows)
     pp, chunks = plan.pp, plan.pp * plan.vpp
@@ -139,10 +124,12 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
         held = chunk_act[:, mine]
         held[:, 0] += costs.every_activation_bytes
         # in-flight counts per row and chunk: one lookup per distinct micro-batch count
-        table = np.array([in_flight(pp, plan.vpp, int(m), i) for m in distinct_m], dtype=np.float64)
+        table = np.array(
+            [schedule.in_flight(pp, plan.vpp, int(m), i) for m in distinct_m], dtype=np.float64
+        )
         weights = table[np.searchsorted(distinct_m, m_rows)]
         acts[:, i] = (weights * held).sum(axis=1)
-    step = costs.step_time_s + pipeline_time_s(times, m_rows, plan.vpp)
+    step = costs.step_time_s + pipeline_time_s(times, m_rows, plan.vpp, schedule=schedule)
     # Per chunk (stage-major): the stage's own terms spread over its chunks, the embedding on
     # its first chunk, the output layer and loss on the last.
     order = [c for i in range(pp) for c in plan.chunks_of(i)]
@@ -167,19 +154,28 @@ def stage_figures(plan: StagePlan, costs: StageCosts, num_microbatches: np.ndarr
     )
 
 
-def simulated_pipeline_s(figures: StageFigures, row: int) -> float:
-    """The pipeline part of the step (step terms excluded) for one row, by simulating
-    Megatron's schedule over the chunk times (``autopar.costs.schedule``). The formula of
-    ``pipeline_time_s`` is exact for equal stages only: for unequal ones 1F1B's is an upper
-    bound and the interleaved one is off either way (``tests/test_stages.py``)."""
-    return simulate_step_s(
+def simulated_pipeline_s(
+    figures: StageFigures, row: int, *, schedule: PipelineSchedule = MEGATRON
+) -> float:
+    """The pipeline part of the step (step terms excluded) for one row, by simulating the
+    schedule over the chunk times (``autopar.costs.schedule``). Megatron's closed form is exact
+    for equal stages only: for unequal ones 1F1B's is an upper bound and the interleaved one is
+    off either way (``tests/test_stages.py``)."""
+    return schedule.simulate_s(
         figures.chunk_forward_s[row],
         figures.chunk_backward_s[row],
         int(figures.num_microbatches[row]),
     )
 
 
-def stage_rows(plan: StagePlan, figures: StageFigures, row: int, kinds: Sequence[str]) -> list:
+def stage_rows(
+    plan: StagePlan,
+    figures: StageFigures,
+    row: int,
+    kinds: Sequence[str],
+    *,
+    schedule: PipelineSchedule = MEGATRON,
+) -> list[StageEstimate]:
     """The per-stage table of one row: layers and their kinds, recompute, time, memory, in-flight
     micro-batches (``StageEstimate`` records)."""
     out = []
@@ -205,40 +201,9 @@ def stage_rows(plan: StagePlan, figures: StageFigures, row: int, kinds: Sequence
                 time_s=float(figures.time_s[row, i]),
                 memory_bytes=float(figures.memory_bytes[row, i]),
                 activation_bytes=float(figures.activation_bytes[row, i]),
-                in_flight=in_flight(plan.pp, plan.vpp, int(figures.num_microbatches[row]), i),
+                in_flight=schedule.in_flight(
+                    plan.pp, plan.vpp, int(figures.num_microbatches[row]), i
+                ),
             )
         )
     return out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageEstimate:
-    """One row of the per-stage table."""
-
-    stage: int
-    chunk_layers: tuple[int, ...]
-    first_layer: int
-    layer_kinds: dict[str, int]
-    holds: tuple[str, ...]
-    recompute: str
-    time_s: float
-    """One micro-batch, forward + backward (+ recompute)."""
-    memory_bytes: float
-    activation_bytes: float
-    in_flight: tuple[int, ...]
-    """Micro-batches in flight per chunk at the stage's peak."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "layers": sum(self.chunk_layers),
-            "chunk_layers": list(self.chunk_layers),
-            "first_layer": self.first_layer,
-            "layer_kinds": dict(self.layer_kinds),
-            "holds": list(self.holds),
-            "recompute": self.recompute,
-            "time_s": self.time_s,
-            "memory_bytes": self.memory_bytes,
-            "activation_bytes": self.activation_bytes,
-            "in_flight": list(self.in_flight),
-        }

@@ -48,6 +48,7 @@ TIME_CATEGORIES: tuple[str, ...] = (
     "cp_comm",
     "ep_comm",
     "optimizer",
+    "offload",
 )
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "other")
 
@@ -106,6 +107,21 @@ class DecisionSource(Protocol):
     def decide(self, grid: Grid, ctx: TermContext) -> dict[str, list[str]]: ...
 
 
+@runtime_checkable
+class CheckpointTerm(Protocol):
+    """What one distributed checkpoint makes the most loaded server write (``evaluate``,
+    ``_bytes``; its GPUs share its storage bandwidth) and the most loaded rank write
+    (``rank_bytes``: what an asynchronous save first copies to host memory)."""
+
+    name: str
+    category: str
+    depends_on: tuple[str, ...]
+
+    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray: ...
+
+    def rank_bytes(self, grid: Grid, ctx: TermContext) -> np.ndarray: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostModel:
     """A set of terms composed as in the module docstring."""
@@ -126,10 +142,16 @@ class CostModel:
     flops: FlopCounter
     decisions: DecisionSource | None = None
     """Choices made inside terms, reported with each estimate (``Estimate.choices``)."""
+    checkpoint: CheckpointTerm | None = None
+    """Bytes one checkpoint makes a server and a rank write (``cost_models.checkpoint``): with
+    it, estimates carry goodput under failures (``autopar.costs.goodput``) and the search can
+    minimise the expected time per useful step; ``None``: no failure figures."""
 
     def __post_init__(self) -> None:
         for term in self.all_terms():
             _check_term(term)
+        if self.checkpoint is not None:
+            _check_term(self.checkpoint)
 
     def all_terms(self) -> tuple[CostTerm | ResourceTerm, ...]:
         return (

@@ -62,6 +62,7 @@ def inputs_dict(
         "precision": training.precision,
         "grad_precision": training.grad_precision,
         "fp8_recipe": training.stack.fp8_recipe if training.precision == "fp8" else None,
+        "low_precision_gemms": low_precision_gemms(training),
         "stack": training.stack.name,
         "stack_switches": training.stack.to_dict(),
         "memory_reserve_bytes": cluster.memory_reserve_bytes,
@@ -70,11 +71,31 @@ def inputs_dict(
     }
 
 
+NVFP4_LINEARS: tuple[str, ...] = ("qkv", "proj", "fc1", "fc2")
+"""The linear layers an NVFP4 recipe runs in FP4 (``cost_models.gemm.FP4_GEMMS``)."""
+
+
+def low_precision_gemms(training: TrainingSpec) -> dict[str, str]:
+    """Which GEMMs run below BF16 and in what: FP8 the stack's ``fp8_gemms``; NVFP4 the block
+    linears in FP4 (fprop, dgrad and wgrad), the attention core in FP8 if listed, the rest
+    BF16 (output layer, router)."""
+    gemms = training.stack.fp8_gemms
+    if training.precision == "fp8":
+        return {gemm: "fp8" for gemm in gemms}
+    if training.precision == "nvfp4":
+        out = {gemm: "fp4" for gemm in gemms if gemm in NVFP4_LINEARS}
+        return out | ({"attention": "fp8"} if "attention" in gemms else {})
+    return {}
+
+
 def inputs_text(inputs: dict[str, Any]) -> str:
     """One line for people: ``llama-3-70b (70.6B params) on 1024 x h100-sxm, ...``."""
     precision = inputs["precision"]
     if inputs.get("fp8_recipe"):
         precision += f" ({inputs['fp8_recipe']} scaling)"
+    if inputs["precision"] == "nvfp4":
+        fp4 = [g for g, d in (inputs.get("low_precision_gemms") or {}).items() if d == "fp4"]
+        precision += f" (FP4 {','.join(fp4)}; the rest BF16)" if fp4 else " (no FP4 GEMM)"
     reserve = inputs.get("memory_reserve_bytes") or 0
     sources = inputs.get("collective_sources") or {}
     derived = sorted(k for k, v in sources.items() if v != "measured")

@@ -1,5 +1,6 @@
 """Typed readers of input-file values: each checks one key of a mapping and raises
-``InputError`` naming it (the rule, the value seen) before the value reaches any arithmetic."""
+``InputError`` naming it (the rule, the value seen) before the value reaches any arithmetic.
+Strings (names, descriptions) are read by ``autopar.inputs.names.string_value``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from typing import Any
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import hf_families
 from autopar.inputs.limits import range_rule
-
-MAX_NAME_CHARS = 200
-"""``name`` / ``description`` strings are cut to this length for reports."""
 
 
 def unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
@@ -47,15 +45,6 @@ def integer(
     if not minimum <= value <= maximum:
         raise InputError(f"{range_rule(minimum, maximum)}, got {excerpt(value)}", field=key)
     return value
-
-
-def string(data: Mapping[str, Any], key: str, default: str) -> str:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise InputError(f"must be a string, got {excerpt(value)}", field=key)
-    return str(value)[:MAX_NAME_CHARS]
 
 
 def boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:

@@ -15,7 +15,9 @@ from typing import Any
 
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import hf_details, hf_families
-from autopar.inputs.fields import boolean, choice, integer, string, unknown_key
+from autopar.inputs.fields import boolean, choice, integer, unknown_key
+from autopar.inputs.names import model_name
+from autopar.inputs.names import string_value as string
 from autopar.inputs.specs import ModelSpec
 
 MODEL_KEYS: dict[str, str] = {
@@ -46,6 +48,7 @@ GPT2_ALIASES: dict[str, str] = {
 }
 AUTOPAR_MODEL_KEYS: tuple[str, ...] = (
     "name",
+    "_name_or_path",
     "aliases",
     "model_type",
     "architectures",
@@ -187,7 +190,7 @@ def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
     heads = _model_integer(data, "num_attention_heads")
     mlp_kind = _mlp_kind(data)
     fields: dict[str, Any] = {
-        "name": string(data, "name", name),
+        "name": model_name(data, name),
         "num_layers": _model_integer(data, "num_hidden_layers"),
         "hidden_size": hidden,
         "num_attention_heads": heads,

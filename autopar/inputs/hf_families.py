@@ -179,7 +179,11 @@ def unwrap(data: Mapping[str, Any]) -> dict[str, Any]:
         raise InputError(
             "must hold the language model's keys (model_type llama4)", field="text_config"
         )
-    keep = {k: data[k] for k in ("name", "aliases", "source", "architectures") if k in data}
+    keep = {
+        k: data[k]
+        for k in ("name", "_name_or_path", "aliases", "source", "architectures")
+        if k in data
+    }
     return {**text, **keep, "model_type": "llama4_text"}
 
 

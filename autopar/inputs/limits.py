@@ -10,6 +10,8 @@ in each error message.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 
 from autopar.base.errors import InputError, excerpt
 
@@ -39,16 +41,36 @@ MAX_TRAIN_TOKENS = 1e18
 MAX_GPU_HOUR_COST = 1e9
 
 
-def check_int(value: object, *, source: str, maximum: int, minimum: int = 1) -> int:
-    """``value`` as an int in ``minimum..maximum``, else an ``InputError`` naming ``source``
-    (the flag as the user types it) and the bound."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+def as_int(value: object, *, source: str) -> int:
+    """``value`` as an int: an ``int`` or anything that is one (``operator.index``: numpy
+    integers); a bool, a float (``1024.0``: pass ``1024``), a string or None is an
+    ``InputError`` saying what was given. One rule for every count the API takes (issue 24:
+    ``gpus=1024.0`` was refused confusingly while ``jobs=2.0`` passed, ``np.int64(64)`` and
+    ``num_workers=2.0`` failed)."""
+    if value is None:
+        raise InputError("is required: give an integer", source=source)
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
         raise InputError(f"must be an integer, got {excerpt(value)}", source=source)
-    if not minimum <= value <= maximum:
-        raise InputError(f"{range_rule(minimum, maximum)}, got {excerpt(value)}", source=source)
-    return value
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        hint = f" (pass {int(value)})" if whole else ""
+        raise InputError(
+            f"must be an integer, got the {type(value).__name__} {excerpt(value)}{hint}",
+            source=source,
+        )
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InputError(f"must be an integer, got {excerpt(value)}", source=source) from None
+
+
+def check_int(value: object, *, source: str, maximum: int, minimum: int = 1) -> int:
+    """``value`` as an int (``as_int``) in ``minimum..maximum``, else an ``InputError`` naming
+    ``source`` (the flag as the user types it) and the bound."""
+    number = as_int(value, source=source)
+    if not minimum <= number <= maximum:
+        raise InputError(f"{range_rule(minimum, maximum)}, got {excerpt(number)}", source=source)
+    return number
 
 
 def range_rule(minimum: int, maximum: int) -> str:
@@ -65,8 +87,10 @@ def check_number(
 ) -> float:
     """``value`` as a finite float above ``minimum`` (or equal, with ``inclusive``) and at most
     ``maximum``; NaN and infinities are errors."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy numbers are Real
         raise InputError(f"must be a number, got {excerpt(value)}", source=source)
+    if isinstance(value, numbers.Integral):
+        value = operator.index(value)
     if isinstance(value, int) and value.bit_length() > 64:
         raise InputError(f"must be at most {maximum:g}, got {excerpt(value)}", source=source)
     number = float(value)

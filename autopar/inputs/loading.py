@@ -7,6 +7,7 @@ problem raises ``InputError`` naming the file, the field and the rule.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
@@ -18,9 +19,11 @@ from typing import Any
 import yaml
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs.fields import integer, string, unknown_key
+from autopar.inputs.fields import integer, unknown_key
 from autopar.inputs.hf_config import model_from_mapping
 from autopar.inputs.limits import MAX_GPUS, check_int
+from autopar.inputs.names import string_value
+from autopar.inputs.reliability import RELIABILITY_KEYS, reliability_from_values
 from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.inputs.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
@@ -39,6 +42,10 @@ GPU_NUMBER_MAX: dict[str, float] = {
     "memory_reserve_gib": float(1 << 20),
     "gemm_efficiency": 1.0,
     "fp8_gemm_efficiency": 1.0,
+    "fp4_gemm_efficiency": 1.0,
+    "peak_fp4_tflop_per_s": 1e7,
+    "attention_exp_tera_per_s": 1e4,
+    "host_gb_per_s": 1e7,
 }
 # Spec field -> the key a user writes, for errors raised by the frozen specs.
 GPU_FIELD_KEYS: dict[str, str] = {
@@ -48,9 +55,13 @@ GPU_FIELD_KEYS: dict[str, str] = {
     "hbm_bytes_per_s": "hbm_tb_per_s",
     "nvlink_bytes_per_s": "nvlink_gb_per_s",
     "nic_bytes_per_s": "nic_gb_per_s",
+    "peak_fp4_flop_per_s": "peak_fp4_tflop_per_s",
+    "attention_exp_per_s": "attention_exp_tera_per_s",
+    "host_bytes_per_s": "host_gb_per_s",
     "intra_node_latency_s": "intra_node_latency_us",
     "inter_node_latency_s": "inter_node_latency_us",
     "memory_reserve_bytes": "memory_reserve_gib",
+    "checkpoint_bytes_per_s": "checkpoint_gb_per_s",
 }
 
 GPU_KEYS: tuple[str, ...] = (
@@ -66,8 +77,23 @@ GPU_KEYS: tuple[str, ...] = (
     "gpus_per_node",
     "gemm_efficiency",
     "fp8_gemm_efficiency",
+    "generation",
+    "peak_fp4_tflop_per_s",
+    "fp4_gemm_efficiency",
+    "attention_exp_tera_per_s",
+    "host_gb_per_s",
+    "gpus_per_server",
 )
-GPU_OPTIONAL_KEYS: tuple[str, ...] = ("gemm_efficiency", "fp8_gemm_efficiency")
+GPU_OPTIONAL_NUMBERS: dict[str, tuple[str, float]] = {
+    # optional GPU key -> (GpuSpec field, scale to SI units)
+    "gemm_efficiency": ("gemm_efficiency", 1.0),
+    "fp8_gemm_efficiency": ("fp8_gemm_efficiency", 1.0),
+    "peak_fp4_tflop_per_s": ("peak_fp4_flop_per_s", 1e12),
+    "fp4_gemm_efficiency": ("fp4_gemm_efficiency", 1.0),
+    "attention_exp_tera_per_s": ("attention_exp_per_s", 1e12),
+    "host_gb_per_s": ("host_bytes_per_s", 1e9),
+}
+GPU_OPTIONAL_KEYS: tuple[str, ...] = ("generation", "gpus_per_server", *GPU_OPTIONAL_NUMBERS)
 CLUSTER_KEYS: tuple[str, ...] = (
     "gpu",
     "gpus_per_node",
@@ -77,11 +103,15 @@ CLUSTER_KEYS: tuple[str, ...] = (
     "hbm_tb_per_s",
     "nvlink_gb_per_s",
     "nic_gb_per_s",
+    "peak_fp4_tflop_per_s",
+    "host_gb_per_s",
     "intra_node_latency_us",
     "inter_node_latency_us",
     "comm_profile",
     "memory_reserve_gib",
     "name",
+    "gpus_per_server",
+    *RELIABILITY_KEYS,
 )
 
 
@@ -136,6 +166,13 @@ def preset_names(kind: str) -> list[str]:
     return sorted(path.stem for path in _preset_dir(kind).glob("*.yaml"))
 
 
+def preset_aliases(kind: str, name: str) -> tuple[str, ...]:
+    """The other names a preset answers to (its ``aliases``: ``llama-70b`` for
+    ``llama-3-70b``), in the order the file lists them."""
+    path = preset_path(kind, name)
+    return tuple(a for a, p in _preset_index(kind).items() if p == path and a != path.stem)
+
+
 def preset_path(kind: str, name: str) -> Path | None:
     return _preset_index(kind).get(name.lower())
 
@@ -188,8 +225,8 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
     fp8 = data["peak_fp8_tflop_per_s"]
     try:
         return GpuSpec(
-            name=string(data, "name", name),
-            description=string(data, "description", ""),
+            name=string_value(data, "name", name),
+            description=string_value(data, "description", ""),
             memory_bytes=int(round(_number(data, "memory_gib") * GIB)),
             peak_bf16_flop_per_s=_number(data, "peak_bf16_tflop_per_s") * 1e12,
             peak_fp8_flop_per_s=None
@@ -199,9 +236,14 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
             nvlink_bytes_per_s=_number(data, "nvlink_gb_per_s") * 1e9,
             nic_bytes_per_s=_number(data, "nic_gb_per_s") * 1e9,
             gpus_per_node=integer(data, "gpus_per_node", maximum=MAX_GPUS_PER_NODE),
-            gemm_efficiency=_number(data, "gemm_efficiency") if "gemm_efficiency" in data else None,
-            fp8_gemm_efficiency=_number(data, "fp8_gemm_efficiency")
-            if "fp8_gemm_efficiency" in data
+            generation=string_value(data, "generation", "").strip().lower(),
+            **{
+                field: _number(data, key) * scale
+                for key, (field, scale) in GPU_OPTIONAL_NUMBERS.items()
+                if data.get(key) is not None
+            },
+            gpus_per_server=integer(data, "gpus_per_server", maximum=MAX_GPUS_PER_NODE)
+            if data.get("gpus_per_server") is not None
             else None,
         )
     except InputError as err:
@@ -235,7 +277,7 @@ def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> Cluster
         gpu_data, gpu_path = _gpu_mapping(gpu_ref)
         gpu_name = gpu_path.stem
     else:
-        gpu_data, gpu_name = dict(gpu_ref), string(gpu_ref, "name", "custom")
+        gpu_data, gpu_name = dict(gpu_ref), string_value(gpu_ref, "name", "custom")
     overrides = {k: data[k] for k in GPU_KEYS[3:] if k in data}
     gpu = gpu_from_mapping({**gpu_data, **overrides}, name=gpu_name)
     profile = data.get("comm_profile")
@@ -257,6 +299,7 @@ def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> Cluster
         ),
         "comm_profile_path": str(base_dir / profile) if profile else None,
         "memory_reserve_bytes": int(round(reserve_gib * GIB)),
+        "reliability": reliability_from_values({k: data[k] for k in RELIABILITY_KEYS if k in data}),
     }
     for key, field in (
         ("intra_node_latency_us", "intra_node_latency_s"),
@@ -296,13 +339,10 @@ def load_cluster(
         spec_gpu = load_gpu("h100" if gpu is None else gpu)
         spec = ClusterSpec(gpu=spec_gpu, gpus_per_node=spec_gpu.gpus_per_node)
     if gpus_per_node is not None or comm_profile is not None:
-        spec = ClusterSpec(
-            gpu=spec.gpu,
+        spec = dataclasses.replace(
+            spec,
             gpus_per_node=spec.gpus_per_node if gpus_per_node is None else gpus_per_node,
-            intra_node_latency_s=spec.intra_node_latency_s,
-            inter_node_latency_s=spec.inter_node_latency_s,
             comm_profile_path=comm_profile or spec.comm_profile_path,
-            memory_reserve_bytes=spec.memory_reserve_bytes,
         )
     return spec
 

@@ -27,6 +27,7 @@ from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
 from autopar.inputs.loading import load_cluster, load_model, load_stack
+from autopar.inputs.reliability import reliability_from_values
 from autopar.inputs.specs import (
     GIB,
     ClusterSpec,
@@ -54,7 +55,6 @@ FIELD_FLAGS: dict[str, str] = {
     "zero": "--zero",
     "recompute": "--recompute",
 }
-PRE_BLACKWELL_GPUS: tuple[str, ...] = ("a100", "h100", "h200", "mi300")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +75,17 @@ class JobOptions:
     global_batch_tokens: int | None = None
     seq_len: int = DEFAULT_SEQ_LEN
     precision: str = "bf16"
+    gpu_mtbf_hours: float | None = None
+    """Hours between failures per GPU (``--gpu-mtbf-hours``); default: the cluster file's, else
+    ``autopar.inputs.reliability.DEFAULT_GPU_MTBF_HOURS``."""
+    restart_s: float | None = None
+    """Seconds from a failure to training again (``--restart-s``)."""
+    checkpoint_gb_per_s: float | None = None
+    """Storage write bandwidth of one server, GB/s (``--checkpoint-gb-per-s``)."""
+    train_tokens: float | None = None
+    """Tokens the run trains on (``--train-tokens``): days to train."""
+    gpu_hour_cost: float | None = None
+    """Price of a GPU-hour (``--gpu-hour-cost``): the cost of the run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,8 +188,7 @@ def make_problem(**keywords: Any) -> Problem:
 def build_problem(options: ProblemOptions) -> Problem:
     """The frozen specs of ``options``, each number checked against its documented maximum
     before anything is loaded or enumerated; ``InputError`` names the flag and the rule."""
-    job, search = options.job, options.search
-    _check_sizes(job.gpus, job.seq_len, dict(search.pins), dict(search.limits))
+    job, search = _checked_sizes(options.job, options.search)
     _check_names(precision=job.precision, framework=search.framework)
     stack = options.stack.stack
     if stack is not None and not isinstance(stack, str | StackSpec):
@@ -194,6 +204,7 @@ def build_problem(options: ProblemOptions) -> Problem:
         comm_profile=job.comm_profile,
     )
     try:
+        cluster = _with_reliability(cluster, job)
         spec_stack = with_overrides(load_stack(stack), dict(options.stack.switches))
         reserve_given = dict(options.stack.switches).get("memory_reserve_gib")
         cluster = _with_reserve(cluster, spec_stack, flag_given=reserve_given)
@@ -206,14 +217,56 @@ def build_problem(options: ProblemOptions) -> Problem:
                 job.global_batch, job.global_batch_tokens, job.seq_len
             ),
             stack=spec_stack,
+            train_tokens=_run_number(job.train_tokens, "--train-tokens", bounds.MAX_TRAIN_TOKENS),
+            gpu_hour_cost=_run_number(
+                job.gpu_hour_cost, "--gpu-hour-cost", bounds.MAX_GPU_HOUR_COST
+            ),
         )
-        cluster.gpu.peak_flop_per_s(job.precision)
-        _check_fp8_recipe(spec_stack, cluster.gpu, job.precision)
+        _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
+        if spec_stack.cpu_offload_layers >= model.num_layers:
+            raise InputError(
+                f"must be below the model's {model.num_layers} layers (Megatron "
+                "transformer_config.py L1884: offloading can be done only for layers less than "
+                "num_layers)",
+                source="--cpu-offload-layers",
+            )
+        if spec_stack.cpu_offload_layers and spec_stack.cuda_graphs == "layers":
+            raise InputError(
+                "per-layer CUDA graphs do not run with CPU offloading (Megatron "
+                "transformer_config.py L2800-2801: 'CUDA graphs not supported with CPU "
+                "offloading' unless --cuda-graph-impl full_iteration); use cuda_graphs full "
+                "or none",
+                source="--cpu-offload-layers",
+            )
         search_options = _search_options(search)
     except InputError as err:
         flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")
-        raise InputError(err.rule, source=err.source or flag) from None
+        field = err.field if err.source else None  # a file's key stays named; a flag is the key
+        raise InputError(err.rule, source=err.source or flag, field=field) from None
     return Problem(model=model, cluster=cluster, training=training, options=search_options)
+
+
+def _with_reliability(cluster: ClusterSpec, job: JobOptions) -> ClusterSpec:
+    """The cluster's failure model with the flags over the cluster file's values; a bad value
+    is an ``InputError`` naming the flag."""
+    flags = {
+        "gpu_mtbf_hours": job.gpu_mtbf_hours,
+        "restart_s": job.restart_s,
+        "checkpoint_gb_per_s": job.checkpoint_gb_per_s,
+    }
+    if all(value is None for value in flags.values()):
+        return cluster
+    try:
+        reliability = reliability_from_values(flags, base=cluster.reliability)
+    except InputError as err:
+        raise InputError(err.rule, source=f"--{(err.field or '').replace('_', '-')}") from None
+    return dataclasses.replace(cluster, reliability=reliability)
+
+
+def _run_number(value: object, flag: str, maximum: float) -> float | None:
+    if value is None:
+        return None
+    return bounds.check_number(value, source=flag, maximum=maximum)
 
 
 def _search_options(search: SearchRequest) -> SearchOptions:
@@ -281,21 +334,29 @@ def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq
     )
 
 
-def _check_sizes(gpus: object, seq_len: object, pins: dict, lims: dict) -> None:
+def _checked_sizes(job: JobOptions, search: SearchRequest) -> tuple[JobOptions, SearchRequest]:
     """Every number that sizes an enumeration, against its documented maximum
-    (``autopar.inputs.limits``), before anything is enumerated."""
-    bounds.check_int(gpus, source="--gpus", maximum=bounds.MAX_GPUS)
-    bounds.check_int(seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
-    for axis, value in pins.items():
-        if value is not None:
-            maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
-            bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum)
-    for axis, value in lims.items():
+    (``autopar.inputs.limits``), before anything is enumerated; the options with those numbers
+    as ints (a numpy integer is taken, and becomes an int here)."""
+    gpus = bounds.check_int(job.gpus, source="--gpus", maximum=bounds.MAX_GPUS)
+    seq_len = bounds.check_int(job.seq_len, source="--seq-len", maximum=bounds.MAX_SEQ_LEN)
+    pins = []
+    for axis, value in search.pins:
+        maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+        pins.append(
+            (axis, bounds.check_int(value, source=f"--{axis.replace('_', '-')}", maximum=maximum))
+        )
+    limits = []
+    for axis, value in search.limits:
         flag = f"--max-{str(axis).replace('_', '-')}"
         if axis not in SEARCH_AXES:
             raise InputError(f"unknown layout axis {excerpt(axis)}", source="limits")
-        if value is not None:
-            bounds.check_int(value, source=flag, maximum=AXIS_MAXIMA.get(axis, bounds.MAX_GPUS))
+        maximum = AXIS_MAXIMA.get(axis, bounds.MAX_GPUS)
+        limits.append((axis, bounds.check_int(value, source=flag, maximum=maximum)))
+    return (
+        dataclasses.replace(job, gpus=gpus, seq_len=seq_len),
+        dataclasses.replace(search, pins=tuple(pins), limits=tuple(limits)),
+    )
 
 
 def _check_names(**names: object) -> None:
@@ -306,19 +367,31 @@ def _check_names(**names: object) -> None:
             )
 
 
-def _check_fp8_recipe(stack: StackSpec, gpu: GpuSpec, precision: str) -> None:
-    """MXFP8 needs Blackwell's block-scaled tensor cores (Megatron ``--fp8-recipe mxfp8``, TE
-    ``MXFP8BlockScaling``); on an earlier preset it is bad input. Without FP8 it has no effect
+def _gpu_source(job: JobOptions) -> str:
+    """Where the GPU's figures come from, for an error about one of them."""
+    if job.cluster:
+        return str(job.cluster)
+    gpu = job.gpu if isinstance(job.gpu, str) else None
+    return gpu if gpu and gpu.endswith((".yaml", ".yml", ".json")) else "--gpu"
+
+
+def _check_precision(gpu: GpuSpec, precision: str, stack: StackSpec, *, gpu_source: str) -> None:
+    """The GPU can run the precision and the FP8 recipe (hard rules of Transformer Engine,
+    ``pytorch/quantization.py`` L162-175: MXFP8 and NVFP4 need compute capability 10.0), and
+    its figures hold the peak the precision is priced at. Without FP8 the recipe has no effect
     and is accepted."""
-    if (
-        precision == "fp8"
-        and stack.fp8_recipe == "mxfp8"
-        and gpu.name.startswith(PRE_BLACKWELL_GPUS)
-    ):
+    if precision == "nvfp4" and gpu.runs("nvfp4") and gpu.peak_fp4_flop_per_s is None:
         raise InputError(
-            f"mxfp8 needs Blackwell tensor cores, {gpu.name} has none; use delayed, current "
-            "or blockwise",
-            field="fp8_recipe",
+            "is missing: --precision nvfp4 needs the GPU's dense FP4 peak",
+            source=gpu_source,
+            field="peak_fp4_tflop_per_s",
+        )
+    gpu.peak_flop_per_s(precision)
+    if precision == "fp8" and stack.fp8_recipe == "mxfp8" and not gpu.runs("mxfp8"):
+        raise InputError(
+            f"mxfp8 needs block-scaled FP8 tensor cores (Blackwell or CDNA 4), {gpu.name} has "
+            "none; use delayed, current or blockwise",
+            source="--fp8-recipe",
         )
 
 

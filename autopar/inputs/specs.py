@@ -7,15 +7,17 @@ the rule and mutates nothing; derived quantities are properties. Files are turne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs.reliability import ReliabilitySpec
 from autopar.inputs.stack import StackSpec
 
 MlpKind = Literal["swiglu", "geglu", "gelu", "squared_relu"]
-Precision = Literal["bf16", "fp8"]
+Precision = Literal["bf16", "fp8", "nvfp4"]
 Framework = Literal["megatron", "torchtitan", "deepspeed"]
 
 MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "squared_relu")
@@ -36,7 +38,21 @@ LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
 """Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
 attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
 LAYER_FFNS: tuple[str, ...] = ("dense", "moe", "none")
-PRECISIONS: tuple[str, ...] = ("bf16", "fp8")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "nvfp4")
+GENERATION_FORMATS: dict[str, tuple[str, ...]] = {
+    "ampere": (),
+    "hopper": (),
+    "blackwell": ("mxfp8", "nvfp4"),
+    "blackwell-ultra": ("mxfp8", "nvfp4"),
+    "cdna3": (),
+    "cdna4": ("mxfp8",),
+}
+"""GPU generation -> the block-scaled formats its tensor cores run. MXFP8 and NVFP4 need compute
+capability 10.0 (Transformer Engine ``pytorch/quantization.py`` ``_compute_mxfp8_support`` and
+``_compute_nvfp4_support``, L162-175: "Device compute capability 10.0 or higher required");
+AMD CDNA 4 (MI350 series) runs the OCP MX formats (E8M0 scales per 32 elements: MXFP8, MXFP6,
+MXFP4; AMD CDNA 4 white paper), not NVFP4's E4M3 scales per 16 elements. A GPU file may name
+its ``generation``; without one no block-scaled format is assumed."""
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
 GIB = 1024**3
 
@@ -416,14 +432,41 @@ class GpuSpec:
     calibrated default); Hopper presets carry the value measured on an H200."""
     fp8_gemm_efficiency: float | None = None
     """The same for FP8 GEMMs against the FP8 peak."""
+    peak_fp4_flop_per_s: float | None = None
+    """Dense FP4 peak (NVFP4 on NVIDIA, MXFP4 on AMD); ``None`` where there are no FP4 tensor
+    cores."""
+    fp4_gemm_efficiency: float | None = None
+    """Fraction of the FP4 peak that NVFP4 training GEMMs sustain (``None``: the cost model's)."""
+    generation: str = ""
+    """Architecture generation (``GENERATION_FORMATS``): which block-scaled formats exist."""
+    attention_exp_per_s: float | None = None
+    """Exponentials per second of the special-function units (MUFU ``ex2``), the bound of the
+    fused-attention forward on Blackwell (``None``: attention is priced as its GEMMs)."""
+    host_bytes_per_s: float | None = None
+    """GPU <-> host copy bandwidth per direction (PCIe, or NVLink-C2C on Grace parts): activation
+    CPU offloading (``None``: offloaded bytes are not priced) and the asynchronous checkpoint's
+    snapshot (``None``: ``autopar.inputs.reliability.DEFAULT_HOST_BYTES_PER_S``)."""
+    gpus_per_server: int | None = None
+    """GPUs of one host (a GB200 NVL72 compute tray holds 4): the unit that fails and is
+    replaced, and that shares the storage NICs; ``None``: ``gpus_per_node``."""
 
     def __post_init__(self) -> None:
         _positive(self.memory_bytes, "memory_gib")
-        for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+        if self.generation not in ("", *GENERATION_FORMATS):
+            known = ", ".join(GENERATION_FORMATS)
+            raise InputError(
+                f"must be one of {known}, got {excerpt(self.generation)}", field="generation"
+            )
+        for name in ("peak_fp4_flop_per_s", "attention_exp_per_s", "host_bytes_per_s"):
+            if getattr(self, name) is not None:
+                _positive_number(getattr(self, name), name)
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
                 raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
         _positive(self.gpus_per_node, "gpus_per_node")
+        if self.gpus_per_server is not None:
+            _positive(self.gpus_per_server, "gpus_per_server")
         for name in (
             "peak_bf16_flop_per_s",
             "hbm_bytes_per_s",
@@ -434,8 +477,22 @@ class GpuSpec:
         if self.peak_fp8_flop_per_s is not None:
             _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
 
+    def runs(self, block_format: str) -> bool:
+        """Whether the tensor cores run ``block_format`` (``mxfp8``, ``nvfp4``) natively."""
+        return block_format in GENERATION_FORMATS.get(self.generation, ())
+
     def peak_flop_per_s(self, precision: str) -> float:
-        """Dense tensor-core peak for the training precision."""
+        """Dense tensor-core peak for the training precision (NVFP4: the FP4 peak)."""
+        if precision == "nvfp4":
+            if self.peak_fp4_flop_per_s is None or not self.runs("nvfp4"):
+                generation = self.generation or "not given"
+                raise InputError(
+                    f"nvfp4 needs NVIDIA Blackwell tensor cores (generation blackwell or "
+                    f"blackwell-ultra: compute capability 10.0) and a peak_fp4_tflop_per_s; "
+                    f"{self.name} (generation {generation}) has none: use fp8 or bf16",
+                    field="precision",
+                )
+            return self.peak_fp4_flop_per_s
         if precision == "fp8":
             if self.peak_fp8_flop_per_s is None:
                 raise InputError(
@@ -460,9 +517,16 @@ class ClusterSpec:
     """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
     memory_reserve_bytes: int = 0
     """Memory the user keeps free on each GPU, on top of the cost model's workspace term."""
+    reliability: ReliabilitySpec = field(default_factory=ReliabilitySpec)
+    """How often GPUs fail, how long a restart takes, how fast checkpoints are written
+    (``autopar.inputs.reliability``; cluster-file keys and flags override the defaults)."""
 
     def __post_init__(self) -> None:
         _positive(self.gpus_per_node, "gpus_per_node")
+        if not isinstance(self.reliability, ReliabilitySpec):
+            raise InputError(
+                f"must be a ReliabilitySpec, got {self.reliability!r}", field="reliability"
+            )
         _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
         _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
         _non_negative(self.memory_reserve_bytes, "memory_reserve_gib")
@@ -475,6 +539,12 @@ class ClusterSpec:
     @property
     def usable_memory_bytes(self) -> int:
         return self.gpu.memory_bytes - self.memory_reserve_bytes
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs of one host (the failure and storage unit): the GPU preset's, else the NVLink
+        domain (an 8-GPU HGX / DGX node is one host)."""
+        return self.gpu.gpus_per_server or self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,6 +564,10 @@ class TrainingSpec:
     stack: StackSpec = field(default_factory=lambda: StackSpec(name="megatron-lm"))
     """The software stack the job runs on (``autopar.inputs.stack``): overlaps, FP8 recipe,
     dropout."""
+    train_tokens: float | None = None
+    """Tokens the whole run trains on (``--train-tokens``): gives days to train."""
+    gpu_hour_cost: float | None = None
+    """Price of one GPU-hour (``--gpu-hour-cost``): gives the cost of the run."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")
@@ -510,6 +584,12 @@ class TrainingSpec:
             )
         if not isinstance(self.stack, StackSpec):
             raise InputError(f"must be a StackSpec, got {self.stack!r}", field="stack")
+        for name in ("train_tokens", "gpu_hour_cost"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive_number(value, name)
+                if not math.isfinite(value):
+                    raise InputError(f"must be finite, got {value!r}", field=name)
         if self.optimizer != "adam":
             raise InputError(
                 f"only 'adam' is modelled, got {excerpt(self.optimizer)}", field="optimizer"

@@ -44,6 +44,20 @@ MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
 """Megatron ``--moe-token-dispatcher-type`` values (``moe/token_dispatcher.py``); ``flex`` runs
 DeepEP / HybridEP, which a cluster must have installed."""
 GRAD_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+CUDA_GRAPHS: tuple[str, ...] = ("none", "layers", "full")
+"""What CUDA graphs capture (Megatron ``--cuda-graph-impl`` / ``--cuda-graph-modules``,
+transformer_config.py L1075 / L1090): ``none``; ``layers``: per-layer Transformer Engine graphs
+(``transformer_engine`` over ``attn``, ``moe_router``, ``moe_preprocess``: the MoE router and
+the dispatcher's host sync run inside the graph); ``full``: the whole forward-backward of a step
+(``full_iteration``, Megatron-Bridge's ``local`` + ``full_iteration``)."""
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "moe_act")
+"""What selective recomputation re-runs (Megatron ``--recompute-modules``, transformer_config.py
+L560-583): the attention core; MLA's up-projections and RoPE; the two norms of a layer
+(``input_layernorm``, ``pre_mlp_layernorm``); the routed experts' activation function. The
+last three discard their outputs (output-discarding checkpoints)."""
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj")
+"""autopar's ``selective``: the attention core, with MLA's up-projections (Megatron-Bridge's
+DeepSeek recipes' ``mla_up_proj``; it has no effect on other attention)."""
 
 
 def switch(
@@ -130,6 +144,13 @@ class StackSpec:
         choices=FP8_GEMMS,
         label="fp8 gemms",
     )
+    recompute_modules: tuple[str, ...] = switch(
+        DEFAULT_RECOMPUTE_MODULES,
+        help="What --recompute selective re-runs: core_attn, mla_up_proj, layernorm, moe_act "
+        "(Megatron --recompute-modules).",
+        choices=RECOMPUTE_MODULES,
+        label="recompute modules",
+    )
     moe_dispatchers: tuple[str, ...] = switch(
         ("alltoall", "allgather"),
         help="Token dispatchers the MoE layers may use; the cost model prices the fastest for "
@@ -174,6 +195,21 @@ class StackSpec:
         bounds=(0.0, float(1 << 20)),
         label="reserve GiB",
     )
+    cuda_graphs: str = switch(
+        "none",
+        help="CUDA graphs: none, layers (TE per-layer graphs of attention, MoE router and "
+        "dispatch preprocessing) or full (the whole forward-backward): Megatron "
+        "--cuda-graph-impl / --cuda-graph-modules.",
+        choices=CUDA_GRAPHS,
+        label="cuda graphs",
+    )
+    cpu_offload_layers: int = switch(
+        0,
+        help="Transformer layers whose activations are offloaded to host memory (Megatron "
+        "--cpu-offloading-num-layers; GB200/GB300 over NVLink-C2C).",
+        bounds=(0.0, 16384.0),
+        label="offload layers",
+    )
     kernel_efficiency: float = switch(
         1.0,
         help="Fraction of the GPU's GEMM / fused-attention efficiency the stack's kernels reach "
@@ -187,6 +223,27 @@ class StackSpec:
     24.07 and 14,079 in Megatron-Bridge 25.09, Llama-3 70B on 64 GPUs 1,524 and 1,619
     (``benchmarks/data/published/``). 1.0 for stacks as current as the profile (and for the 2021
     A100 stack, whose GPU efficiency was calibrated on its own runs)."""
+
+    async_checkpoint: bool = switch(
+        False,
+        help="Checkpoints written in the background, only the copy to host memory blocks "
+        "training (Megatron --async-save, torchtitan checkpoint.async_mode).",
+        label="async ckpt",
+    )
+    """Megatron ``async_save`` (default False, ``megatron/training/config/training_config.py``
+    L516; it needs ``--use-persistent-ckpt-worker``, or ``arguments.py`` L1814-1820 turns it off):
+    ``filesystem_async.py`` L227-248 copies the shards to host memory and synchronises (the
+    blocking part); a worker writes them. torchtitan ``checkpoint.async_mode`` (default
+    ``disabled``, ``components/checkpointer/dcp.py`` L137)."""
+
+    ckpt_fully_parallel_save: bool = switch(
+        True,
+        help="Checkpoint shards spread evenly over the data-parallel ranks that hold them "
+        "(Megatron's default; --no-ckpt-fully-parallel-save: the first replica writes).",
+        label="parallel ckpt",
+    )
+    """Megatron ``fully_parallel_save`` (default True, ``training_config.py`` L511; the flag
+    ``--no-ckpt-fully-parallel-save`` turns it off): ``cost_models.checkpoint``."""
 
     def __post_init__(self) -> None:
         for item in SWITCHES:
@@ -208,7 +265,8 @@ class Switch:
     name: str
     """The field name and YAML key."""
     kind: type
-    """``bool``, ``str`` (one of ``choices``), ``tuple`` (a list of ``choices``) or ``float``."""
+    """``bool``, ``str`` (one of ``choices``), ``tuple`` (a list of ``choices``), ``float`` or
+    ``int`` (both within ``bounds``)."""
     default: Any
     help: str
     choices: tuple[str, ...]
@@ -236,6 +294,9 @@ class Switch:
                 return tuple(str(v).strip() for v in value)
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
+        whole = isinstance(value, float) and math.isfinite(value) and value.is_integer()
+        if self.kind is int and whole:
+            return int(value)
         return value
 
     def check(self, value: Any) -> None:
@@ -249,6 +310,15 @@ class Switch:
                 raise InputError(f"must be a non-empty list of {self.name}", field=self.name)
             for item in value:
                 _choice(item, self.choices, self.name)
+        if self.kind is int:
+            low, high = self.bounds or (-math.inf, math.inf)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not (whole and low <= value <= high):
+                raise InputError(
+                    f"must be a whole number in {_number(low)}..{_number(high)}, got "
+                    f"{excerpt(value)}",
+                    field=self.name,
+                )
         if self.kind is float:
             low, high = self.bounds or (-math.inf, math.inf)
             number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -265,7 +335,7 @@ def _number(value: float) -> str:
 
 def _switch_of(spec_field: Any) -> Switch:
     meta = spec_field.metadata
-    kind = {bool: bool, str: str, float: float}.get(type(spec_field.default), tuple)
+    kind = {bool: bool, str: str, float: float, int: int}.get(type(spec_field.default), tuple)
     return Switch(
         name=spec_field.name,
         kind=kind,

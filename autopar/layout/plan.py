@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autopar.base.axes import AXES, AXIS, GRID_AXES, PRODUCTS
+from autopar.layout.stages import PerStage
 
 _FIELD_TYPES = {"size": int, "mode": object, "flag": bool}
 
@@ -62,7 +63,43 @@ Layout = dataclasses.make_dataclass(
 Layout.__module__ = __name__  # make_dataclass takes module= only from Python 3.12
 Layout.__doc__ = "One parallel layout: a value for every axis of ``autopar.base.axes.AXES``."
 
-__all__ = ["GRID_AXES", "Estimate", "Layout"]
+__all__ = ["GRID_AXES", "Estimate", "Goodput", "Layout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Goodput:
+    """A layout's figures under failures (issue 22; ``autopar.costs.goodput`` computes them):
+    the checkpoint it writes, the interval that maximises the fraction of wall time that trains,
+    and that fraction."""
+
+    num_gpus: int
+    gpu_mtbf_hours: float
+    restart_s: float
+    job_mtbf_s: float
+    """Mean seconds between interruptions of the job (``gpu_mtbf_hours * 3600 / num_gpus``)."""
+    interruptions_per_day: float
+    checkpoint_bytes_per_gpu: float
+    """Bytes the most loaded rank writes to one checkpoint."""
+    checkpoint_bytes_per_server: float
+    """Bytes the most loaded server writes (its GPUs share its storage bandwidth)."""
+    checkpoint_write_s: float
+    """Seconds to write one checkpoint to storage."""
+    checkpoint_snapshot_s: float
+    """Seconds to copy a rank's shards to host memory (what an asynchronous save blocks for)."""
+    checkpoint_blocking_s: float
+    """Seconds training stops for each checkpoint."""
+    async_checkpoint: bool
+    checkpoint_interval_s: float
+    """Training seconds between checkpoints (whole steps)."""
+    checkpoint_interval_steps: int
+    """The same in steps: Megatron ``--save-interval``, torchtitan ``checkpoint.interval``."""
+    goodput: float
+    """Expected fraction of wall time that trains (Daly 2006), at that interval."""
+    time_per_useful_step_s: float
+    """Expected wall seconds per step that counts: ``step_time_s / goodput``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,9 +125,33 @@ class Estimate:
     choices: dict[str, str] = field(default_factory=dict)
     """What the cost model chose inside its terms for this layout (``CostModel.decisions``),
     e.g. ``{"moe_token_dispatcher": "allgather"}``; the launch configs set it."""
+    per_stage: PerStage | None = None
+    """The per-stage pipeline plan this estimate runs (``autopar.layout.stages``), or ``None``
+    for a uniform split; its figures then replace the uniform ones."""
+    error_band: dict[str, Any] | None = None
+    """How far the step time may be off: the class's band (``autopar.costs.error_bands``,
+    ``ErrorBand.to_dict``: ``rel_error``, ``num_runs``, ``class``, ``few_runs``, ``text``)."""
+
+    @property
+    def step_time_range_s(self) -> tuple[float, float] | None:
+        """(low, high) step time within the error band, or ``None`` without one."""
+        if self.error_band is None:
+            return None
+        rel = float(self.error_band["rel_error"])
+        return self.step_time_s * (1.0 - rel), self.step_time_s * (1.0 + rel)
+
+    goodput: Goodput | None = None
+    """Checkpoint, interval and goodput under the cluster's failure model; ``None`` when the
+    cost model has no checkpoint term."""
+    days_to_train: float | None = None
+    """Days to train on ``train_tokens`` with failures (``tokens_per_s * goodput``)."""
+    days_to_train_failure_free: float | None = None
+    cost: float | None = None
+    """``num_gpus * hours * gpu_hour_cost`` with failures."""
+    cost_failure_free: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             **({"inputs": self.inputs} if self.inputs is not None else {}),
             "fits": self.fits,
             "step_time_s": self.step_time_s,
@@ -102,4 +163,13 @@ class Estimate:
             "time_s": dict(self.time_s),
             "layout": self.layout.to_dict(),
             "choices": dict(self.choices),
+            **({"error_band": dict(self.error_band)} if self.error_band is not None else {}),
+            "goodput": self.goodput.to_dict() if self.goodput else None,
+            "days_to_train": self.days_to_train,
+            "days_to_train_failure_free": self.days_to_train_failure_free,
+            "cost": self.cost,
+            "cost_failure_free": self.cost_failure_free,
         }
+        if self.per_stage is not None:
+            out.update(self.per_stage.to_dict(self.step_time_s))
+        return out

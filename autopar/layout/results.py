@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autopar.base.axes import AXES
+from autopar.base.errors import InfeasibleError
 from autopar.inputs.specs import GIB
+from autopar.layout.alternatives import Alternatives
 from autopar.layout.plan import Estimate
 
 
@@ -88,22 +90,38 @@ class SolveResult:
     solve_time_s: float
     layouts: tuple[Estimate, ...]
     best_bound_step_time_s: float | None = None
-    """Lower bound on the best step time proven by the solver."""
+    """Lower bound proven by the solver on the objective: the best step time, or with
+    ``objective == "goodput"`` the best expected time per useful step."""
     explanation: Explanation | None = None
     num_workers: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
     inputs: dict[str, Any] | None = None
     """The assumptions behind the answer (``autopar.inputs.echo``)."""
+    alternatives: Alternatives | None = None
+    """Why this layout: the fastest layout with each axis changed (``solve(alternatives=True)``)."""
+    objective: str = "step-time"
+    """What the search minimised: ``step-time`` or ``goodput`` (the expected time per useful
+    step under failures, ``Goodput.time_per_useful_step_s``)."""
 
     @property
     def best(self) -> Estimate:
+        """The fastest layout. When there is none (status ``infeasible``, or ``unknown``: the
+        time ran out first) it raises ``InfeasibleError`` carrying the explanation (``IndexError``
+        before: ``autopar.solve(model="llama-70b", gpus=384).best``); test ``layouts`` (empty
+        then) or ``status`` to avoid the exception."""
+        if not self.layouts:
+            explanation = self.explanation or Explanation.time_ran_out()
+            raise InfeasibleError(
+                f"no layout ({self.status}): {explanation.summary}",
+                explanation=explanation.to_dict(),
+            )
         return self.layouts[0]
 
     @property
     def gap(self) -> float | None:
         if not self.layouts or self.best_bound_step_time_s is None:
             return None
-        best = self.layouts[0].step_time_s
+        best = objective_value_s(self.layouts[0], self.objective)
         return max(0.0, (best - self.best_bound_step_time_s) / best)
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,14 +130,28 @@ class SolveResult:
             "solve_time_s": self.solve_time_s,
             "best_bound_step_time_s": self.best_bound_step_time_s,
             "gap": self.gap,
+            "objective": self.objective,
             "layouts": [estimate.to_dict() for estimate in self.layouts],
             "explanation": self.explanation.to_dict() if self.explanation else None,
             "notes": list(self.notes),
+            "alternatives": self.alternatives.to_dict() if self.alternatives else None,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
 
     def to_frame(self):
         return estimates_frame(self.layouts)
+
+
+OBJECTIVES: tuple[str, ...] = ("step-time", "goodput")
+"""What ``--objective`` may minimise (``SolveResult.objective``)."""
+
+
+def objective_value_s(estimate: Estimate, objective: str) -> float:
+    """The figure ``objective`` ranks ``estimate`` by: its step time, or its expected time per
+    useful step under failures."""
+    if objective == "goodput" and estimate.goodput is not None:
+        return estimate.goodput.time_per_useful_step_s
+    return estimate.step_time_s
 
 
 def flat_row(estimate: Estimate) -> dict[str, Any]:
@@ -134,6 +166,18 @@ def flat_row(estimate: Estimate) -> dict[str, Any]:
         mfu=estimate.mfu,
         hfu=estimate.hfu,
         memory_gib=estimate.memory_bytes["total"] / GIB,
+    )
+    g = estimate.goodput
+    row.update(
+        goodput=g.goodput if g else None,
+        time_per_useful_step_s=g.time_per_useful_step_s if g else None,
+        checkpoint_interval_steps=g.checkpoint_interval_steps if g else None,
+        checkpoint_interval_s=g.checkpoint_interval_s if g else None,
+        interruptions_per_day=g.interruptions_per_day if g else None,
+        days_to_train=estimate.days_to_train,
+        days_to_train_failure_free=estimate.days_to_train_failure_free,
+        cost=estimate.cost,
+        cost_failure_free=estimate.cost_failure_free,
     )
     for category in memory_categories(estimate):
         row[f"memory_{category}_gib"] = estimate.memory_bytes[category] / GIB

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.base.axes import RECOMPUTE_MODES
 from autopar.inputs.specs import Problem
 
 Grid = Mapping[str, np.ndarray]
@@ -448,11 +449,64 @@ def _option_rules(problem: Problem) -> list[Rule]:
     ]
 
 
+def _offload_rules(problem: Problem) -> list[Rule]:
+    """Megatron's CPU activation offloading (``StackSpec.cpu_offload_layers``) runs without
+    pipeline parallelism and without recomputation: transformer_config.py L1891-1899 raise
+    "Currently there is no support for Pipeline parallelism with CPU offloading" and "CPU
+    offloading does not work when activation recomputation is enabled"."""
+    if not problem.training.stack.cpu_offload_layers or problem.options.framework != "megatron":
+        return []
+    return [
+        Rule(
+            family="CPU offloading",
+            text="CPU activation offloading needs pp == 1 and no recompute",
+            axes=("pp", "recompute"),
+            check=lambda g: (g["pp"] == 1) & (g["recompute"] == 0),
+            source="Megatron transformer_config.py L1891-1899",
+        )
+    ]
+
+
+def _graph_rules(problem: Problem) -> list[Rule]:
+    """CUDA graphs (``StackSpec.cuda_graphs``) and recomputation in Megatron's
+    transformer_config.py: per-layer graphs with full recompute (L2854-2858, "full recompute is
+    only supported with full iteration CUDA graph"); graphed attention recomputed selectively
+    with attention dropout (L2878-2884, "attention dropout is not supported with graphed
+    attention recomputation")."""
+    stack = problem.training.stack
+    if stack.cuda_graphs == "none" or problem.options.framework != "megatron":
+        return []
+    rules = []
+    if stack.cuda_graphs == "layers":
+        rules.append(
+            Rule(
+                family="CUDA graphs",
+                text="per-layer CUDA graphs need recompute none or selective",
+                axes=("recompute",),
+                check=lambda g: g["recompute"] != RECOMPUTE_MODES.index("full"),
+                source="Megatron transformer_config.py L2854-2858",
+            )
+        )
+    if stack.dropout:
+        rules.append(
+            Rule(
+                family="CUDA graphs",
+                text="graphed attention with dropout cannot be recomputed selectively",
+                axes=("recompute",),
+                check=lambda g: g["recompute"] != RECOMPUTE_MODES.index("selective"),
+                source="Megatron transformer_config.py L2878-2884",
+            )
+        )
+    return rules
+
+
 def layout_rules(problem: Problem) -> tuple[Rule, ...]:
     """Every rule of DESIGN §2 that applies to ``problem`` (products excepted)."""
     return (
         *_model_rules(problem),
         *_sequence_rules(problem),
+        *_offload_rules(problem),
+        *_graph_rules(problem),
         *_schedule_rules(problem),
         *_placement_rules(problem),
         *_option_rules(problem),

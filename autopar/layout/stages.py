@@ -164,3 +164,74 @@ def even_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> 
     for c in order[:extra]:
         layers[c] += 1
     return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageEstimate:
+    """One row of the per-stage table."""
+
+    stage: int
+    chunk_layers: tuple[int, ...]
+    first_layer: int
+    layer_kinds: dict[str, int]
+    holds: tuple[str, ...]
+    recompute: str
+    time_s: float
+    """One micro-batch, forward + backward (+ recompute)."""
+    memory_bytes: float
+    activation_bytes: float
+    in_flight: tuple[int, ...]
+    """Micro-batches in flight per chunk at the stage's peak."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "layers": sum(self.chunk_layers),
+            "chunk_layers": list(self.chunk_layers),
+            "first_layer": self.first_layer,
+            "layer_kinds": dict(self.layer_kinds),
+            "holds": list(self.holds),
+            "recompute": self.recompute,
+            "time_s": self.time_s,
+            "memory_bytes": self.memory_bytes,
+            "activation_bytes": self.activation_bytes,
+            "in_flight": list(self.in_flight),
+        }
+
+
+PLAN_SOURCES: tuple[str, ...] = ("given", "search", "even split")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PerStage:
+    """What a per-stage plan adds to an ``Estimate`` (``Estimate.per_stage``): the plan, its
+    per-stage table, and the step by the schedule formula beside the estimate's simulated one."""
+
+    plan: StagePlan
+    stages: tuple[StageEstimate, ...]
+    formula_step_time_s: float
+    """The step by the schedule formula (``autopar.costs.stage_figures.pipeline_time_s``), what
+    the per-stage search ranks by; the estimate's ``step_time_s`` is the simulated schedule."""
+    plan_from: str = "given"
+    """``given`` (an explicit plan), ``search`` (the per-stage search's, ranked by the formula)
+    or ``even split`` (a uniform plan the simulation found faster)."""
+
+    def schedule_text(self, step_time_s: float) -> str:
+        """The simulated step against the formula's, for the report."""
+        gap = self.formula_step_time_s / step_time_s - 1.0
+        return (
+            f"schedule simulated {step_time_s:.3f} s, formula {self.formula_step_time_s:.3f} s "
+            f"({gap:+.2%})"
+        )
+
+    def to_dict(self, step_time_s: float) -> dict[str, Any]:
+        """The JSON keys a per-stage estimate adds (``autopar/schemas/evaluate.schema.json``)."""
+        return {
+            "pipeline_plan": self.plan.to_dict(),
+            "stages": [stage.to_dict() for stage in self.stages],
+            "pipeline_schedule": {
+                "simulated_step_time_s": step_time_s,
+                "formula_step_time_s": self.formula_step_time_s,
+                "plan_from": self.plan_from,
+            },
+        }

@@ -12,6 +12,8 @@ from autopar.inputs.echo import inputs_text
 from autopar.inputs.specs import GIB
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, SolveResult, memory_categories
+from autopar.layout.stages import PerStage
+from autopar.outputs.why import alternatives_text
 
 
 def layout_text(estimate: Estimate) -> str:
@@ -30,10 +32,12 @@ def estimate_text(estimate: Estimate) -> str:
     if estimate.choices:
         chosen = " ".join(f"{k}={v}" for k, v in estimate.choices.items())
         lines.append(f"chosen       {chosen}")
+    band = f" ({estimate.error_band['text']})" if estimate.error_band else ""
     lines += [
-        f"step time    {estimate.step_time_s:.3f} s   tokens/s {estimate.tokens_per_s:,.0f}"
+        f"step time    {estimate.step_time_s:.3f} s{band}   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
         f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",
+        *goodput_lines(estimate),
         "",
         f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
     ]
@@ -50,20 +54,55 @@ def estimate_text(estimate: Estimate) -> str:
     for category, value in estimate.time_s.items():
         lines.append(f"  {category:<12} {value:8.3f} s  {value / step:6.1%}  {_bar(value / step)}")
     lines.append("  (communication shown is what is not hidden behind compute)")
-    stages = getattr(estimate, "stages", None)
-    if stages:
-        lines += ["", stages_text(estimate)]
+    if estimate.per_stage is not None:
+        lines += ["", stages_text(estimate.per_stage, step_time_s=estimate.step_time_s)]
     return "\n".join(lines)
 
 
-def stages_text(estimate) -> str:
-    """The per-stage pipeline plan of an estimate (``autopar.costs.stage_estimate.StagedEstimate``):
-    layers per chunk and their kinds, what the stage also holds, recompute, one micro-batch's
-    time, peak memory, and micro-batches in flight per chunk."""
+def _bytes_text(value: float) -> str:
+    return f"{value / 1e9:,.2f} GB" if value >= 1e8 else f"{value / 1e6:,.1f} MB"
+
+
+def goodput_lines(estimate: Estimate) -> list[str]:
+    """Failures, the checkpoint, its interval and the goodput (issue 22); days to train and
+    cost with and without failures when the run's tokens (and price) are given."""
+    g = estimate.goodput
+    if g is None:
+        return []
+    mode = "async: the host copy blocks" if g.async_checkpoint else "sync"
+    lines = [
+        f"failures     {g.interruptions_per_day:.2f} interruptions/day (one per "
+        f"{g.job_mtbf_s / 3600:.2f} h; MTBF {g.gpu_mtbf_hours:,.0f} h per GPU), "
+        f"restart {g.restart_s:,.0f} s",
+        f"checkpoint   {_bytes_text(g.checkpoint_bytes_per_gpu)} per GPU, "
+        f"{_bytes_text(g.checkpoint_bytes_per_server)} per server: write "
+        f"{g.checkpoint_write_s:.2f} s, blocks {g.checkpoint_blocking_s:.2f} s ({mode})",
+        f"interval     every {g.checkpoint_interval_steps:,} steps "
+        f"({g.checkpoint_interval_s:,.0f} s; --save-interval {g.checkpoint_interval_steps})",
+        f"goodput      {g.goodput:.1%} of wall time trains   "
+        f"{g.time_per_useful_step_s:.3f} s per useful step",
+    ]
+    if estimate.days_to_train is not None:
+        days = (
+            f"days         {estimate.days_to_train:,.1f} to train "
+            f"({estimate.days_to_train_failure_free:,.1f} without failures)"
+        )
+        if estimate.cost is not None:
+            days += (
+                f"   cost {estimate.cost:,.0f} ({estimate.cost_failure_free:,.0f} without failures)"
+            )
+        lines.append(days)
+    return lines
+
+
+def stages_text(per_stage: PerStage, *, step_time_s: float) -> str:
+    """The per-stage pipeline plan of an estimate (``Estimate.per_stage``): layers per chunk and
+    their kinds, what the stage also holds, recompute, one micro-batch's time, peak memory,
+    micro-batches in flight per chunk, and the simulated step against the formula's."""
     cells = [
         ["stage", "layers", "chunks", "kinds", "holds", "recompute", "ms/mb", "GiB", "in flight"]
     ]
-    for stage in estimate.stages:
+    for stage in per_stage.stages:
         kinds = ", ".join(f"{n} {kind}" for kind, n in stage.layer_kinds.items())
         cells.append(
             [
@@ -80,11 +119,14 @@ def stages_text(estimate) -> str:
         )
     widths = [max(len(row[c]) for row in cells) for c in range(len(cells[0]))]
     rows = [" ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(["pipeline plan (per stage)", *rows, estimate.schedule_text()])
+    text = per_stage.schedule_text(step_time_s)
+    return "\n".join(["pipeline plan (per stage)", *rows, text])
 
 
-def runners_up_text(estimates: Sequence[Estimate]) -> str:
-    """One row per layout: every axis that varies or is not at its default, then the figures."""
+def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-time") -> str:
+    """One row per layout: every axis that varies or is not at its default, then the figures
+    (with the goodput objective, the goodput and the expected time per useful step too)."""
+    useful = objective == "goodput" and all(e.goodput is not None for e in estimates)
     axes = [
         axis
         for axis in AXES
@@ -92,12 +134,25 @@ def runners_up_text(estimates: Sequence[Estimate]) -> str:
         or any(getattr(e.layout, axis.layout_attr) != axis.default for e in estimates)
     ]
     cells = [
-        ["#", *(axis.title for axis in axes), "step s", "tok/s/GPU", "MFU", "GiB"],
+        [
+            "#",
+            *(axis.title for axis in axes),
+            "step s",
+            *(("goodput", "useful s") if useful else ()),
+            "tok/s/GPU",
+            "MFU",
+            "GiB",
+        ],
         *(
             [
                 str(i),
                 *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
                 f"{e.step_time_s:.3f}",
+                *(
+                    (f"{e.goodput.goodput:.1%}", f"{e.goodput.time_per_useful_step_s:.3f}")
+                    if useful
+                    else ()
+                ),
                 f"{e.tokens_per_s / e.layout.num_gpus:,.0f}",
                 f"{e.mfu:.1%}",
                 f"{e.memory_bytes['total'] / GIB:.1f}",
@@ -122,17 +177,21 @@ def solve_text(result: SolveResult) -> str:
     status = {"optimal": "proven optimal", "feasible": "best found (time limit)"}.get(
         result.status, result.status
     )
-    if getattr(result.best, "formula_step_time_s", None) is not None:
+    if result.best.per_stage is not None:
         # per-stage plans: the search ranks by the schedule formula; the figures are the
         # simulated schedule (the notes say both)
         status += " for the schedule formula"
+    if result.objective == "goodput":
+        status += " for the expected time per useful step"
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
     notes = [f"note         {note}" for note in result.notes]
     parts = [head, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
-        parts += ["", "best layouts", runners_up_text(result.layouts)]
+        parts += ["", "best layouts", runners_up_text(result.layouts, objective=result.objective)]
+    if result.alternatives is not None:
+        parts += ["", alternatives_text(result.alternatives)]
     return "\n".join(parts)
 
 

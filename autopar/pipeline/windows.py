@@ -7,22 +7,35 @@ time of one micro-batch on the stage holding layers ``[s, s+n)`` over its recomp
 With ``vpp == 1`` a stage is one chunk of consecutive layers, so its time and memory depend only
 on that window and its recompute (``autopar.costs.stage_figures.stage_figures``): the best plan for
 given stage boundaries takes each stage's entry of these tables, and the plan search reduces to the
-boundaries (``autopar.pipeline.search``). Starts whose remaining layers read the same kinds
+boundaries. Starts whose remaining layers read the same kinds
 (``start_classes``: every start after DeepSeek-V3's three dense layers, say) share one row of
 the table, which keeps it small: ``classes x (L+1)`` entries per stage and outer row.
+``WindowEncoding`` is the search over those boundaries.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from autopar.costs.stage_costs import StageCosts
-from autopar.costs.stage_figures import in_flight
-from autopar.layout.stages import StageRecompute
+from autopar.layout.stages import StagePlan, StageRecompute
+from autopar.pipeline.encoding import (
+    Bounds,
+    Fix,
+    PlanContext,
+    RowLink,
+    Shape,
+    TableBatch,
+    TableHandle,
+    least_layers,
+    ns,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +85,21 @@ def _prefix(costs: StageCosts, kinds: Sequence[str], name: str, code: int | None
 def window_table(
     costs: StageCosts,
     *,
-    p: int,
+    shape: Shape,
     stage: int,
     num_microbatches: np.ndarray,
     modes: tuple[str, ...],
     capacity_bytes: float,
     starts: Sequence[int],
 ) -> WindowTable:
-    """The table of ``stage`` of a ``p``-stage 1F1B pipeline over the rows of ``costs``, for the
-    windows from each start in ``starts`` (``start_classes``)."""
+    """The table of ``stage`` of a pipeline of ``shape`` (one chunk per stage) over the rows of
+    ``costs``, for the windows from each start in ``starts`` (``start_classes``)."""
     kinds_all = costs.layer_kinds
     num_layers = len(kinds_all)
     rows = len(num_microbatches)
-    w = np.array([in_flight(p, 1, int(m), stage)[0] for m in num_microbatches], dtype=float)
+    p = shape.pp
+    flights = [shape.schedule.in_flight(p, 1, int(m), stage)[0] for m in num_microbatches]
+    w = np.array(flights, dtype=float)
     fixed_t = costs.every_time_s.copy()
     static = costs.every_static_bytes.copy()
     extra_act = costs.every_activation_bytes.copy()
@@ -159,6 +174,7 @@ def window_bounds(
     class_of: Sequence[int],
     least: Sequence[int],
     num_microbatches: np.ndarray,
+    shape: Shape,
 ) -> tuple[np.ndarray, np.ndarray, list[list[int] | None]]:
     """Per row, exact dynamic programmes over the stage boundaries (``p`` stages, ``L`` layers):
 
@@ -166,9 +182,10 @@ def window_bounds(
     - the least ``sum_i T_i`` over all boundaries, and the least ``sum_i T_i`` with every
       ``T_i <= tau`` with its boundaries.
 
-    Returns the pipeline part of a lower bound, ``(m - 1) * tau + least sum`` (the 1F1B step
-    ``(m - 1) * max_i T_i + sum_i T_i`` of any plan is at least that), the pipeline part of the
-    plan found, and its boundaries (``None`` where nothing fits)."""
+    Returns the pipeline part of a lower bound, the schedule's closed form at ``tau`` and the
+    least sum (1F1B: ``(m - 1) * tau + least sum``; the step ``(m - 1) * max_i T_i + sum_i T_i``
+    of any plan is at least that, the form being non-decreasing in both), the pipeline part of
+    the plan found, and its boundaries (``None`` where nothing fits)."""
     grids = [_start_by_count(t, class_of, k) for t, k in zip(tables, least, strict=True)]
     rows, size = grids[0].shape[0], grids[0].shape[1]
     first = np.full((rows, size), np.inf)
@@ -188,7 +205,12 @@ def window_bounds(
     slack = tau * (1 + 1e-12)
     plan_sum, moves = chain(np.add, slack)
     m = np.asarray(num_microbatches, dtype=np.float64)
-    lower = (m - 1) * tau + least_sum
+
+    def pipeline(slowest, total):
+        with np.errstate(invalid="ignore"):  # 0 * inf where m == 1 and nothing fits
+            return shape.schedule.pipeline_s(slowest, total, m, pp=shape.pp, vpp=1)
+
+    lower = pipeline(tau, least_sum)
     bounds: list[list[int] | None] = []
     plan_max = np.full(rows, np.inf)
     for r in range(rows):
@@ -201,5 +223,95 @@ def window_bounds(
         points.reverse()
         bounds.append(points)
         plan_max[r] = max(grids[i][r, a, b] for i, (a, b) in enumerate(itertools.pairwise(points)))
-    upper = np.where(np.isfinite(plan_sum), (m - 1) * plan_max + plan_sum, np.inf)
+    upper = np.where(np.isfinite(plan_sum), pipeline(plan_max, plan_sum), np.inf)
     return np.where(np.isfinite(tau), lower, np.inf), upper, bounds
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEncoding:
+    """Several layer kinds, one chunk per stage: the plan is the first layer of every stage;
+    each stage's time is its window table's entry (module docstring)."""
+
+    shape: Shape
+    class_of: tuple[int, ...]
+    """Start class of every start layer ``0..L`` (``start_classes``)."""
+    starts: tuple[int, ...]
+    batches: tuple[TableBatch, ...] = ()
+
+    @classmethod
+    def of(cls, shape: Shape, kinds: Sequence[str]) -> WindowEncoding:
+        class_of, starts = start_classes(kinds)
+        return cls(shape, class_of, starts)
+
+    def tighten(
+        self, bounds: Bounds, rows: np.ndarray, ctx: PlanContext
+    ) -> tuple[WindowEncoding, Bounds]:
+        """Window tables for ``rows``, an exact bound on the bottleneck and the best plan under
+        it (``window_bounds``)."""
+        p, sub, m = self.shape.pp, ctx.costs.take(rows), ctx.microbatches(rows)
+        tables = tuple(
+            window_table(
+                sub, shape=self.shape, stage=i, num_microbatches=m, modes=ctx.modes,
+                capacity_bytes=ctx.capacity_bytes, starts=self.starts,
+            )
+            for i in range(p)
+        )  # fmt: skip
+        batch = TableBatch(rows, tables)
+        least = [least_layers(p, 1, i, len(self.class_of) - 1) for i in range(p)]
+        bound, steps, plan_bounds = window_bounds(tables, self.class_of, least, m, self.shape)
+        tightened = bounds.tightened(
+            rows,
+            sub.step_time_s + bound,
+            sub.step_time_s + steps,
+            lambda j: self._plan(batch, j, plan_bounds[j]),
+        )
+        return dataclasses.replace(self, batches=(*self.batches, batch)), tightened
+
+    def add(self, model: cp_model.CpModel, rows: np.ndarray, link: RowLink) -> TableHandle:
+        """Stage ``i`` holds layers ``[b_i, b_{i+1})``; its time is its table's entry for the
+        chosen row, the class of ``b_i`` and ``b_{i+1} - b_i`` (an allowed-assignments table
+        over (row, class, n_i, T_i)); the bottleneck by ``add_max_equality``; the objective per
+        row under its boolean."""
+        p, num_layers, name = self.shape.pp, link.ctx.num_layers, f"pp{self.shape.pp}w"
+        row_var, where = link.table_row(model, name, rows, self.batches)
+        b = [model.new_constant(0)]
+        b += [model.new_int_var(0, num_layers, f"{name}.b{i}") for i in range(1, p)]
+        b.append(model.new_constant(num_layers))
+        classes = max(self.class_of) + 1
+        times = [model.new_int_var(0, link.max_ns, f"{name}.T{i}") for i in range(p)]
+        for i in range(p):
+            n_i = model.new_int_var(least_layers(p, 1, i, num_layers), num_layers, f"{name}.n{i}")
+            model.add(n_i == b[i + 1] - b[i])
+            c_i = model.new_int_var(0, classes - 1, f"{name}.c{i}")
+            model.add_element(b[i], list(self.class_of), c_i)
+            tuples = [(-1, c, k, 0) for c in range(classes) for k in range(num_layers + 1)]
+            for r in rows:
+                batch, j, place = where[int(r)]
+                entries = batch.tables[i].time_s[j]
+                tuples += [
+                    (place, int(c), int(k), ns(entries[c, k]))
+                    for c, k in np.argwhere(np.isfinite(entries))
+                ]
+            model.add_allowed_assignments([row_var, c_i, n_i, times[i]], tuples)
+        slowest = model.new_int_var(0, link.max_ns, f"{name}.Tmax")
+        model.add_max_equality(slowest, times)
+        for r in rows:
+            link.step_at_least(model, int(r), self.shape, slowest, times)
+        return TableHandle(b, where)
+
+    def hint(self, handle: TableHandle, plan: StagePlan) -> list[Fix]:
+        starts = itertools.accumulate(plan.chunk_layers[:-1])
+        return list(zip(handle.plan[1:-1], starts, strict=True))
+
+    def decode(self, solver: cp_model.CpSolver, handle: TableHandle, row: int) -> StagePlan:
+        batch, j, _ = handle.where[int(row)]
+        return self._plan(batch, j, [int(solver.value(b)) for b in handle.plan])
+
+    def _plan(self, batch: TableBatch, row: int, bounds: list[int]) -> StagePlan:
+        """The plan of stage boundaries ``bounds`` on the batch's row ``row``."""
+        layers = tuple(hi - lo for lo, hi in itertools.pairwise(bounds))
+        recompute = tuple(
+            table.recompute(row, self.class_of[bounds[i]], layers[i])
+            for i, table in enumerate(batch.tables)
+        )
+        return StagePlan(pp=self.shape.pp, vpp=1, chunk_layers=layers, recompute=recompute)

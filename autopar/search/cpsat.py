@@ -16,7 +16,7 @@ integers only here: times in microseconds (``_us``), memory in KiB (``_kib``, ro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import GRID_AXES
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.space import Space
 
 SEED = 20240607
@@ -170,13 +170,24 @@ def _table(
         model.add_hint(rows[best], 1)
         for axis in key:
             model.add_hint(vm.axes[axis], int(grid[axis][ok][best]))
-    for axis in key:
+    channel_rows(model, vm, rows, {axis: grid[axis][ok] for axis in key})
+    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
+
+
+def channel_rows(
+    model: cp_model.CpModel,
+    vm: VarMap,
+    rows: Sequence[cp_model.IntVar],
+    columns: Mapping[str, np.ndarray],
+) -> None:
+    """Tie row booleans (one per row of a table, exactly one chosen) to the layout: for every
+    axis of ``columns`` and value, the rows with that value sum to the value's indicator (the
+    local-marginal encoding of ``_table``; the per-stage search links its outer rows so)."""
+    for axis, column in columns.items():
         check_deadline(vm.deadline)
-        column = grid[axis][ok]
         for value, indicator in vm.indicators[axis].items():
             members = [rows[i] for i in np.flatnonzero(column == value)]
             model.add(cp_model.LinearExpr.sum(members) == indicator)
-    return cp_model.LinearExpr.weighted_sum(rows, ints.tolist())
 
 
 def _term_part(term, ctx: TermContext, times=None) -> _Part:
@@ -187,6 +198,15 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
         f"{times.name}*{term.name}",
         (*term.depends_on, *times.depends_on),
         lambda g: times.evaluate(g, ctx) * term.evaluate(g, ctx),
+    )
+
+
+def _scaled(part: _Part, factor: CostTerm, ctx: TermContext) -> _Part:
+    """``factor * part`` over the union of their axes."""
+    return _Part(
+        f"{factor.name}*{part.name}",
+        (*part.axes, *factor.depends_on),
+        lambda g: factor.evaluate(g, ctx) * part.values_of(g),
     )
 
 
@@ -228,6 +248,15 @@ def _fold_constants(grids: _Grids, parts: list[_Part]) -> list[_Part]:
     if constant or not varying:
         varying.append(_Part("constants", (), lambda g, c=constant: np.asarray(c)))
     return varying
+
+
+def layout_model(space: Space, *, deadline: float | None = None) -> tuple[cp_model.CpModel, VarMap]:
+    """A model of the layout alone: the axes with their value indicators, the products and the
+    rules, no cost (a caller such as ``autopar.pipeline`` adds its own objective)."""
+    model = cp_model.CpModel()
+    vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0, deadline=deadline)
+    _add_layout(model, space, vm, explain=False)
+    return model, vm
 
 
 def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: bool) -> None:
@@ -287,10 +316,14 @@ def _add_cost(
     vm: VarMap,
     *,
     fuse_memory: bool,
+    time_factor: CostTerm | None = None,
 ) -> bool:
     """Objective and memory as sums of tables; each per-micro-batch term is tabulated already
     multiplied by its multiplier (``slots`` or ``in_flight``), over the union of their axes,
-    so CP-SAT sees no product of variables.
+    so CP-SAT sees no product of variables. A ``time_factor`` (the expected wall seconds per
+    training second under failures, ``autopar.costs.goodput.OverheadFactor``) multiplies every
+    time table the same way, over the union of its axes: the objective is then the expected time
+    per useful step, still a sum of tables.
 
     With ``fuse_memory``, when time and memory each merge into one table and their union stays
     small, the capacity becomes a row filter of that single table ("resource terms become
@@ -304,6 +337,8 @@ def _add_cost(
     ]
     grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
+    if time_factor is not None:
+        times = [_scaled(part, time_factor, ctx) for part in times]
     memories = _merge(grids, _fold_constants(grids, memory_parts), max_rows=MERGE_MAX_ROWS)
     if fuse_memory and len(times) == 1 and len(memories) == 1:
         axes = (*times[0].axes, *memories[0].axes)
@@ -337,6 +372,7 @@ def build_model(
     explain: bool = False,
     memory_limit: bool = True,
     deadline: float | None = None,
+    time_factor: CostTerm | None = None,
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
@@ -357,7 +393,9 @@ def build_model(
     if explain:
         model.add_assumptions(list(vm.families.values()))
         return model, vm
-    fused = _add_cost(model, space, cost_model, ctx, vm, fuse_memory=memory_limit)
+    fused = _add_cost(
+        model, space, cost_model, ctx, vm, fuse_memory=memory_limit, time_factor=time_factor
+    )
     # One variable for the step time, so that solution callbacks read it in O(1).
     step_us = model.new_int_var(0, MAX_STEP_US, "step_time_us")
     model.add(step_us == vm.objective)

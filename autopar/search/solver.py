@@ -21,7 +21,7 @@ from ortools.sat.python import cp_model
 from autopar.base.axes import tie_key
 from autopar.base.deadline import TimeLimitReached
 from autopar.costs.estimate import estimate_many
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.plan import Layout
 from autopar.layout.results import SolveResult
 from autopar.layout.space import Space
@@ -136,18 +136,26 @@ def solve_space(
     top_k: int = 1,
     time_limit_s: float = 10.0,
     num_workers: int | None = None,
+    time_factor: CostTerm | None = None,
+    upper_bound_s: float | None = None,
 ) -> SolveResult:
-    """Minimise the cost model's step time over the layouts of ``space``. When nothing fits,
-    the status is ``infeasible`` (proven) or ``unknown`` (time out), with no explanation."""
+    """Minimise the cost model's step time over the layouts of ``space`` (with
+    ``time_factor``, the step time times it: the expected time per useful step,
+    ``autopar.costs.goodput``); with ``upper_bound_s``, only layouts whose objective is at most
+    that are looked at. When nothing fits, the status is ``infeasible`` (proven) or ``unknown``
+    (time out), with no explanation."""
     start = time.perf_counter()
     workers = num_workers or default_num_workers()
     deadline = start + time_limit_s
     if not all(space.domains.values()):  # a rule, pin or limit leaves an axis no value
         return _no_solution("infeasible", start, workers)
     try:
-        model, vm = build_model(space, cost_model, ctx, deadline=deadline)
+        model, vm = build_model(space, cost_model, ctx, deadline=deadline, time_factor=time_factor)
     except TimeLimitReached:  # the time limit ran out while the model was being built
         return _no_solution("unknown", start, workers)
+    if upper_bound_s is not None:
+        # Only layouts at least as good as the bound (a caller's incumbent elsewhere).
+        model.add(vm.objective <= int(upper_bound_s * US_PER_S))
     left = max(0.0, deadline - time.perf_counter())
     solver, status = _optimise(model, vm, time_limit_s=left, num_workers=workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -168,6 +176,7 @@ def solve_space(
         layouts=tuple(estimates),
         best_bound_step_time_s=solver.best_objective_bound / US_PER_S,
         num_workers=workers,
+        objective="step-time" if time_factor is None else "goodput",
         notes=(f"the time limit cut the runners-up short ({len(rows)} of {top_k})",) if cut else (),
     )
 

@@ -1,125 +1,145 @@
 """A sweep as one self-contained HTML page a planner can send (plotly, its JavaScript inlined).
 
-Five charts against GPU count, one trace per GPU type and sequence length: tokens/s per GPU,
-MFU, days to train, cost, and the best layout's per-GPU memory by part (stacked bars); then the
-table of chosen layouts. Needs the ``html`` extra (plotly).
+From the top: what was planned (model, GPUs and their memory, sequence, batch, precision, stack,
+cost model, training size and price, the autopar release), a line naming any chart left out and
+the flag that fills it, the charts (``autopar.sweeps.charts``), then the table of chosen layouts
+(``autopar.sweeps.report.COLUMNS``), which scrolls inside its box rather than widening the page.
+Needs the ``html`` extra (plotly).
 """
 
 from __future__ import annotations
 
 import html
-import math
-from typing import Any
 
-from autopar.base.errors import InputError
-from autopar.sweeps.run import EXTRA_HINT, SweepResult, SweepRow
-
-_CHARTS = (
-    # (row attribute, title, axis title)
-    ("tokens_per_s_per_gpu", "Throughput per GPU", "tokens/s per GPU"),
-    ("mfu", "Model FLOPs utilisation", "MFU"),
-    ("days_to_train", "Time to train", "days"),
-    ("cost", "Cost to train", "cost"),
+from autopar.sweeps.charts import figure, require_plotly
+from autopar.sweeps.inputs import SweepInputs
+from autopar.sweeps.report import (
+    PANELS,
+    cell,
+    missing_text,
+    shown_columns,
+    title_values,
+    value_of,
 )
-_LAYOUT_COLUMNS = (
-    "gpus", "gpu", "seq_len", "status", "tp", "pp", "vpp", "cp", "dp", "ep",
-    "etp", "mbs", "grad_accum", "recompute", "zero", "step_time_s",
-    "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost",
-)  # fmt: skip
+from autopar.sweeps.run import SweepResult
+
+__all__ = ["require_plotly", "sweep_html"]
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px 24px;color:#222}
+h1{font-size:1.5em;margin:0 0 8px}
+table.inputs{border-collapse:collapse;margin:4px 0 12px}
+table.inputs th{text-align:left;padding:1px 12px 1px 0;font-weight:600;vertical-align:top}
+table.inputs td{padding:1px 0}
+p.missing{background:#fff6e0;border-left:4px solid #E69F00;padding:6px 10px;margin:8px 0}
+div.table-scroll{overflow-x:auto;max-width:100%}
+table#layouts{border-collapse:collapse;font-size:13px}
+#layouts th,#layouts td{padding:2px 6px;text-align:right;white-space:nowrap}
+#layouts th{border-bottom:1px solid #999}
+#layouts td.wide{text-align:left;white-space:normal;min-width:24em}
+#layouts th.wide{text-align:left}
+#layouts tr.no-layout td{color:#8a1c1c}
+footer{color:#666;font-size:12px;margin-top:12px}
+"""
 
 
-def require_plotly():
-    try:
-        import plotly.graph_objects as go
-        from plotly.subplots import make_subplots
-    except ImportError:
-        raise InputError(f"needs plotly: {EXTRA_HINT['plotly']}", source="--format html") from None
-    return go, make_subplots
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1e4 else f"{value:g}"
 
 
-def _series(result: SweepResult) -> dict[str, list[int]]:
-    """Row indices per (GPU type, sequence length), the traces of each chart."""
-    groups: dict[str, list[int]] = {}
-    for i, row in enumerate(result.rows):
-        groups.setdefault(f"{row.gpu}, seq {row.seq_len}", []).append(i)
-    return groups
-
-
-def _finite(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _figure(result: SweepResult):
-    go, make_subplots = require_plotly()
-    titles = [title for _, title, _ in _CHARTS] + ["Memory per GPU (best layout)"]
-    fig = make_subplots(rows=3, cols=2, subplot_titles=titles, vertical_spacing=0.09)
-    for k, (attr, _, axis) in enumerate(_CHARTS):
-        row, col = divmod(k, 2)
-        for name, idx in _series(result).items():
-            rows = [result.rows[i] for i in idx]
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.gpus for r in rows],
-                    y=[_finite(getattr(r, attr)) for r in rows],
-                    mode="lines+markers",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=k == 0,
-                    hovertext=[_layout_label(r) for r in rows],
-                ),
-                row=row + 1,
-                col=col + 1,
-            )
-        fig.update_xaxes(title_text="GPUs", type="log", row=row + 1, col=col + 1)
-        fig.update_yaxes(title_text=axis, row=row + 1, col=col + 1)
-    _memory_bars(go, fig, result)
-    fig.update_layout(height=1100, barmode="stack", title="autopar capacity plan")
-    return fig
-
-
-def _memory_bars(go, fig, result: SweepResult) -> None:
-    labels = [f"{r.gpus} {r.gpu} s{r.seq_len}" for r in result.rows]
-    parts = sorted({p for m in result.memory_gib if m for p in m})
-    for part in parts:
-        values = [(m or {}).get(part) for m in result.memory_gib]
-        fig.add_trace(go.Bar(x=labels, y=values, name=f"{part} GiB"), row=3, col=1)
-    fig.update_yaxes(title_text="GiB", row=3, col=1)
-
-
-def _layout_label(row: SweepRow) -> str:
-    if row.status not in ("optimal", "feasible"):
-        return row.status
-    return (
-        f"TP{row.tp:.0f} PP{row.pp:.0f} VPP{row.vpp:.0f} CP{row.cp:.0f} DP{row.dp:.0f} "
-        f"EP{row.ep:.0f} mbs{row.mbs:.0f} {row.recompute} ZeRO-{row.zero:.0f}"
+def _inputs_rows(inputs: SweepInputs) -> list[tuple[str, str]]:
+    """What the page header says was planned, one (label, text) per line."""
+    gpus = ", ".join(
+        f"{g.label} ({g.name}: {g.usable_gib:.1f} GiB usable"
+        + (
+            f" of {g.memory_gib:.1f} GiB, {g.reserve_gib:.1f} GiB kept free"
+            if g.reserve_gib
+            else ""
+        )
+        + ")"
+        for g in inputs.gpus
     )
+    batches = "; ".join(
+        f"seq {b.seq_len:,}: {b.sequences:,} sequences ({b.tokens:,} tokens) per step"
+        for b in inputs.batches
+    )
+    precision = inputs.precision + (f" ({inputs.fp8_recipe} scaling)" if inputs.fp8_recipe else "")
+    values = title_values(inputs)
+    return [
+        ("Model", f"{inputs.model} ({inputs.parameters / 1e9:,.1f}B parameters)"),
+        ("GPUs", gpus),
+        ("GPU counts", ", ".join(f"{n:,}" for n in inputs.gpu_counts)),
+        ("Sequence and batch", batches),
+        ("Precision", f"{precision}, gradients {inputs.grad_precision}"),
+        ("Stack", f"{inputs.stack} ({inputs.framework} rules)"),
+        ("Cost model", inputs.cost_model),
+        ("Training", values["train_tokens"] or "not given (--train-tokens)"),
+        ("Price", values["rate"] or "not given (--gpu-hour-cost)"),
+        ("autopar", inputs.version),
+    ]
 
 
-def _cell(value: Any) -> str:
-    value = _finite(value)
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return html.escape(str(value))
+def _header(result: SweepResult, title: str | None) -> str:
+    inputs = result.inputs
+    if inputs is None:
+        return f"<h1>{html.escape(title or 'autopar sweep')}</h1>"
+    heading = title or f"{inputs.model}: capacity plan"
+    rows = "".join(
+        f"<tr><th>{html.escape(label)}</th><td>{html.escape(text)}</td></tr>"
+        for label, text in _inputs_rows(inputs)
+    )
+    return f'<h1>{html.escape(heading)}</h1><table class="inputs">{rows}</table>'
 
 
 def _table(result: SweepResult) -> str:
-    head = "".join(f"<th>{c}</th>" for c in _LAYOUT_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in _LAYOUT_COLUMNS) + "</tr>"
-        for r in result.rows
+    columns = shown_columns(result.rows)
+    values = title_values(result.inputs)
+    head = "".join(
+        f"<th{' class=wide' if c.wide else ''}>{html.escape(c.title.format(**values))}</th>"
+        for c in columns
     )
-    return f'<table id="layouts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def sweep_html(result: SweepResult, *, title: str = "autopar sweep") -> str:
-    """The page: charts (plotly.js inlined, no network needed) and the layout table."""
-    fig = _figure(result)
-    charts = fig.to_html(include_plotlyjs=True, full_html=False, div_id="charts")
-    style = "body{font-family:sans-serif} td,th{padding:2px 6px;text-align:right}"
+    body = []
+    for row in result.rows:
+        cells = "".join(
+            f"<td{' class=wide' if c.wide else ''}>"
+            f"{html.escape(cell(value_of(c.key, row), c.fmt))}</td>"
+            for c in columns
+        )
+        marked = "" if row.reason is None else ' class="no-layout"'
+        body.append(f"<tr{marked}>{cells}</tr>")
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{charts}"
-        f"<h2>Chosen layouts</h2>{_table(result)}</body></html>"
+        '<div class="table-scroll"><table id="layouts">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _banner(result: SweepResult) -> str:
+    """A partial sweep says so first (issue 24, finding 9)."""
+    if not result.partial:
+        return ""
+    text = f"Partial report: {result.partial_reason}; rows interrupted or failed have no answer."
+    return f'<p class="partial" role="alert"><strong>{html.escape(text)}</strong></p>'
+
+
+def sweep_html(result: SweepResult, *, title: str | None = None) -> str:
+    """The page: what was planned, the charts (plotly.js inlined, no network needed) and the
+    layout table."""
+    charts = figure(result).to_html(
+        include_plotlyjs=True,
+        full_html=False,
+        div_id="charts",
+        config={"responsive": True, "displaylogo": False},
+    )
+    missing = missing_text(PANELS, result.rows)
+    note = f'<p class="missing">{html.escape(missing)}</p>' if missing else ""
+    version = f"autopar {result.inputs.version}" if result.inputs else "autopar"
+    page_title = title or (f"{result.inputs.model} capacity plan" if result.inputs else "sweep")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(page_title)}</title><style>{STYLE}</style></head><body>"
+        f"{_header(result, title)}{_banner(result)}{note}{charts}"
+        f"<h2>Chosen layouts</h2>{_table(result)}"
+        f"<footer>{html.escape(version)}: predictions of the cost model named above; each "
+        "point is the fastest layout that fits.</footer></body></html>"
     )

@@ -4,17 +4,13 @@ temp file; time limits hold on a model that takes long to build; huge numbers an
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from autopar.cli import app
-from tests.conftest import REPO
+from tests.fuzz.processes import start, wait_for
 
 MOE_4096_LAYERS = """\
 num_hidden_layers: 4096
@@ -31,49 +27,29 @@ model_type: qwen3_moe
 """
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "autopar", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_for(process: subprocess.Popen, fragment: str) -> None:
-    """Read stderr until a line holds ``fragment`` (a sweep's progress line)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line or fragment in line:
-            return
-
-
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_a_sweep_and_keeps_the_finished_points(tmp_path, sig, code) -> None:
     """Before: CP-SAT swallowed SIGINT, the sweep carried on, wrote an "unknown" row and exited
     0; SIGTERM left an orphan temp file."""
     gpus = "64,128,256,512,1024,2048,4096,8192"
-    process = _start(["sweep", "--model", "llama-70b", "--gpus", gpus, "-f", "json", "-o", "out"],
+    process = start(["sweep", "--model", "llama-70b", "--gpus", gpus, "-f", "json", "-o", "out"],
                      tmp_path)  # fmt: skip
-    _wait_for(process, "[1/8]")
+    wait_for(process, "[1/8]")
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr
-    rows = json.loads((tmp_path / "out").read_text())["rows"]
-    assert 1 <= len(rows) < 8 and rows[0]["status"] == "optimal"
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    partial = json.loads((tmp_path / "out.partial").read_text())  # never over --output
+    done = [row for row in partial["rows"] if row["status"] != "interrupted"]
+    assert partial["partial"] and 1 <= len(done) < 8 and done[0]["status"] == "optimal"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.partial"]
 
 
 def test_sigterm_mid_solve_keeps_the_old_output(tmp_path) -> None:
     (tmp_path / "model.yaml").write_text(MOE_4096_LAYERS)
     (tmp_path / "out.json").write_text("old\n")
     args = ["solve", "--model", "model.yaml", "--gpus", "4096", "--time-limit", "60"]
-    process = _start([*args, "-f", "json", "-o", "out.json"], tmp_path)
+    process = start([*args, "-f", "json", "-o", "out.json"], tmp_path)
     time.sleep(2.5)  # past start-up, building or solving
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=30)
@@ -101,7 +77,7 @@ def test_time_limit_covers_building_a_large_model(runner, tmp_path) -> None:
 def test_a_signal_during_start_up_is_an_exit_code_not_a_traceback(tmp_path, sig, code) -> None:
     """The imports take about a second; Python's default Ctrl-C handler printed a
     KeyboardInterrupt traceback then (autopar.base.startup)."""
-    process = _start(["solve", "--model", "llama-8b", "--gpus", "8"], tmp_path)
+    process = start(["solve", "--model", "llama-8b", "--gpus", "8"], tmp_path)
     time.sleep(0.2)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)

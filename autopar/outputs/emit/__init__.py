@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_overrides, bridge_text
-from autopar.outputs.emit.common import layout_of, uneven_end_layers
+from autopar.outputs.emit.common import layout_of, refuse_stage_plan, uneven_end_layers
 from autopar.outputs.emit.deepspeed import DEEPSPEED_TARGET, deepspeed_json, deepspeed_notes
 from autopar.outputs.emit.megatron import (
     MEGATRON_TARGET,
@@ -48,6 +48,9 @@ class Format:
     framework: str
     stack: str | None = None
     notes: Callable[[Estimate | Layout, Problem], tuple[str, ...]] = lambda item, problem: ()
+    per_stage: bool = False
+    """Whether it expresses a per-stage pipeline plan (``Estimate.per_stage``); the others
+    refuse one (``refuse_stage_plan``)."""
 
 
 def _deepspeed_text(item: Estimate | Layout, problem: Problem) -> str:
@@ -59,7 +62,7 @@ def _toml_text(item: Estimate | Layout, problem: Problem) -> str:
 
 
 FORMATS: dict[str, Format] = {
-    "megatron": Format(MEGATRON_TARGET, megatron_text, "megatron"),
+    "megatron": Format(MEGATRON_TARGET, megatron_text, "megatron", per_stage=True),
     "megatron-bridge": Format(BRIDGE_TARGET, bridge_text, "megatron", "megatron-bridge-0.6"),
     "torchtitan": Format(TORCHTITAN_TARGET, torchtitan_text, "torchtitan", "torchtitan-0.3"),
     "torchtitan-0.2": Format(TORCHTITAN_02_TARGET, _toml_text, "torchtitan", "torchtitan-0.3"),
@@ -79,6 +82,7 @@ __all__ = [
     "layout_of",
     "megatron_args",
     "megatron_flags",
+    "refuse_stage_plan",
     "torchtitan_args",
     "torchtitan_config",
     "torchtitan_toml",

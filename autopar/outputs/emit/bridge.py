@@ -37,10 +37,13 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.bridge_model import model_details
 from autopar.outputs.emit.common import (
+    check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
     refuse,
+    selective_modules,
     split_of,
     unsupported_layers,
 )
@@ -119,7 +122,7 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
     return sizes
 
 
-def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
+def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,
@@ -150,7 +153,11 @@ def _model_layout(lay: Layout, model: ModelSpec) -> dict[str, Any]:
                 "num_layers_in_last_pipeline_stage": split.last_stage_layers,
             }
     if lay.recompute == "selective":
-        fields["recompute_granularity"] = "selective"
+        modules = selective_modules(model, stack)
+        if modules is None:
+            fields["recompute_granularity"] = "selective"
+        elif modules:
+            fields |= {"recompute_granularity": "selective", "recompute_modules": modules}
     elif lay.recompute == "full":
         fields |= {
             "recompute_granularity": "full",
@@ -206,7 +213,40 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
         fields["cp_comm_type"] = stack.cp_comm_type
     if not stack.flash_attention:
         fields["attention_backend"] = "unfused"  # AttnBackend member name
-    return {"comm_overlap": overlap, "model": fields}
+    return {"comm_overlap": overlap, "model": fields | _graphs_and_offload(lay, model, stack)}
+
+
+def _graphs_and_offload(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, Any]:
+    """CUDA graphs and CPU activation offloading as Megatron-Bridge's performance scripts set
+    them (scripts/performance/utils/overrides.py L102-137 at v0.3.1): megatron-core 0.16 takes
+    per-layer graphs as ``cuda_graph_impl=transformer_engine`` with a ``cuda_graph_scope`` list
+    and whole-iteration graphs as ``cuda_graph_impl=local`` with scope ``full_iteration``
+    (transformer_config.py L776-790); ``use_te_rng_tracker`` goes with any graph (the config
+    container sets ``rng.te_rng_tracker`` to match, training/config.py L1429-1430)."""
+    check_graphs_and_offload("megatron-bridge", lay, stack)
+    fields: dict[str, Any] = {}
+    if stack.cuda_graphs != "none" and stack.cpu_offload_layers:
+        raise refuse(
+            "megatron-bridge",
+            "CUDA graphs with CPU offloading (megatron-core 0.16 transformer_config.py L1722: "
+            "'CUDA graphs not supported with CPU offloading')",
+            "use cuda_graphs none, or --format megatron (Megatron-LM main graphs the full "
+            "iteration with offloading)",
+        )
+    if stack.cuda_graphs == "full":
+        fields |= {"cuda_graph_impl": "local", "cuda_graph_scope": ["full_iteration"]}
+    elif stack.cuda_graphs == "layers":
+        scope = ["attn", "moe_router", "moe_preprocess"] if model.is_moe else ["attn", "mlp"]
+        fields |= {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}
+    if stack.cuda_graphs != "none":
+        fields["use_te_rng_tracker"] = True
+    if stack.cpu_offload_layers:
+        fields |= {
+            "cpu_offloading": True,
+            "cpu_offloading_weights": False,
+            "cpu_offloading_num_layers": stack.cpu_offload_layers,
+        }
+    return fields
 
 
 def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dict[str, Any]]:
@@ -222,7 +262,7 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
             "use --format megatron",
         )
     sections: dict[str, dict[str, Any]] = {
-        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model),
+        "model": _model_sizes(model, training.seq_len) | _model_layout(lay, model, training.stack),
         "train": {
             "micro_batch_size": lay.mbs,
             "global_batch_size": training.global_batch_sequences,
@@ -252,7 +292,24 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
     else:  # no communication overlap planned: none, whatever the recipe set
         sections["comm_overlap"] = {"": None}
     sections["mixed_precision"] = {"": _mixed_precision(training)}
+    checkpoint = _checkpoint(item, training.stack)
+    if checkpoint:
+        sections["checkpoint"] = sections.get("checkpoint", {}) | checkpoint
     return sections
+
+
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> dict[str, Any]:
+    """``CheckpointConfig``: the goodput-optimal ``save_interval``, the asynchronous save (with
+    the persistent worker Megatron needs) and the first-replica save, when the stack asks."""
+    out: dict[str, Any] = {}
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        out["save_interval"] = interval
+    if stack.async_checkpoint:
+        out |= {"async_save": True, "use_persistent_ckpt_worker": True}
+    if not stack.ckpt_fully_parallel_save:
+        out["fully_parallel_save"] = False
+    return out
 
 
 _FP8_RECIPES = {
@@ -261,19 +318,25 @@ _FP8_RECIPES = {
     "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
     "mxfp8": "bf16_with_mxfp8_mixed",
 }
-"""autopar FP8 recipe -> Megatron-Bridge mixed-precision recipe (training/mixed_precision.py)."""
+"""autopar FP8 recipe -> Megatron-Bridge mixed-precision recipe (training/mixed_precision.py
+L212-390 at v0.3.1)."""
+NVFP4_RECIPE = "bf16_with_nvfp4_mixed"
+"""training/mixed_precision.py L392-403 at v0.3.1: fp4 e2m1, fp4_recipe nvfp4, no FP8."""
 
 
 def _mixed_precision(training: TrainingSpec) -> str:
-    if training.precision != "fp8":
+    if training.precision not in ("fp8", "nvfp4"):
         return "bf16_mixed"
     if set(training.stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        fmt = "FP4" if training.precision == "nvfp4" else "FP8"
         raise refuse(
             "megatron-bridge",
-            f"FP8 on the GEMMs {', '.join(training.stack.fp8_gemms)} (recipes cover the linear "
+            f"{fmt} on the GEMMs {', '.join(training.stack.fp8_gemms)} (recipes cover the linear "
             "layers)",
             "use fp8_gemms qkv,proj,fc1,fc2",
         )
+    if training.precision == "nvfp4":
+        return NVFP4_RECIPE
     return _FP8_RECIPES[training.stack.fp8_recipe]
 
 

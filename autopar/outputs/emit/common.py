@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from autopar.base.errors import InputError
-from autopar.inputs.specs import ModelSpec
+from autopar.inputs.specs import ModelSpec, Problem
+from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit, pipeline_split
+from autopar.layout.stages import StagePlan
 
 
 def layout_of(item: Estimate | Layout) -> Layout:
     return item.layout if isinstance(item, Estimate) else item
+
+
+def stage_plan_of(item: Estimate | Layout) -> StagePlan | None:
+    """The per-stage pipeline plan an estimate runs (``Estimate.per_stage``), if any."""
+    if isinstance(item, Estimate) and item.per_stage is not None:
+        return item.per_stage.plan
+    return None
 
 
 def dispatcher_of(item: Estimate | Layout) -> str:
@@ -59,9 +68,76 @@ def virtual_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
     return sizes
 
 
+def refuse_stage_plan(fmt: str) -> InputError:
+    """The refusal of a format that cannot express a per-stage pipeline plan (``Format``)."""
+    return InputError(
+        "cannot express a per-stage pipeline plan (layers per chunk, recompute per stage); "
+        "use --format megatron, json or table, or --pipeline-plan uniform",
+        source=f"--format {fmt}",
+        field="pipeline plan",
+    )
+
+
 def refuse(fmt: str, what: str, instead: str) -> InputError:
     """The one-line refusal of a format that cannot express part of a layout."""
     return InputError(f"cannot express {what}; {instead}", source=f"--format {fmt}")
+
+
+def selective_modules(model: ModelSpec, stack: StackSpec) -> list[str] | None:
+    """Megatron ``--recompute-modules`` for selective recomputation: the stack's
+    ``recompute_modules`` that apply to the model (``mla_up_proj`` to MLA, ``moe_act`` to MoE:
+    transformer_config.py L1964-1972 refuses them elsewhere); ``None`` when that is Megatron's
+    default, ``["core_attn"]`` (L1940-1941)."""
+    modules = [
+        m
+        for m in stack.recompute_modules
+        if (m != "mla_up_proj" or model.is_mla) and (m != "moe_act" or model.is_moe)
+    ]
+    return None if modules == ["core_attn"] else modules
+
+
+def check_graphs_and_offload(fmt: str, lay: Layout, stack: StackSpec) -> None:
+    """Megatron's rules for CUDA graphs and CPU offloading with the layout
+    (transformer_config.py at d98e8a6): offloading only without pipeline parallelism and
+    recomputation (L1891-1899); full recomputation graphed only as a whole iteration
+    (L2854-2858); graphed attention not recomputed selectively with attention dropout
+    (L2878-2884)."""
+    if stack.cpu_offload_layers and (lay.pp > 1 or lay.recompute != "none"):
+        raise refuse(
+            fmt,
+            f"CPU offloading with pp={lay.pp}, recompute {lay.recompute} (Megatron offloads "
+            "only without pipeline parallelism and recomputation)",
+            "solve with --cpu-offload-layers, which keeps to pp 1 and no recompute",
+        )
+    if stack.cuda_graphs == "layers" and lay.recompute == "full":
+        raise refuse(
+            fmt,
+            "per-layer CUDA graphs with full recomputation (Megatron graphs full recompute "
+            "only as a whole iteration)",
+            "use cuda_graphs full",
+        )
+    if stack.cuda_graphs != "none" and stack.dropout and lay.recompute == "selective":
+        raise refuse(
+            fmt,
+            "graphed attention recomputed selectively with attention dropout (Megatron "
+            "transformer_config.py L2878-2884)",
+            "set dropout false or recompute none",
+        )
+
+
+def refuse_megatron_only(fmt: str, problem: Problem, *, nvfp4: str = "") -> None:
+    """NVFP4 training and CPU activation offloading are Megatron(-Bridge) settings (Transformer
+    Engine's ``NVFP4BlockScaling``, ``cpu_offloading_num_layers``): a format without them
+    refuses rather than drop them (without the offload the layout may not fit). ``nvfp4`` says
+    where the format keeps its own FP4 recipe, if it has one."""
+    if problem.training.precision == "nvfp4":
+        raise refuse(fmt, f"NVFP4 training{nvfp4}", "use --format megatron or megatron-bridge")
+    if problem.training.stack.cpu_offload_layers:
+        raise refuse(
+            fmt,
+            f"CPU activation offloading of {problem.training.stack.cpu_offload_layers} layers",
+            "use --format megatron or megatron-bridge",
+        )
 
 
 def _runs(flags: list[int]) -> str:
@@ -103,3 +179,10 @@ def unsupported_layers(model: ModelSpec) -> list[str]:
     if model.attention_sinks:
         missing.append("attention sinks")
     return missing
+
+
+def checkpoint_interval_of(item: Estimate | Layout) -> int | None:
+    """The goodput-optimal checkpoint interval in steps of an estimate (``None`` for a bare
+    layout, or a cost model without a checkpoint term)."""
+    goodput = item.goodput if isinstance(item, Estimate) else None
+    return goodput.checkpoint_interval_steps if goodput is not None else None

@@ -19,7 +19,12 @@ from typing import Any
 
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Estimate, Layout
-from autopar.outputs.emit.common import layout_of, refuse
+from autopar.outputs.emit.common import (
+    checkpoint_interval_of,
+    layout_of,
+    refuse,
+    refuse_megatron_only,
+)
 
 DEEPSPEED_TARGET = "DeepSpeed 0.19.8"
 
@@ -58,6 +63,12 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
     }
     if problem.training.precision == "fp8":
         raise refuse("deepspeed", "FP8 training (no DeepSpeed config key)", "use --format megatron")
+    refuse_megatron_only("deepspeed", problem)
+    stack = problem.training.stack
+    if stack.async_checkpoint or not stack.ckpt_fully_parallel_save:
+        what = "asynchronous" if stack.async_checkpoint else "first-replica"
+        raise refuse("deepspeed", f"the {what} checkpoint save (no ds_config key)",
+                     "use --format megatron or torchtitan")  # fmt: skip
     # the gradient-reduction dtype as planned: left unset, DeepSpeed reduces in the model dtype,
     # bf16 here (runtime/engine.py communication_data_type)
     config["communication_data_type"] = problem.training.grad_precision
@@ -91,5 +102,10 @@ def deepspeed_notes(item: Estimate | Layout, problem: Problem) -> tuple[str, ...
         notes.append(
             f"DeepSpeed: {lay.recompute} recomputation is in the model code: wrap {what} in "
             "deepspeed.checkpointing.checkpoint."
+        )
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        notes.append(
+            f"DeepSpeed: save a checkpoint every {interval} steps (engine.save_checkpoint)."
         )
     return tuple(notes)

@@ -18,13 +18,18 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.rules import PipelineSplit
 from autopar.outputs.emit.common import (
+    check_graphs_and_offload,
+    checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
     refuse,
+    selective_modules,
     split_of,
+    stage_plan_of,
     unsupported_layers,
 )
+from autopar.outputs.emit.megatron_stages import pipeline_flags, recompute_flags
 
 MEGATRON_TARGET = "Megatron-LM main d98e8a6 (2026-08-22), Megatron-Core 0.20.0"
 
@@ -294,12 +299,12 @@ def _router(model: ModelSpec) -> list[Flag]:
     return flags
 
 
-def _pipeline(model: ModelSpec, lay: Layout, *, with_split: bool = True) -> list[Flag]:
+def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
     """The split the solver planned (``autopar.layout.rules.pipeline_split``): even, embedding/loss
     accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
     even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
-    if lay.pp == 1 or not with_split:
+    if lay.pp == 1:
         return flags
     split = split_of(model.num_layers, lay.pp, lay.vpp)
     if split.account_for_embedding:
@@ -349,7 +354,7 @@ _FP8_RECIPES = {
     "blockwise": "blockwise",
     "mxfp8": "mxfp8",
 }
-"""autopar stack recipe -> Megatron ``--fp8-recipe`` (arguments.py choices)."""
+"""autopar stack recipe -> Megatron ``--fp8-recipe`` (transformer_config.py L594 choices)."""
 
 
 def _precision(training: TrainingSpec) -> list[Flag]:
@@ -360,17 +365,44 @@ def _precision(training: TrainingSpec) -> list[Flag]:
         flags.append(("--use-precision-aware-optimizer", None))
         flags.append(("--exp-avg-dtype", "bf16"))
         flags.append(("--exp-avg-sq-dtype", "bf16"))
-    if training.precision != "fp8":
+    if training.precision not in ("fp8", "nvfp4"):
         return flags
     stack = training.stack
     if set(stack.fp8_gemms) != set(DEFAULT_FP8_GEMMS):
+        fmt = "FP4" if training.precision == "nvfp4" else "FP8"
         raise refuse(
             "megatron",
-            f"FP8 on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
-            "linear layers in FP8 (no flag for the attention core or the logits)",
+            f"{fmt} on the GEMMs {', '.join(stack.fp8_gemms)}: Megatron-LM runs exactly the "
+            f"linear layers in {fmt} (no flag for the attention core or the logits)",
             "use fp8_gemms qkv,proj,fc1,fc2",
         )
-    return [*flags, ("--fp8-format", "hybrid"), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+    if training.precision == "nvfp4":
+        # transformer_config.py L673-681: fp4 'e2m1' (--fp4-format), fp4_recipe 'nvfp4'
+        # (TE NVFP4BlockScaling); arguments.py L1100 refuses --fp8-format beside it
+        return [*flags, ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    # MXFP8 takes E4M3 throughout (TE MXFP8BlockScaling's default format, recipe/__init__.py
+    # L369; Megatron-Bridge bf16_with_mxfp8_mixed); the tensor-wise recipes E4M3 / E5M2 hybrid
+    fmt = "e4m3" if stack.fp8_recipe == "mxfp8" else "hybrid"
+    return [*flags, ("--fp8-format", fmt), ("--fp8-recipe", _FP8_RECIPES[stack.fp8_recipe])]
+
+
+def _graphs_and_offload(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
+    """CUDA graphs and CPU activation offloading (transformer_config.py L1075-1090:
+    ``cuda_graph_impl``, ``cuda_graph_modules``; arguments.py L1950-1951: a positive
+    ``--cpu-offloading-num-layers`` turns ``cpu_offloading`` on). Per-layer graphs capture what
+    Megatron-Bridge's recipes capture: attention and the MLP of a dense layer; attention, the
+    router and the dispatch preprocessing of a MoE layer (whose expert compute is
+    data-dependent: ``moe`` needs drop-padding, L2838-2844)."""
+    check_graphs_and_offload("megatron", lay, stack)
+    flags: list[Flag] = []
+    if stack.cuda_graphs == "full":
+        flags.append(("--cuda-graph-impl", "full_iteration"))
+    elif stack.cuda_graphs == "layers":
+        modules = "attn moe_router moe_preprocess" if model.is_moe else "attn mlp"
+        flags += [("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-modules", modules)]
+    if stack.cpu_offload_layers:
+        flags.append(("--cpu-offloading-num-layers", str(stack.cpu_offload_layers)))
+    return flags
 
 
 def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
@@ -403,12 +435,20 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
         flags += [("--hidden-dropout", "0"), ("--attention-dropout", "0")]
     if not stack.flash_attention:
         flags.append(("--attention-backend", "unfused"))
-    return flags
+    return flags + _graphs_and_offload(model, lay, stack)
 
 
-def _recompute(lay: Layout) -> list[Flag]:
+def _recompute(lay: Layout, model: ModelSpec, stack: StackSpec) -> list[Flag]:
     if lay.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        modules = selective_modules(model, stack)
+        if modules is None:
+            return [("--recompute-granularity", "selective")]
+        if not modules:  # nothing of the stack's modules applies to this model
+            return []
+        return [
+            ("--recompute-granularity", "selective"),
+            ("--recompute-modules", " ".join(modules)),
+        ]
     if lay.recompute == "full":
         return [
             ("--recompute-granularity", "full"),
@@ -418,22 +458,29 @@ def _recompute(lay: Layout) -> list[Flag]:
     return []
 
 
-def megatron_flags(
-    item: Estimate | Layout, problem: Problem, *, with_split: bool = True
-) -> list[Flag]:
-    """The arguments as (flag, value) pairs; value ``None`` for a switch. ``with_split=False``
-    leaves the pipeline split out, for a caller that writes its own
-    (``autopar.outputs.emit.megatron_stages``)."""
+def _split_and_recompute(
+    item: Estimate | Layout, model: ModelSpec, stack: StackSpec
+) -> tuple[list, list]:
+    """The pipeline flags and the recompute flags: the layout's, or its per-stage plan's
+    (``autopar.outputs.emit.megatron_stages``: the layout flag replaces the uniform split)."""
+    lay, plan = layout_of(item), stage_plan_of(item)
+    if plan is None:
+        return _pipeline(model, lay), _recompute(lay, model, stack)
+    modules = selective_modules(model, stack)
+    flags = recompute_flags(plan, modules=modules)[0]
+    return pipeline_flags(plan, num_mtp_layers=model.num_mtp_layers), flags
+
+
+def megatron_flags(item: Estimate | Layout, problem: Problem) -> list[Flag]:
+    """The arguments as (flag, value) pairs; value ``None`` for a switch."""
     lay = layout_of(item)
     model, training = problem.model, problem.training
     if lay.vpp > 1 and lay.pp == 1:
         raise InputError("vpp > 1 needs pp > 1", source="layout", field="vpp")
+    pipeline, recompute = _split_and_recompute(item, model, training.stack)
     flags = _architecture(model, training.seq_len, lay.tp) + _attention_variants(model)
     flags += _moe(model, lay, dispatcher_of(item))
-    flags += [
-        ("--tensor-model-parallel-size", str(lay.tp)),
-        *_pipeline(model, lay, with_split=with_split),
-    ]
+    flags += [("--tensor-model-parallel-size", str(lay.tp)), *pipeline]
     flags.append(("--context-parallel-size", str(lay.cp)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel", None))
@@ -442,16 +489,36 @@ def megatron_flags(
         ("--global-batch-size", str(training.global_batch_sequences)),
         ("--seq-length", str(training.seq_len)),
     ]
-    flags += _zero(lay, training.stack) + _recompute(lay) + _stack(model, lay, training.stack)
-    return flags + _precision(training)
+    flags += _zero(lay, training.stack) + recompute
+    flags += _stack(model, lay, training.stack)
+    return flags + _precision(training) + _checkpoint(item, training.stack)
 
 
-def megatron_args(item: Estimate | Layout, problem: Problem, *, with_split: bool = True) -> str:
+def _checkpoint(item: Estimate | Layout, stack: StackSpec) -> list[Flag]:
+    """The checkpoint interval that maximises goodput (``Goodput.checkpoint_interval_steps``,
+    ``--save-interval``, training_config.py L398), the asynchronous save (``--async-save``
+    needs ``--use-persistent-ckpt-worker``, arguments.py L1814-1820) and the first-replica save
+    (``--no-ckpt-fully-parallel-save``, L511) when the stack asks for them."""
+    flags: list[Flag] = []
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        flags.append(("--save-interval", str(interval)))
+    if stack.async_checkpoint:
+        flags += [("--async-save", None), ("--use-persistent-ckpt-worker", None)]
+    if not stack.ckpt_fully_parallel_save:
+        flags.append(("--no-ckpt-fully-parallel-save", None))
+    return flags
+
+
+def megatron_args(item: Estimate | Layout, problem: Problem) -> str:
     """The arguments as one shell-pasteable line."""
-    flags = megatron_flags(item, problem, with_split=with_split)
-    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *
+    flags = megatron_flags(item, problem)
+    # values quoted for the shell: a --moe-layer-freq pattern holds ( ) [ ] *, a
+    # --pipeline-model-parallel-layout | and *; a value of several words is a flag of several
+    # values (--cuda-graph-modules attn mlp)
     return " ".join(
-        flag if value is None else f"{flag} {shlex.quote(value)}" for flag, value in flags
+        flag if value is None else " ".join([flag, *map(shlex.quote, value.split(" "))])
+        for flag, value in flags
     )
 
 
@@ -462,7 +529,7 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     notes = [
         f"# autopar: pretrain_gpt.py arguments for {problem.model.name}, stack {stack.name}, "
         f"{MEGATRON_TARGET}.",
-        "# Add data, optimizer, schedule and checkpoint flags; replace NullTokenizer by yours.",
+        "# Add data, optimizer, schedule and --save flags; replace NullTokenizer by yours.",
     ]
     if lay.vpp > 1 and lay.pp == 2 and not stack.pp_comm_overlap:
         notes.append(
@@ -475,5 +542,13 @@ def megatron_text(item: Estimate | Layout, problem: Problem) -> str:
     elif lay.tp > 1 or lay.cp > 1:
         notes.append(
             "# export CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1477, before Blackwell)."
+        )
+    plan = stage_plan_of(item)
+    if plan is not None and (note := recompute_flags(plan)[1]) is not None:
+        notes.append(note)
+    if stack.cuda_graphs == "layers":
+        notes.append(
+            "# TE CUDA graphs: NCCL_GRAPH_REGISTER=0 if PYTORCH_CUDA_ALLOC_CONF has "
+            "expandable_segments:True (arguments.py:1961)."
         )
     return "\n".join([*notes, megatron_args(item, problem)])

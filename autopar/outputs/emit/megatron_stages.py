@@ -1,4 +1,5 @@
-"""A per-stage pipeline plan as Megatron-LM flags; other launchers refuse it.
+"""A per-stage pipeline plan as Megatron-LM flags (``Flag`` pairs that ``autopar.outputs.emit.
+megatron`` writes in place of the uniform split and recompute); other launchers refuse it.
 
 Megatron-LM (commit d98e8a6, ``NVIDIA/Megatron-LM``):
 
@@ -8,7 +9,7 @@ Megatron-LM (commit d98e8a6, ``NVIDIA/Megatron-LM``):
   L283-330 ``parse_str_to_list``, L48-55: entry ``vpp_rank*pp + pp_rank``); it sets the virtual
   stage count itself and excludes ``--num-layers-per-virtual-pipeline-stage``,
   ``--num-virtual-stages-per-pipeline-rank`` (``megatron/training/arguments.py`` L927-952) and
-  the first/last-stage layer counts.
+  the first/last-stage layer counts, so the layout flag replaces the uniform split's flags.
 - recompute: ``--recompute-granularity selective``, or ``--recompute-granularity full
   --recompute-method block --recompute-num-layers K``: ``K`` layers of every chunk of every stage
   (``megatron/core/transformer/transformer_config.py`` L543-555: one ``recompute_num_layers``).
@@ -19,22 +20,17 @@ Megatron-LM (commit d98e8a6, ``NVIDIA/Megatron-LM``):
 
 from __future__ import annotations
 
-from autopar.base.errors import InputError
 from autopar.layout.stages import StagePlan
 
-REPLACED_FLAGS = (
-    "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split",
-    "--pipeline-model-parallel-layout",
-    "--recompute-granularity",
-    "--recompute-method",
-    "--recompute-num-layers",
-    "--recompute-modules",
-)
+Flag = tuple[str, str | None]
+
+
+def pipeline_flags(plan: StagePlan, *, num_mtp_layers: int = 0) -> list[Flag]:
+    """The pipeline size and the plan's ``--pipeline-model-parallel-layout``."""
+    return [
+        ("--pipeline-model-parallel-size", str(plan.pp)),
+        ("--pipeline-model-parallel-layout", layout_string(plan, num_mtp_layers=num_mtp_layers)),
+    ]
 
 
 def layout_string(plan: StagePlan, *, num_mtp_layers: int = 0) -> str:
@@ -63,73 +59,57 @@ def layout_string(plan: StagePlan, *, num_mtp_layers: int = 0) -> str:
     return out + parts[-1]
 
 
-def recompute_flags(plan: StagePlan) -> tuple[list[str], str | None]:
+def recompute_flags(
+    plan: StagePlan, *, modules: list[str] | None = None
+) -> tuple[list[Flag], str | None]:
     """Megatron's recompute flags for ``plan`` and, when stock flags cannot say what the plan
-    says, a note."""
+    says, a note (a ``#`` line). ``modules``: what selective recompute re-runs
+    (``autopar.outputs.emit.common.selective_modules``; ``None``: Megatron's default)."""
     modes = {r.mode for r in plan.recompute if r.mode != "full" or r.num_layers}
     counts = {r.num_layers for r in plan.recompute if r.mode == "full" and r.num_layers}
-    if not modes or modes == {"none"}:
-        return [], None
-    if modes == {"selective"}:
-        return ["--recompute-granularity selective"], None
-    if "full" in modes:
-        # One K for every stage: the largest planned count, and every layer of a selective
-        # stage (block recompute of fewer layers would keep more than selective keeps).
-        selective = [
-            plan.chunk_layers[c]
-            for i, r in enumerate(plan.recompute)
-            if r.mode == "selective"
-            for c in plan.chunks_of(i)
-        ]
-        k = max([*counts, *selective])
-        flags = [
-            f"--recompute-granularity full --recompute-method block --recompute-num-layers {k}"
-        ]
-        wanted = ",".join(r.text() for r in plan.recompute)
-        exact = modes == {"full"} and all(
-            r.mode == "full" and (r.num_layers == k or _covers(plan, i, r.num_layers, k))
-            for i, r in enumerate(plan.recompute)
-        )
-        note = None
-        if not exact:
-            note = (
-                f"# autopar: the plan recomputes per stage ({wanted}); Megatron-LM takes one "
-                f"--recompute-granularity and one --recompute-num-layers for every stage "
-                f"(transformer_config.py), so every stage recomputes {k} layers per chunk in "
-                "full here: safe on memory, slower than planned"
-            )
+    wanted = ",".join(r.text() for r in plan.recompute)
+    if "full" not in modes:
+        if "selective" not in modes:
+            return [], None
+        # Some stages selective, others none: selective everywhere (safe on memory).
+        note = None if modes == {"selective"} else _one_for_all_note(wanted, "selectively")
+        if modules is not None and not modules:  # nothing of the stack's modules applies
+            return [], None
+        flags: list[Flag] = [("--recompute-granularity", "selective")]
+        if modules:
+            flags.append(("--recompute-modules", " ".join(modules)))
         return flags, note
-    return [], None  # unreachable: modes is non-empty
+    # One K for every stage: the largest planned count, and every layer of a selective stage
+    # (block recompute of fewer layers would keep more than selective keeps).
+    selective = [
+        plan.chunk_layers[c]
+        for i, r in enumerate(plan.recompute)
+        if r.mode == "selective"
+        for c in plan.chunks_of(i)
+    ]
+    k = max([*counts, *selective])
+    flags = [
+        ("--recompute-granularity", "full"),
+        ("--recompute-method", "block"),
+        ("--recompute-num-layers", str(k)),
+    ]
+    exact = modes == {"full"} and all(
+        r.mode == "full" and (r.num_layers == k or _covers(plan, i, r.num_layers, k))
+        for i, r in enumerate(plan.recompute)
+    )
+    return flags, None if exact else _one_for_all_note(wanted, f"{k} layers per chunk in full")
+
+
+def _one_for_all_note(wanted: str, done: str) -> str:
+    return (
+        f"# autopar: the plan recomputes per stage ({wanted}); Megatron-LM takes one "
+        f"--recompute-granularity and one --recompute-num-layers for every stage "
+        f"(transformer_config.py), so every stage recomputes {done} here: safe on memory, "
+        "slower than planned"
+    )
 
 
 def _covers(plan: StagePlan, stage: int, planned: int, k: int) -> bool:
     """``K`` recomputes the same layers as ``planned`` on ``stage`` (every chunk is already
     fully recomputed)."""
     return all(plan.chunk_layers[c] <= planned for c in plan.chunks_of(stage)) and planned <= k
-
-
-def megatron_plan_args(args: str, plan: StagePlan, *, num_mtp_layers: int = 0) -> str:
-    """Megatron-LM arguments ``args`` (one line of ``--flag value`` pairs) with the pipeline
-    split and recompute flags replaced by those of ``plan``."""
-    kept = []
-    for part in ("\n" + args).split(" --")[0:]:
-        part = part.strip()
-        if not part:
-            continue
-        flag = part if part.startswith("--") else f"--{part}"
-        if flag.split()[0] not in REPLACED_FLAGS:
-            kept.append(flag)
-    flags, note = recompute_flags(plan)
-    layout = layout_string(plan, num_mtp_layers=num_mtp_layers)
-    kept += [f'--pipeline-model-parallel-layout "{layout}"', *flags]
-    line = " ".join(kept)
-    return f"{note}\n{line}" if note else line
-
-
-def refuse(fmt: str) -> InputError:
-    return InputError(
-        "cannot express a per-stage pipeline plan (layers per chunk, recompute per stage); "
-        "use --format megatron, json or table, or --pipeline-plan uniform",
-        source=f"--format {fmt}",
-        field="pipeline plan",
-    )

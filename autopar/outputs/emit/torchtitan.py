@@ -24,7 +24,13 @@ from typing import Any
 
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
-from autopar.outputs.emit.common import layout_of, refuse, virtual_stage_layers
+from autopar.outputs.emit.common import (
+    checkpoint_interval_of,
+    layout_of,
+    refuse,
+    refuse_megatron_only,
+    virtual_stage_layers,
+)
 
 TORCHTITAN_TARGET = "torchtitan 0.3.0"
 TORCHTITAN_02_TARGET = "torchtitan 0.2.2"
@@ -143,6 +149,13 @@ def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) ->
     """0.2 allows etp = 1 or tp and always pairs TP with SP; 0.3 has etp = 1 (no expert TP:
     EP borrows FSDP and TP ranks, ``config/configs.py:279``) and an SP switch.
     Both reduce gradients in FP32 only (``mixed_precision_reduce: Literal["float32"]``)."""
+    where = (
+        " (0.2.2 has float8 and mx converters only, components/quantization/)"
+        if fmt == "torchtitan-0.2"
+        else ": torchtitan 0.3 sets it in a config_registry function (NVFP4LinearConverter, "
+        "components/quantization/nvfp4.py)"
+    )
+    refuse_megatron_only(fmt, problem, nvfp4=where)
     if problem.training.grad_precision == "bf16":
         raise refuse(
             fmt,
@@ -265,7 +278,31 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
     if lay.recompute == "selective":
         ac["selective_ac_option"] = "op"
     sections["activation_checkpoint"] = ac
+    checkpoint = _checkpoint(item, problem, "torchtitan-0.2")
+    if checkpoint:
+        sections["checkpoint"] = checkpoint
     return sections
+
+
+def _checkpoint(item: Estimate | Layout, problem: Problem, fmt: str) -> dict[str, Any]:
+    """``checkpoint.interval`` (the goodput-optimal one) and ``checkpoint.async_mode``
+    (``components/checkpointer/dcp.py`` L116); DCP always spreads the shards, so the
+    first-replica save has no torchtitan spelling."""
+    stack = problem.training.stack
+    if not stack.ckpt_fully_parallel_save:
+        raise refuse(
+            fmt,
+            "the first-replica checkpoint save (torchtitan's DCP writes every shard once, "
+            "spread over its holders)",
+            "drop --no-ckpt-fully-parallel-save, or use --format megatron",
+        )
+    out: dict[str, Any] = {}
+    interval = checkpoint_interval_of(item)
+    if interval is not None:
+        out["interval"] = interval
+    if stack.async_checkpoint:
+        out["async_mode"] = "async"
+    return out
 
 
 def _toml_value(value: Any) -> str:
@@ -320,6 +357,8 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
             args += [f"--{section}.{key}", str(value)]
     if lay.tp > 1 and not lay.sequence_parallel:
         args.append("--parallelism.no-enable-sequence-parallel")
+    for key, value in _checkpoint(item, problem, fmt).items():
+        args += [f"--checkpoint.{key}", str(value)]
     if lay.pp > 1 or lay.ep > 1:
         args.append("--training.disable-cuda-graphs")
     args.append(f"activation_checkpoint:{lay.recompute}")

@@ -1,0 +1,187 @@
+"""The per-stage search's answer as the uniform search's types (``SolveResult`` with
+``Estimate`` layouts and an ``Explanation``): the ``top`` best outer layouts with their plans,
+the best even splits checked by the simulated schedule, the notes, and why nothing fits.
+
+The search ranks plans by the schedule's closed form, exact only for equal stages; the
+estimates are the schedule simulated (``autopar.costs.stage_estimate``). So the answer is the
+fastest by the simulation among the search's plans and the best even splits (one recompute on
+every stage, the plans Megatron runs by default), and the notes say what was proven for which
+number.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from autopar.base.axes import GRID_AXES
+from autopar.costs.stage_estimate import estimate_plan, with_plan_recompute
+from autopar.costs.stage_figures import stage_figures
+from autopar.costs.terms import CostModel, TermContext
+from autopar.inputs.specs import GIB, Problem
+from autopar.layout.plan import Estimate, Layout
+from autopar.layout.results import Explanation, NearestMiss, SolveResult
+from autopar.layout.stages import StagePlan, even_plan
+from autopar.pipeline.candidates import Candidates, allowed_modes, uniform_recomputes
+from autopar.pipeline.encoding import shapes_of
+from autopar.pipeline.search import StageSolution, solve_stages_top
+
+EVEN_ALTERNATIVES = 4
+"""How many of the best even-split plans (by the formula) ``solve_result`` simulates."""
+
+
+def solve_result(
+    problem: Problem,
+    ctx: TermContext,
+    cost_model: CostModel,
+    *,
+    time_limit_s: float,
+    num_workers: int,
+    top: int = 1,
+) -> SolveResult:
+    """``solve_stages_top`` as a ``SolveResult`` (the ``top`` best distinct outer layouts, each
+    with its best plan, best first by the simulated schedule), with an explanation naming the
+    stage that cannot fit when nothing does."""
+    start = time.perf_counter()
+    solutions = solve_stages_top(
+        problem, ctx, cost_model, top=top, time_limit_s=time_limit_s, num_workers=num_workers
+    )
+    solution = solutions[0]
+    notes = [
+        f"per-stage plan: {solution.rows_kept} of {solution.rows_total} outer layouts left "
+        f"after the bounds; model built in {solution.build_s:.2f} s, searched in "
+        f"{solution.solve_s:.2f} s",
+    ]
+    if solution.plan is None:
+        return SolveResult(
+            status=solution.status,
+            solve_time_s=time.perf_counter() - start,
+            layouts=(),
+            explanation=explain(solution, ctx),
+            num_workers=num_workers,
+            notes=tuple(notes),
+        )
+    found = [s for s in solutions if s.plan is not None]
+    if len(found) > 1:
+        statuses = ", ".join(s.status for s in found[1:])
+        notes.append(f"runners-up: the best per-stage plan of each next outer layout ({statuses})")
+    if len(found) < top:
+        why = "the time limit ran out" if solutions[-1].status == "unknown" else "no more fit"
+        notes.append(f"{len(found)} of the {top} layouts asked for: {why}")
+    layouts = [estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search") for s in found]
+    evens = [
+        estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
+        for layout, plan in even_alternatives(solution.candidates, problem)
+    ]
+    notes += schedule_notes(solution.status, layouts[0], evens)
+    if evens and min(e.step_time_s for e in evens) < layouts[0].step_time_s:
+        layouts.append(min(evens, key=lambda e: e.step_time_s))
+    # Best first by the simulated schedule (the search found them by the formula).
+    layouts.sort(key=lambda e: e.step_time_s)
+    return SolveResult(
+        status=solution.status,
+        solve_time_s=time.perf_counter() - start,
+        layouts=tuple(layouts),
+        best_bound_step_time_s=solution.bound_s,
+        num_workers=num_workers,
+        notes=tuple(notes),
+    )
+
+
+def even_alternatives(
+    cand: Candidates, problem: Problem, *, count: int = EVEN_ALTERNATIVES
+) -> list[tuple[Layout, StagePlan]]:
+    """The ``count`` best outer layouts run with the even split and one recompute on every
+    stage (the uniform plans Megatron runs by default), ranked by the schedule formula: the
+    alternatives ``solve_result`` simulates next to the per-stage optimum."""
+    num_layers = problem.model.num_layers
+    found: list[tuple[float, int, StagePlan]] = []
+    for shape, index in shapes_of(cand.grid).items():
+        p, v = shape.pp, shape.vpp
+        sub, m = cand.costs.take(index), cand.grid["grad_accum"][index]
+        for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
+            plan = even_plan(num_layers, p, v, rec)
+            figures = stage_figures(plan, sub, m, schedule=shape.schedule)
+            fits = figures.memory_bytes.max(axis=1) <= cand.ctx.capacity_bytes
+            step = np.where(fits, figures.step_time_s, np.inf)
+            for j in np.argsort(step)[:count]:
+                if np.isfinite(step[j]):
+                    found.append((float(step[j]), int(index[j]), plan))
+    best: dict[int, tuple[float, StagePlan]] = {}
+    for step, row, plan in sorted(found, key=lambda f: f[0]):
+        best.setdefault(row, (step, plan))
+    out = []
+    for row, (_, plan) in list(best.items())[:count]:
+        layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
+        out.append((with_plan_recompute(layout, plan), plan))
+    return out
+
+
+def schedule_notes(status: str, best: Estimate, evens: Sequence[Estimate]) -> list[str]:
+    """What the search proved and what the simulated schedule gives: the search ranks plans by
+    the schedule formula (``autopar.costs.stage_figures.pipeline_time_s``), exact only for equal
+    stages; the estimates are Megatron's schedule simulated (``autopar.costs.schedule``)."""
+    proof = "proven optimal" if status == "optimal" else status
+    formula = best.per_stage.formula_step_time_s
+    notes = [
+        f"ranked by the schedule formula ({proof} for it): {formula:.3f} s; "
+        f"Megatron's schedule simulated: {best.step_time_s:.3f} s"
+    ]
+    if not evens:
+        return notes
+    even = min(evens, key=lambda e: e.step_time_s)
+    gain = even.step_time_s / best.step_time_s - 1.0
+    if gain < 0:
+        notes.append(
+            f"the even split of {even.layout.text()} simulates faster, {even.step_time_s:.3f} s "
+            f"({-gain:.1%}): returned first; the per-stage plan's gain by the formula does not "
+            "hold in the simulated schedule"
+        )
+    else:
+        notes.append(
+            f"the best even split simulated ({even.layout.text()}): {even.step_time_s:.3f} s; "
+            f"the per-stage plan is {gain:.1%} faster by the simulation"
+        )
+    return notes
+
+
+def explain(solution: StageSolution, ctx: TermContext) -> Explanation:
+    """Why no per-stage plan fits: the outer layout and plan whose fullest stage comes closest,
+    which stage that is, and what it would need."""
+    cand = solution.candidates
+    if solution.status == "unknown":
+        return Explanation.time_ran_out()
+    if cand is None or not len(cand.peak_bytes):
+        return Explanation(
+            summary="the layout rules leave no outer layout (see the uniform explanation)"
+        )
+    capacity = float(ctx.cluster.usable_memory_bytes)
+    row = int(np.argmin(cand.peak_bytes))
+    plan = cand.peak_plans[row]
+    layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
+    shape = next(iter(shapes_of(cand.grid, np.array([row]))))
+    figures = stage_figures(
+        plan, cand.costs.take(np.array([row])), cand.grid["grad_accum"][row : row + 1],
+        schedule=shape.schedule,
+    )  # fmt: skip
+    stage = int(np.argmax(figures.memory_bytes[0]))
+    need = float(figures.memory_bytes[0, stage])
+    flights = sum(shape.schedule.in_flight(plan.pp, plan.vpp, int(layout.grad_accum), stage))
+    summary = (
+        f"no per-stage plan fits: at best (layout {with_plan_recompute(layout, plan).text()}, "
+        f"{plan.recompute[stage].text()} "
+        f"recompute on every stage) stage {stage} of {plan.pp} holds "
+        f"{plan.stage_layers(stage)} layers and {flights} chunk micro-batches in flight "
+        f"and needs {need / GIB:.1f} GiB, "
+        f"{(need - capacity) / GIB:.1f} GiB over the {capacity / GIB:.1f} GiB capacity"
+    )
+    miss = NearestMiss(
+        min_memory_bytes=need,
+        capacity_bytes=capacity,
+        layout=with_plan_recompute(layout, plan).to_dict(),
+        stage=stage,
+        stage_layers=plan.stage_layers(stage),
+    )
+    return Explanation(summary=summary, nearest_miss=miss)

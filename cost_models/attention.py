@@ -1,0 +1,114 @@
+"""The attention core of one layer on one rank: fused (FlashAttention / cuDNN, scores kept on
+chip) or unfused (scores materialised in HBM), forward; the backward is a multiple of it
+(``FLASH_BACKWARD_SLOWDOWN``, applied by the caller).
+
+The fused forward does two GEMMs per block (``S = Q K^T``, ``O = P V``) with a softmax between
+them: one exponential per score element. On Blackwell the exponentials, not the tensor cores,
+set its pace: the special-function units run 16 ``ex2`` per clock per SM, as on Hopper, while
+the tensor cores doubled (FlashAttention-4, Zadouri et al. 2026, arXiv 2603.05451, "feeds and
+speeds" of B200: the forward is bound by the exponential unit, the backward by shared memory).
+So a block's forward time is the larger of its GEMM time and its exponential time
+(``GpuSpec.attention_exp_per_s``: 5 TeraExponentials/s on Blackwell, 10.7 on Blackwell Ultra),
+plus the HBM traffic of Q, K, V and O. On Hopper and earlier the GEMMs are the larger.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autopar.costs.terms import TermContext
+from autopar.inputs.specs import ModelSpec
+from cost_models.gemm import (
+    BYTES_BF16,
+    gemm_dtype,
+    gemm_efficiency,
+    gemm_time_s,
+    memory_time_s,
+    peak_of,
+    shape_factor,
+)
+
+FLASH_BACKWARD_SLOWDOWN = 1.15
+"""Flash-attention backward runs at lower FLOP/s than its forward: FlashAttention-2 paper
+(Dao 2023) reports up to 73% of A100 peak forward and 63% backward (ratio 1.16)."""
+BLACKWELL_BACKWARD_SLOWDOWN = 2.0
+"""The same on Blackwell (and Blackwell Ultra), where the fused-attention backward is bound by
+shared memory, whose bandwidth (128 B per clock per SM) did not grow with the tensor cores
+(FlashAttention-4, arXiv 2603.05451: "the main performance bottleneck lies ... in the
+shared-memory traffic during the BWD computation"). The factor is fitted on the dense Blackwell
+rows, jointly with the GPUs' GEMM efficiencies (``benchmarks/fit_blackwell.py`` scans it): with
+Hopper's 1.15 the attention-heavy Llama 3 8B and 70B rows and the GEMM-heavy 405B rows need
+GEMM efficiencies 15% apart on one GPU; at 2.0 one efficiency per GPU fits all three (largest
+dense |error| 14.7% -> 11.7%)."""
+BACKWARD_SLOWDOWN: dict[str, float] = {
+    "blackwell": BLACKWELL_BACKWARD_SLOWDOWN,
+    "blackwell-ultra": BLACKWELL_BACKWARD_SLOWDOWN,
+}
+
+
+def backward_slowdown(ctx: TermContext) -> float:
+    """How much slower per FLOP the fused-attention backward runs than its forward on the GPU."""
+    return BACKWARD_SLOWDOWN.get(ctx.cluster.gpu.generation, FLASH_BACKWARD_SLOWDOWN)
+
+
+SCORE_ELEMENTWISE_BYTES = 9.0
+"""Bytes per attention-score element, forward, when scores are materialised (no flash
+attention), outside the two batched GEMMs: scaled-masked softmax read 2 + write 2, dropout read 2
++ write 2 + mask 1 (Megatron's fused softmax path). The GEMMs' own score write and probability
+read (2 + 2) are their operand traffic in ``gemm_time_s``; counting them here too (13 B) made
+every unfused-attention run slower by up to 12% (the 1.7B row of Narayanan Table 1)."""
+EXP_EFFICIENCY = 0.48
+"""Fraction of the exponential units' rate a fused-attention forward sustains, from one
+published kernel benchmark, not fitted on training runs: FlashAttention-4 reaches 1,613
+TFLOP/s on B200 (BF16, head dim 128) and is "up to 1.3x faster than cuDNN 9.13" (arXiv
+2603.05451 abstract), so cuDNN, the fused attention Transformer Engine runs, sustains about
+1,240 TFLOP/s; at 4 x 128 FLOPs per score element that is 2.4e12 elements/s, 0.48 of B200's
+5e12 exponentials/s."""
+
+
+def flash_block_time_s(
+    queries: np.ndarray, keys: np.ndarray, head_dim: float, *, ctx: TermContext, dtype: str
+) -> np.ndarray:
+    """One head's fused attention over a ``queries x keys`` block, forward, as the time of one
+    ``(q x d) @ (d x k)`` GEMM (both GEMMs of the block, half of each when causal): the FLOPs at
+    the GEMM efficiency of those shapes or, when slower, the ``q*k/2`` exponentials at
+    ``EXP_EFFICIENCY`` of the GPU's rate (module docstring); plus HBM traffic of Q, O (``q*d``)
+    and K, V (``k*d``) only. The ``q x k`` scores stay in on-chip memory (Dao et al. 2022,
+    FlashAttention §3.1), so unlike ``gemm_time_s`` no output of ``q*k`` elements is written."""
+    q, k = (np.asarray(x, dtype=np.float64) for x in (queries, keys))
+    rate = peak_of(ctx, dtype) * gemm_efficiency(ctx, dtype=dtype) * shape_factor(q, k, head_dim)
+    mma = 2.0 * q * k * head_dim / rate
+    exp_per_s = ctx.cluster.gpu.attention_exp_per_s
+    if exp_per_s is not None:
+        mma = np.maximum(mma, 0.5 * q * k / (exp_per_s * EXP_EFFICIENCY))
+    traffic = BYTES_BF16 * head_dim * (q + k)
+    return mma + memory_time_s(traffic, ctx)
+
+
+def attention_core_time_s(
+    model: ModelSpec,
+    *,
+    tokens: np.ndarray,
+    seq_len: int,
+    tp: np.ndarray,
+    mbs: np.ndarray,
+    flash_attention: bool,
+    ctx: TermContext,
+    head_dim: float | None = None,
+) -> np.ndarray:
+    """Forward of the attention core of one layer on one rank (``tokens = mbs*s/cp`` queries
+    against ``seq_len`` keys, ``heads/tp`` heads). Flash attention skips the masked half of a
+    causal score matrix and never writes it; the unfused path computes it all and runs the
+    softmax / dropout over it in HBM. ``head_dim`` overrides ``kv_channels`` (MLA: the mean of
+    the score and value head sizes)."""
+    d = head_dim or model.kv_channels
+    heads = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
+    queries = tokens / mbs
+    batch = mbs * heads
+    dtype = gemm_dtype(ctx, "attention")
+    if flash_attention:
+        # Two GEMMs of 2*q*s*d each, causal: half of both.
+        return batch * flash_block_time_s(queries, seq_len, d, ctx=ctx, dtype=dtype)
+    one = gemm_time_s(queries, seq_len, d, ctx=ctx, dtype=dtype, measured_ok=False)
+    scores = memory_time_s(SCORE_ELEMENTWISE_BYTES * batch * queries * seq_len, ctx)
+    return 2.0 * batch * one + scores

@@ -1,0 +1,186 @@
+"""Blackwell and MI3xx GPUs, NVFP4 and MXFP8, CUDA graphs, CPU activation offloading and the
+selective recompute modules (issue 20): the presets hold their datasheet figures, each precision
+runs only where its tensor cores exist, and each switch changes what it should."""
+
+from __future__ import annotations
+
+import pytest
+
+import autopar
+from autopar.api import make_context
+from autopar.base.errors import InputError
+from autopar.inputs.loading import load_gpu
+from cost_models.attention import attention_core_time_s
+
+TFLOP = 1e12
+GIB = 2**30
+
+PRESETS = {
+    # name: generation, dense BF16 / FP8 / FP4 TFLOP/s, memory GiB as the runtime reports it
+    "b200": ("blackwell", 2250, 4500, 9000, 179.1),
+    "b300": ("blackwell-ultra", 2250, 4500, 13500, 268.6),
+    "gb200-nvl72": ("blackwell", 2500, 5000, 10000, 185.0),
+    "gb300-nvl72": ("blackwell-ultra", 2500, 5000, 15000, 277.5),
+    "mi325x": ("cdna3", 1307.4, 2614.9, None, 255.7),
+    "mi350x": ("cdna4", 2306.9, 4613.7, 9227.5, 287.7),
+    "mi355x": ("cdna4", 2516.6, 5033.2, 10066.3, 287.7),
+}
+LLAMA_70B = dict(model="llama-3-70b", gpus=64, seq_len=8192, global_batch=256)
+LAYOUT_70B = dict(tp=2, pp=4, vpp=5, mbs=1, recompute="none", zero=1)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_hold_their_datasheet_figures(name: str) -> None:
+    generation, bf16, fp8, fp4, memory = PRESETS[name]
+    gpu = load_gpu(name)
+    assert gpu.generation == generation
+    assert gpu.peak_bf16_flop_per_s == pytest.approx(bf16 * TFLOP)
+    assert gpu.peak_fp8_flop_per_s == pytest.approx(fp8 * TFLOP)
+    assert (gpu.peak_fp4_flop_per_s or None) == (fp4 and pytest.approx(fp4 * TFLOP))
+    assert gpu.memory_bytes / GIB == pytest.approx(memory, abs=0.1)
+    assert gpu.gpus_per_node == (72 if name.startswith("gb") else 8)
+    assert gpu.runs("nvfp4") == generation.startswith("blackwell")
+    assert gpu.runs("mxfp8") == (generation != "cdna3")
+
+
+def test_nvfp4_runs_on_blackwell_only() -> None:
+    autopar.make_problem(**LLAMA_70B, gpu="gb200-nvl72", precision="nvfp4")
+    for gpu, generation in (("h100", "hopper"), ("mi355x", "cdna4"), ("a100", "ampere")):
+        with pytest.raises(InputError, match=generation) as error:
+            autopar.make_problem(**LLAMA_70B, gpu=gpu, precision="nvfp4")
+        assert error.value.source == "--precision"
+    autopar.make_problem(**LLAMA_70B, gpu="mi355x", precision="fp8", fp8_recipe="mxfp8")
+    with pytest.raises(InputError, match="mxfp8"):
+        autopar.make_problem(**LLAMA_70B, gpu="mi325x", precision="fp8", fp8_recipe="mxfp8")
+
+
+def test_each_lower_precision_is_faster_and_keeps_smaller_copies() -> None:
+    """Same layout on GB200: NVFP4 < FP8 < BF16 in step time and in saved activations (FP4
+    copies are 0.5625 B per element, FP8 1 B); the inputs say which GEMMs run in FP4."""
+    runs = {
+        p: autopar.evaluate(**LLAMA_70B, **LAYOUT_70B, gpu="gb200-nvl72", precision=p)
+        for p in ("bf16", "fp8", "nvfp4")
+    }
+    steps = [runs[p].step_time_s for p in ("bf16", "fp8", "nvfp4")]
+    assert steps == sorted(steps, reverse=True)
+    assert 1.15 < steps[1] / steps[2] < 1.8  # NVFP4 over FP8 end to end (rows: 1.3-1.5x)
+    saved = [runs[p].memory_bytes["activations"] for p in ("bf16", "fp8", "nvfp4")]
+    assert saved == sorted(saved, reverse=True)
+    assert runs["nvfp4"].inputs["low_precision_gemms"]["qkv"] == "fp4"
+
+
+def test_mxfp8_runs_a_few_percent_behind_tensor_wise_fp8() -> None:
+    """The Megatron-Bridge tables' MXFP8 / FP8-CS pairs: 3.6-5.6% slower at the same layout."""
+    current, mxfp8 = (
+        autopar.evaluate(
+            **LLAMA_70B, **LAYOUT_70B, gpu="b200", precision="fp8", fp8_recipe=r
+        ).step_time_s
+        for r in ("current", "mxfp8")
+    )
+    assert 1.01 < mxfp8 / current < 1.10
+
+
+def _attention(gpu: str, head_dim: int) -> float:
+    """Seconds per FLOP of one layer's fused attention forward at ``head_dim`` (8k tokens)."""
+    problem = autopar.make_problem(model="llama-3-8b", gpus=8, gpu=gpu)
+    model = problem.model
+    seconds = attention_core_time_s(
+        model,
+        tokens=8192.0,
+        seq_len=8192,
+        tp=1.0,
+        mbs=1.0,
+        flash_attention=True,
+        ctx=make_context(problem),
+        head_dim=head_dim,
+    )
+    flop = 2.0 * 8192 * 8192 * head_dim * model.num_attention_heads  # causal: half of 4 q k d
+    return float(seconds) / flop
+
+
+def test_fused_attention_forward_is_bound_by_exponentials_on_blackwell() -> None:
+    """On B200 the exponentials set the forward's pace (FlashAttention-4): halving the head size
+    halves the FLOPs per exponential, so the time per FLOP rises; Blackwell Ultra's doubled
+    exponential rate makes the same attention faster at the same tensor-core peak."""
+    assert _attention("b200", 64) > 1.5 * _attention("b200", 128)
+    assert _attention("b300", 128) < _attention("b200", 128)
+    assert _attention("h100", 64) == pytest.approx(_attention("h100", 128), rel=0.25)
+
+
+QWEN = dict(
+    model="qwen3-30b-a3b", gpus=8, gpu="b200", seq_len=4096, global_batch=64, precision="bf16"
+)
+QWEN_LAYOUT = dict(tp=1, pp=1, ep=8, mbs=1, recompute="none", zero=1)
+
+
+def test_cuda_graphs_remove_the_moe_host_overhead() -> None:
+    plain = autopar.evaluate(**QWEN, **QWEN_LAYOUT)
+    graphed = autopar.evaluate(**QWEN, **QWEN_LAYOUT, cuda_graphs="layers")
+    micro = 64 // 8
+    saved = plain.step_time_s - graphed.step_time_s
+    assert saved == pytest.approx(48 * micro * 2e-3, rel=0.05)  # 1 ms forward + 1 ms backward
+
+
+def test_per_layer_graphs_refuse_full_recompute() -> None:
+    with pytest.raises(InputError, match="CUDA graphs"):
+        autopar.evaluate(**QWEN, **{**QWEN_LAYOUT, "recompute": "full"}, cuda_graphs="layers")
+    autopar.evaluate(**QWEN, **{**QWEN_LAYOUT, "recompute": "full"}, cuda_graphs="full")
+
+
+FSDP_70B = dict(
+    model="llama-3-70b",
+    gpus=64,
+    gpu="gb200-nvl72",
+    seq_len=8192,
+    global_batch=128,
+    stack="megatron-bridge-25.09",
+)
+
+
+def test_offloading_moves_activations_to_the_host() -> None:
+    """Llama 3 70B FSDP at TP 1 on GB200 as Megatron-Bridge runs it (40 of 80 layers' activations
+    on the host over NVLink-C2C): half the activations, an exposed host-transfer term."""
+    layout = dict(tp=1, pp=1, mbs=2, recompute="none", zero=3)
+    kept = autopar.evaluate(**FSDP_70B, **layout, precision="fp8")
+    moved = autopar.evaluate(**FSDP_70B, **layout, precision="fp8", cpu_offload_layers=40)
+    ratio = moved.memory_bytes["activations"] / kept.memory_bytes["activations"]
+    assert 0.45 < ratio < 0.6
+    assert moved.time_s["offload"] > 0.0 == kept.time_s.get("offload", 0.0)
+    assert moved.fits and not kept.fits
+
+
+def test_offloading_keeps_the_search_to_pp_1_without_recompute() -> None:
+    result = autopar.solve(**FSDP_70B, precision="fp8", cpu_offload_layers=20, top=5, time_limit=30)
+    assert result.layouts
+    for estimate in result.layouts:
+        assert estimate.layout.pp == 1 and estimate.layout.recompute == "none"
+
+
+def test_offloading_every_layer_is_refused() -> None:
+    with pytest.raises(InputError, match="80 layers"):
+        autopar.make_problem(**FSDP_70B, cpu_offload_layers=80)
+
+
+GPT_OSS = dict(
+    model="gpt-oss-120b", gpus=64, gpu="b200", seq_len=4096, global_batch=1280, precision="bf16"
+)
+
+
+def test_recompute_modules_fit_gpt_oss_at_ep8_on_b200() -> None:
+    """Megatron-Bridge's B200 recipe recomputes the norms and the experts' activation
+    (``recompute_modules: [layernorm, moe_act]``): that is how GPT-OSS 120B fits at EP 8."""
+    layout = dict(tp=1, pp=1, ep=8, mbs=4, recompute="selective", zero=1)
+    stack = dict(stack="megatron-bridge-25.09", optimizer_state_dtype="bf16")
+    core = autopar.evaluate(**GPT_OSS, **layout, **stack)
+    modules = autopar.evaluate(**GPT_OSS, **layout, **stack, recompute_modules="layernorm,moe_act")
+    assert modules.fits and not core.fits
+    saved = core.memory_bytes["activations"] - modules.memory_bytes["activations"]
+    assert 15 * GIB < saved < 25 * GIB
+
+
+def test_a_blackwell_step_time_carries_its_class_band() -> None:
+    estimate = autopar.evaluate(**LLAMA_70B, **LAYOUT_70B, gpu="gb200-nvl72", precision="nvfp4")
+    band = estimate.error_band
+    assert band["class"] == "blackwell nvfp4 dense" and band["few_runs"]
+    low, high = estimate.step_time_range_s
+    assert low < estimate.step_time_s < high
