@@ -18,6 +18,7 @@ from typing import Any
 from autopar.base.axes import GIVEN_AXES
 from autopar.base.errors import InputError, excerpt
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives, collective_sources
+from autopar.costs.error_bands import BANDED_COST_MODELS, band_of
 from autopar.costs.estimate import estimate
 from autopar.costs.goodput import overhead_factor
 from autopar.costs.plugin import load_cost_model
@@ -28,18 +29,21 @@ from autopar.inputs.problem import (
     DEFAULT_GLOBAL_BATCH_TOKENS,
     DEFAULT_SEQ_LEN,
     build_problem,
+    check_keywords,
     make_problem,
 )
 from autopar.inputs.specs import Problem
 from autopar.layout.alternatives import Optimum
+from autopar.layout.coverage import coverage
 from autopar.layout.given import check_pipeline_plan, layout_of, plan_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.results import OBJECTIVES, Explanation, SolveResult
+from autopar.layout.results import OBJECTIVES, PREFER, Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
 from autopar.search.alternatives import find_alternatives, find_optimum
 from autopar.search.explain import explain_infeasible
-from autopar.search.solver import solve_space
+from autopar.search.notes import default_batch_note
+from autopar.search.solver import sized_time_limit_s, solve_space
 
 __all__ = [
     "DEFAULT_GLOBAL_BATCH_TOKENS",
@@ -88,20 +92,25 @@ def solve_problem(
     problem: Problem,
     *,
     top: int = 1,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
     alternatives: bool = False,
     objective: str = "step-time",
     upper_bound_s: float | None = None,
+    prefer: str = "fastest",
 ) -> SolveResult:
     """The provably fastest layout of ``problem`` (and ``top - 1`` runners-up); when nothing
-    fits, the result carries the explanation. ``pipeline_plan="per-stage"`` also chooses the
-    layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``: the
-    ``top`` best distinct outer layouts, each with its best plan). ``alternatives=True`` adds,
-    for a uniform plan, the fastest layout with each axis changed
-    (``autopar.search.alternatives``), within the same ``time_limit``. ``objective="goodput"``
+    fits, the result carries the explanation. The layouts within the cost model's error band of
+    the fastest are marked as ties (``SolveResult.ties``); ``prefer="headroom"`` ranks them
+    first by ``autopar.layout.results.PREFERENCE``. ``pipeline_plan="per-stage"`` also chooses
+    the layers of every pipeline chunk and each stage's recompute (``autopar.pipeline.result``:
+    the ``top`` best distinct outer layouts, each with its best plan; the best uniform layout
+    is the answer when the limit strikes before any plan). ``alternatives=True`` adds, for a
+    uniform plan, the fastest layout with each axis changed (``autopar.search.alternatives``),
+    within the same ``time_limit``. ``time_limit`` covers the whole solve; ``None`` sizes it
+    from the problem (``autopar.search.solver.sized_time_limit_s``). ``objective="goodput"``
     minimises the expected time per useful step under the cluster's failure model instead
     (``autopar.costs.goodput``); ``upper_bound_s`` keeps only layouts whose objective is at
     most that (a caller's incumbent: ``infeasible`` then means none is as good)."""
@@ -110,63 +119,94 @@ def solve_problem(
     )
     check_pipeline_plan(pipeline_plan)
     check_objective(objective, pipeline_plan)
-    deadline = time.perf_counter() + time_limit
+    check_prefer(prefer)
+    start = time.perf_counter()
     cm = load_cost_model(cost_model)
     factor = overhead_factor(cm) if objective == "goodput" else None
     ctx = make_context(problem)
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
-    if pipeline_plan == "per-stage":
-        from autopar.pipeline.result import solve_result
-
-        result = solve_result(
-            problem, ctx, cm, time_limit_s=time_limit, num_workers=num_workers or 1, top=top
-        )
-        explanation = result.explanation
-        if result.status == "infeasible" and not (explanation and explanation.nearest_miss):
-            # no outer layout at all: the rules conflict, which the uniform explanation names
-            space = build_space(problem)
-            explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
-        return dataclasses.replace(result, inputs=inputs, explanation=explanation)
     space = build_space(problem)
-    left_s = max(0.0, deadline - time.perf_counter())  # the limit covers the set-up too
+    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
     result = solve_space(
         space,
         ctx,
         cm,
         top_k=top,
-        time_limit_s=left_s,
+        time_limit_s=left,
         num_workers=num_workers,
         time_factor=factor,
         upper_bound_s=upper_bound_s,
+        coverage=coverage(problem, space),
+        band=band_of(problem) if cm.name in BANDED_COST_MODELS else None,
+        prefer=prefer,
     )
+    limit = time_limit if time_limit is not None else sized_time_limit_s(_layouts(result))
+    deadline = start + limit
+    if pipeline_plan == "per-stage":
+        result = _per_stage(
+            problem, ctx, cm, result, top=top, deadline=deadline, workers=num_workers
+        )
+    note = default_batch_note(problem, result.best.layout if result.layouts else None)
+    if note and (result.layouts or result.status == "infeasible"):
+        result = dataclasses.replace(result, notes=(*result.notes, note))
     result = dataclasses.replace(result, inputs=inputs)
-    if alternatives and result.layouts:
+    if alternatives and result.layouts and pipeline_plan == "uniform":
         why = find_alternatives(
             space, ctx, cm, result.best, deadline=deadline, num_workers=num_workers
         )
         result = dataclasses.replace(result, alternatives=why)
     if result.status == "infeasible" and upper_bound_s is not None:
         return result  # nothing as good as the bound: the caller knows why
-    if result.status == "infeasible":
-        explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
-    elif result.status == "unknown":
-        explanation = Explanation.time_ran_out()
-    else:
+    if result.status == "unknown":
+        return dataclasses.replace(result, explanation=Explanation.time_ran_out())
+    if result.status != "infeasible" or (result.explanation and result.explanation.nearest_miss):
         return result
+    # no layout at all, or no per-stage outer layout: the uniform explanation names what binds
+    explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     return dataclasses.replace(result, explanation=explanation)
+
+
+def _layouts(result: SolveResult) -> int:
+    return (result.proof.layouts or 0) if result.proof else 0
+
+
+def _per_stage(problem, ctx, cm, uniform: SolveResult, *, top, deadline, workers) -> SolveResult:
+    """The per-stage search with the time left; when it ends without a plan, the best uniform
+    layout (its even split) is the answer, status ``feasible``, and the notes say so."""
+    from autopar.pipeline.result import solve_result
+
+    left = max(0.0, deadline - time.perf_counter())
+    result = solve_result(problem, ctx, cm, time_limit_s=left, num_workers=workers or 1, top=top)
+    if result.status != "unknown" or not uniform.layouts:
+        return result
+    note = (
+        "the time limit struck before the per-stage search found a plan: this is the best "
+        "uniform layout, with Megatron's split on every stage; raise --time-limit"
+    )
+    return dataclasses.replace(uniform, status="feasible", notes=(*uniform.notes, note))
+
+
+def check_prefer(prefer: object) -> None:
+    if prefer not in PREFER:
+        raise InputError(
+            f"must be one of {', '.join(PREFER)}, got {excerpt(prefer)}", source="--prefer"
+        )
 
 
 def check_solve_options(
     *, top: object, time_limit: object, num_workers: object
-) -> tuple[int, float, int | None]:
+) -> tuple[int, float | None, int | None]:
     """``--top``, ``--time-limit`` (>= 0 and finite: NaN or a negative limit is an error, never
     "the time limit ran out") and ``--num-workers``, against their documented maxima; returned
-    as an int, a float and an int (or None), whatever numeric type they were given in."""
+    as an int, a float (or None: sized from the problem) and an int (or None), whatever numeric
+    type they were given in."""
     checked_top = bounds.check_int(top, source="--top", maximum=bounds.MAX_TOP)
-    limit = bounds.check_number(
-        time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
-    )
+    limit = None
+    if time_limit is not None:
+        limit = bounds.check_number(
+            time_limit, source="--time-limit", maximum=bounds.MAX_TIME_LIMIT_S, inclusive=True
+        )
     if num_workers is not None:
         num_workers = bounds.check_int(
             num_workers, source="--num-workers", maximum=bounds.MAX_WORKERS
@@ -190,21 +230,36 @@ def check_objective(objective: object, pipeline_plan: str = "uniform") -> None:
         )
 
 
+SOLVE_KEYWORDS: tuple[str, ...] = (
+    "top",
+    "time_limit",
+    "num_workers",
+    "cost_model",
+    "pipeline_plan",
+    "prefer",
+    "alternatives",
+    "objective",
+)
+"""``solve``'s own keywords besides ``make_problem``'s (one vocabulary with the CLI)."""
+
+
 def solve(
     *,
     top: int = 1,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     num_workers: int | None = None,
     cost_model: str | CostModel | None = None,
     pipeline_plan: str = "uniform",
     alternatives: bool = False,
     objective: str = "step-time",
+    prefer: str = "fastest",
     **options: Any,
 ) -> SolveResult:
     """The provably fastest layout (and ``top - 1`` runners-up) for the options of
     ``make_problem``; ``status`` says whether it is proven optimal; ``alternatives=True`` adds
     the fastest layout with each axis changed (``SolveResult.alternatives``);
     ``objective="goodput"`` ranks by the expected time per useful step under failures."""
+    check_keywords(options, own=SOLVE_KEYWORDS)
     return solve_problem(
         make_problem(**options),
         top=top,
@@ -214,6 +269,7 @@ def solve(
         pipeline_plan=pipeline_plan,
         alternatives=alternatives,
         objective=objective,
+        prefer=prefer,
     )
 
 
@@ -265,6 +321,8 @@ def evaluate(
     count and the batch. ``pipeline_plan="per-stage"`` (implied by ``stage_layers`` or
     ``stage_recompute``) scores it with a per-stage plan (``plan_of``)."""
     attrs = {axis.layout_attr for axis in GIVEN_AXES}
+    own = (*attrs, "cost_model", "pipeline_plan", "stage_layers", "stage_recompute")
+    check_keywords(options, own=own)
     values = {k: options.pop(k) for k in list(options) if k in attrs}
     problem = make_problem(**options)
     if stage_layers is not None or stage_recompute is not None:

@@ -72,15 +72,22 @@ BYTES_OPTIMIZER = 12.0
 MEGATRON_ACTIVATION_OVERHEAD = 1.05
 """Megatron ``compute_activation_memory_without_sp``: 5% for temporaries."""
 CUDA_CONTEXT_BYTES = 1.0 * GIB
-"""CUDA context, cuBLAS / cuDNN workspaces and handles (order of 0.5-1 GiB per process)."""
+"""CUDA context with the PyTorch, cuBLAS and cuDNN kernels and workspaces: about 300 MB with lazy
+module loading (the default on Linux since CUDA 12.2), over 1000 MB before CUDA 11.7
+(pytorch/pytorch#107667); cuBLAS workspaces per stream and handle on top."""
 NCCL_BUFFER_BYTES = 1.0 * GIB
-"""NCCL channel buffers of the TP, DP, PP (and CP/EP) communicators (NCCL_BUFFSIZE 4 MiB per
-channel and peer; several communicators)."""
+"""NCCL buffers of the communicators a rank uses (TP, DP, PP, CP, EP groups): linear in the
+channels, more on H100 NVLink than on PCIe (NVIDIA/nccl#986); measured 544 MB per 2-GPU and 688 MB
+per larger group on 4 A100s over NVLink (NVIDIA/nccl#964), a 512 MiB shared network buffer per
+communicator in NCCL 2.28 (NVIDIA/nccl#2363); NVLS buffers more still, which Megatron-Bridge's
+performance recipes switch off (``NCCL_NVLS_ENABLE=0``). 1 GiB is the low end of that evidence:
+the published runs bound the whole reserve (``WorkspaceMemory``)."""
 ALLOCATOR_FRAGMENTATION = 0.03
-"""Share of device memory the PyTorch caching allocator holds but cannot hand out (block
-rounding and split blocks; ``torch.cuda.memory_reserved() - memory_allocated()`` at steady state
-is typically a few percent in Megatron runs). A layout planned to the last GiB runs out of
-memory in practice; for more headroom set ``memory_reserve_gib`` in the cluster file."""
+"""Share of device memory the PyTorch caching allocator holds but cannot hand out. Without
+virtual-memory stitching it averages 15% (up to 33%) on A100-80GB over eight LLMs with
+recompute and ZeRO (GMLake, ASPLOS'24, arXiv 2401.08156); PyTorch's expandable segments, which
+Megatron-Bridge's recipes set (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), map
+segments the same way and leave a few percent. For more headroom set ``--memory-reserve-gib``."""
 LOGITS_BYTES_PER_ELEMENT = 6.0
 """Logits kept for the loss: BF16 output of the output layer and the FP32 softmax that the
 vocab-parallel cross entropy saves for backward (Megatron ``cross_entropy.py``)."""
@@ -568,12 +575,15 @@ class RecomputeWorkspaceMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkspaceMemory:
-    """CUDA context and library workspaces, NCCL buffers and the caching allocator's
-    fragmentation: ``CUDA_CONTEXT_BYTES + NCCL_BUFFER_BYTES + ALLOCATOR_FRAGMENTATION * memory``
-    regardless of the layout (DESIGN §4 "workspace ... allocator fragmentation")."""
+    """The memory a training process holds besides its tensors, kept free on every GPU whatever
+    the layout (DESIGN §4 "workspace ... allocator fragmentation"): ``CUDA_CONTEXT_BYTES +
+    NCCL_BUFFER_BYTES + ALLOCATOR_FRAGMENTATION * memory``, 4.4 GiB on an 80 GB H100. Its own
+    memory category, ``reserve``, shows next to the capacity. The published runs bound it: the
+    tightest, Nemotron-4 340B FP8 at TP 8 PP 8 VP 12 on H100 (NeMo 24.07), leaves 4.7 GiB for it
+    beside its predicted tensors, the next 8.4 GiB (``benchmarks/README.md``, reserve)."""
 
     name: str = "workspace_bytes"
-    category: str = "other"
+    category: str = "reserve"
     depends_on: tuple[str, ...] = ()
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
+from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
 
 BYTES_BF16 = 2.0
@@ -24,21 +25,16 @@ same share as ``data_parallel.DP_OVERLAP_EXPOSED``."""
 
 
 def first_stage_layers(num_layers: int, pp: np.ndarray) -> np.ndarray:
-    """Transformer layers on the first pipeline stage, the most loaded rank for memory. Even
-    split: ``L/pp``. Uneven (``autopar.layout.rules.pipeline_split``): with ``m = ceil(L/pp)`` and
-    ``pp*m - L`` of 1 or 2 the embedding counts as a layer, so the first stage builds ``m - 1``
-    (Megatron ``--account-for-embedding-in-pipeline-split``, transformer_block.py
-    ``get_num_layers_to_build``); with first/last stage counts it holds at most half of what the
-    middle stages leave; with ``pp == 2`` both halves hold ``L/2``."""
-    pp = np.asarray(pp, dtype=np.float64)
-    m = np.ceil(num_layers / pp)
-    extra = pp * m - num_layers
-    rest = num_layers - np.maximum(pp - 2.0, 0.0) * m
-    return np.select(
-        [pp == 1, extra == 0, (extra <= 2) & (pp >= 3), pp >= 3],
-        [float(num_layers), m, m - 1.0, np.floor(rest / 2.0)],
-        default=m,
-    )
+    """Transformer layers on the first pipeline stage, the most loaded rank for memory, in the
+    split autopar plans and launches (``autopar.layout.split.stage_split``): ``L/pp`` when even;
+    one fewer than the middle stages when the embedding takes a layer's slot; the ends' share
+    otherwise."""
+    pp = np.asarray(pp, dtype=np.int64)
+    out = np.zeros(pp.shape, dtype=np.float64)
+    for value in np.unique(pp):
+        if 1 <= value <= num_layers:
+            out[pp == value] = stage_split(num_layers, int(value))[0]
+    return out
 
 
 def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autopar.inputs.specs import ModelSpec
+from autopar.layout.split import stage_split
 
 VOCAB_PAD_MULTIPLE = 128
 """Megatron ``--make-vocab-size-divisible-by`` default (arguments.py); padded to 128 * tp."""
@@ -170,35 +171,18 @@ def dense_layer_params(model: ModelSpec) -> int:
 
 
 def stage_layers(num_layers: int, pp) -> np.ndarray:
-    """Layers on the fullest pipeline stage. Megatron's even split gives ``num_layers / pp``;
-    with an uneven split (``--decoder-first/last-pipeline-num-layers``, allowed by
-    ``SearchOptions.uneven_pipeline``) the middle stages hold ``ceil(num_layers / pp)`` and the
-    first and last stages the rest (``autopar.layout.rules``): the ceiling covers both cases."""
+    """Layers on the fullest pipeline stage: ``ceil(num_layers / pp)`` for every split
+    ``autopar.layout.split.stage_split`` makes (even, account-for, first/last, balanced)."""
     return np.ceil(num_layers / np.asarray(pp, dtype=np.float64))
 
 
 def stage_bounds(num_layers: int, pp: int, *, last_extra_layers: int = 0) -> list[tuple[int, int]]:
-    """``[start, end)`` of each stage's layers, as ``autopar.layout.rules.pipeline_split`` splits
-    them: even when ``pp`` divides the layers; with ``m = ceil(L/pp)`` and ``pp*m - L`` of 1 or 2
-    the embedding (and the loss) take a layer's slot on the first (and last) stage
-    (``--account-for-embedding/loss-in-pipeline-split``); else ``m`` per middle stage and the
-    rest split between the first and last (``--decoder-first/last-pipeline-num-layers``), the
-    last taking ``last_extra_layers`` (its MTP modules) fewer, as Megatron-Bridge's
-    ``pipeline_model_parallel_layout`` for DeepSeek-V3 does (``Et|(tt|)*30mL``: 7, 8 x 6,
-    6 + MTP)."""
-    m = -(-num_layers // pp)
-    extra = pp * m - num_layers
-    if num_layers % pp == 0 or pp <= 2:
-        sizes = [num_layers // pp + (1 if i < num_layers % pp else 0) for i in range(pp)]
-    elif extra <= 2:
-        sizes = [m - 1, *([m] * (pp - 2)), m - (extra - 1)]
-    else:
-        rest = max(num_layers - (pp - 2) * m, 2)
-        first = min(max(1, (rest + last_extra_layers) // 2), rest - 1)
-        sizes = [first, *([m] * (pp - 2)), rest - first]
+    """``[start, end)`` of each stage's layers in the split autopar plans and launches
+    (``autopar.layout.split.stage_split``; ``last_extra_layers``: the MTP modules, which count
+    on the last stage)."""
     bounds, start = [], 0
-    for size in sizes:
-        bounds.append((start, min(start + size, num_layers)))
+    for size in stage_split(num_layers, pp, mtp_layers=last_extra_layers):
+        bounds.append((start, start + size))
         start += size
     return bounds
 

@@ -20,7 +20,8 @@ user does with autopar's output (``scripts/training/run_recipe.py:483-523`` at t
 Steps 3 and 4's helpers live in the repository's ``scripts/training/recipe_runner.py``, which the
 wheel does not ship; they are restated here line for line (``_sync_layout``, ``_sync_seq``).
 The result of each case: the error if any step raised, else the model and layout as Bridge holds
-them (``MODEL_FIELDS``, ``LAYOUT_FIELDS``).
+them (``MODEL_FIELDS``, ``LAYOUT_FIELDS``) and the decoder layers of every virtual stage as
+megatron-core builds them from that config (``consumers.megatron_chunk_layers``).
 """
 
 from __future__ import annotations
@@ -182,6 +183,9 @@ def run_case(case: dict, cache: Path) -> dict:
     out["grad_reduce_in_fp32"] = config.ddp.grad_reduce_in_fp32
     out["tp_comm_overlap"] = bool(config.comm_overlap and config.comm_overlap.tp_comm_overlap)
     out["data_parallel_size"] = getattr(config, "data_parallel_size", None)
+    import consumers  # tests/consumers.py: megatron-core's own stage arithmetic
+
+    out["chunk_layers"] = consumers.megatron_chunk_layers(config.model)
     return {"ok": True, "config": out}
 
 

@@ -187,6 +187,26 @@ def megatron_lm_config(line: str, world_size: int):
         torch.cuda.get_device_capability = saved[6]
 
 
+def megatron_chunk_layers(config) -> list[int]:
+    """Decoder layers of every virtual stage (virtual-stage order) of a megatron-core
+    ``TransformerConfig``, by megatron-core's own code: ``get_num_layers_to_build`` for its split
+    flags, the parsed ``PipelineParallelLayerLayout`` for ``--pipeline-model-parallel-layout``."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    pp = config.pipeline_model_parallel_size
+    vpp = config.virtual_pipeline_model_parallel_size or 1
+    layout = config.pipeline_model_parallel_layout
+    if layout is not None:
+        return [layout.layout[i][j].count(LayerType.decoder) for j in range(vpp) for i in range(pp)]
+    stage = None if vpp == 1 else 0
+    return [
+        get_num_layers_to_build(config, vp_stage=None if stage is None else j, pp_rank=i)
+        for j in range(vpp)
+        for i in range(pp)
+    ]
+
+
 def transformer_config(**kwargs: Any):
     """megatron-core's ``TransformerConfig``, its checks run as on a machine with Transformer
     Engine (which needs CUDA): version probes answer "recent enough" instead of crashing on None."""

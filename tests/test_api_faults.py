@@ -20,8 +20,9 @@ SMALL = dict(model="llama-8b", num_workers=1, global_batch=256, pp=1)
 
 def test_best_of_an_infeasible_result_is_the_documented_error() -> None:
     """Finding 16: ``autopar.solve(model="llama-70b", gpus=384).best`` was a bare IndexError
-    (here 7 GPUs, which split neither the heads nor the batch: the same answer, faster)."""
-    result = autopar.solve(model="llama-8b", gpus=7, num_workers=1)
+    (here one GPU, which holds no layout of it: the same answer, faster; 7 GPUs of Llama-3 8B,
+    once infeasible, now split its 32 layers unevenly over 7 stages)."""
+    result = autopar.solve(model="llama-70b", gpus=1, num_workers=1)
     assert result.status == "infeasible" and result.layouts == ()
     with pytest.raises(InfeasibleError) as error:
         _ = result.best

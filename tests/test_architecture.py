@@ -311,3 +311,47 @@ def test_module_level_imports_need_only_the_base_dependencies() -> None:
                     if top not in stdlib | BASE_DEPENDENCIES | {"autopar", "cost_models"}:
                         offenders.append(f"{path.relative_to(REPO)}: {name}")
     assert offenders == []
+
+
+# CLI-only options: how the answer is written, not what is asked
+RENDER_OPTIONS = {"format", "output", "progress", "emit_fallback"}
+
+
+@pytest.mark.parametrize("command", ["solve", "evaluate", "sweep"])
+def test_every_cli_option_is_an_api_keyword_of_the_same_name(command: str) -> None:
+    """Issue 21: one vocabulary. Each option of the command is a keyword its API function
+    takes under the same name (``--max-mbs`` is ``max_mbs=``, ``--no-context-parallel`` is
+    ``context_parallel=False``)."""
+    import inspect
+
+    import typer
+
+    from autopar import api
+    from autopar.base.axes import GIVEN_AXES
+    from autopar.inputs.problem import KEYWORDS
+    from autopar.sweeps.run import sweep
+
+    click = typer.main.get_command(app).commands[command]
+    function = {"solve": api.solve, "evaluate": api.evaluate, "sweep": sweep}[command]
+    own = set(inspect.signature(function).parameters)
+    if command == "evaluate":  # --time-limit bounds the optimum it is measured against
+        own |= set(inspect.signature(api.optimum_of).parameters) - {"problem", "estimate"}
+    if command == "solve":  # --fallback-nodes and its options are autopar.fallbacks' keywords
+        from autopar.sweeps.fallbacks import FALLBACK_KEYWORDS, fallbacks
+
+        own |= set(FALLBACK_KEYWORDS) | set(inspect.signature(fallbacks).parameters)
+    solve_only = set(api.SOLVE_KEYWORDS) if command == "sweep" else set()
+    layout = {axis.layout_attr for axis in GIVEN_AXES} if command == "evaluate" else set()
+    accepted = own | set(KEYWORDS) | solve_only | layout
+    missing = [p.name for p in click.params if p.name not in accepted | RENDER_OPTIONS]
+    assert missing == []
+
+
+def test_an_unknown_keyword_gets_a_did_you_mean() -> None:
+    with pytest.raises(TypeError, match=r"tme_limit \(did you mean time_limit\?\)"):
+        autopar.solve(model="llama-8b", gpus=8, tme_limit=5)
+    with pytest.raises(TypeError, match=r"max_mb \(did you mean max_mbs\?\)"):
+        autopar.solve(model="llama-8b", gpus=8, max_mb=4)
+    with pytest.raises(TypeError, match=r"stage_layer \(did you mean stage_layers\?\)"):
+        autopar.evaluate(model="llama-8b", gpus=8, stage_layer="4,4")
+    assert autopar.solve(model="llama-8b", gpus=8, max_mbs=2).best.layout.mbs <= 2

@@ -27,8 +27,8 @@ from filelock import FileLock
 import autopar
 from autopar.base.errors import InputError
 from autopar.layout.plan import Layout
+from autopar.layout.split import pipeline_split
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_args, bridge_overrides
-from autopar.outputs.emit.common import virtual_stage_layers
 from tests.conftest import DATA
 
 RECIPES = "megatron.bridge.recipes"
@@ -98,6 +98,12 @@ CASES = (
         "deepseek.h100.deepseek_v3:deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config",
         _lay(tp=2, pp=8, dp=16, ep=32, grad_accum=4, zero=1),
         stack={"moe_dispatchers": "allgather"},
+    ),
+    Case(  # 61 layers + MTP over 4 ranks of 2 chunks: only a pipeline layout gives the split
+        "deepseek-v3-layout",
+        "deepseek-v3-config.json",
+        "deepseek.h100.deepseek_v3:deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config",
+        _lay(tp=2, pp=4, vpp=2, dp=32, ep=32, grad_accum=2, zero=1),
     ),
     Case(  # sliding-window layers and attention sinks: autopar refuses, naming them
         "gpt-oss-20b",
@@ -201,19 +207,18 @@ def test_the_job_bridge_builds_has_the_planned_layout(bridge, case):
     assert built["context_parallel_size"] == lay.cp
     assert built["data_parallel_size"] == lay.dp
     assert built["sequence_parallel"] == lay.sequence_parallel
-    assert built["pipeline_model_parallel_layout"] is None  # no recipe layout left over
     assert (built["micro_batch_size"], built["global_batch_size"]) == (lay.mbs, GLOBAL_BATCH)
     # the sequence the job trains on is the planned one (dataset.seq_length, model follows)
     assert built["dataset_seq_length"] == built["seq_length"] == SEQ_LEN
     problem = _problem(case)
     if problem.model.is_moe:
         assert built["expert_model_parallel_size"] == lay.ep
-    if lay.pp > 1:  # Megatron's stages as Bridge will build them = autopar's split
-        sizes = virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
-        first = built["num_layers_in_first_pipeline_stage"]
-        if first is not None:
-            assert (first, built["num_layers_in_last_pipeline_stage"]) == (sizes[0], sizes[-1])
-        assert sum(sizes) == built["num_layers"]
+    # the stages megatron-core builds from Bridge's config = the split autopar planned and
+    # priced, by a pipeline layout only where no other field gives it (no recipe layout left)
+    model = problem.model
+    split = pipeline_split(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+    assert built["chunk_layers"] == list(split.chunk_layers)
+    assert (built["pipeline_model_parallel_layout"] is None) == (split.layout is None)
     assert built["grad_reduce_in_fp32"] == (problem.training.grad_precision == "fp32")
     assert built["use_distributed_optimizer"] == (lay.zero >= 1)
     stack = problem.training.stack

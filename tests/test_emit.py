@@ -67,9 +67,23 @@ def test_megatron_moe_fp8_full_recompute(moe):
     assert "--num-layers-per-virtual-pipeline-stage" not in args
 
 
-def test_megatron_rejects_uneven_virtual_stages(dense):
+def test_megatron_rejects_virtual_stages_left_without_layers(dense):
+    """80 layers over PP 2: 41 virtual stages per rank fill (the embedding and the loss alone in
+    an end chunk), 42 would leave one empty (``autopar.layout.split.max_chunks``)."""
+    emit.megatron_args(Layout(tp=8, pp=2, dp=4, vpp=41, grad_accum=16), dense)
     with pytest.raises(InputError, match="vpp"):
-        emit.megatron_args(Layout(tp=8, pp=2, dp=4, vpp=3, grad_accum=16), dense)
+        emit.megatron_args(Layout(tp=8, pp=2, dp=4, vpp=42, grad_accum=16), dense)
+
+
+def test_megatron_writes_the_layout_when_no_split_flag_gives_the_split(dense):
+    """80 layers over PP 2 x VPP 3: no even, account-for or first/last split gives 40 layers per
+    rank in 3 chunks, so the layout flag says it; megatron-core builds exactly that split."""
+    line = emit.megatron_args(Layout(tp=8, pp=2, dp=4, vpp=3, grad_accum=16), dense)
+    args = _args(line)
+    assert args["--pipeline-model-parallel-layout"] == "Et*13|t*14|t*13|t*13|t*14|t*13L"
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    config = consumers.megatron_transformer_config(line)
+    assert consumers.megatron_chunk_layers(config) == [13, 14, 13, 13, 14, 13]
 
 
 TT_FIELDS = consumers.vendored("torchtitan-0.2.2-job-config.json")["sections"]
@@ -259,7 +273,7 @@ def test_bf16_gradients_reach_the_framework_configs():
     ],
 )
 def test_uneven_pipeline_split_reaches_megatron(pp, flags):
-    """Llama-3.1 405B's 126 layers: the split autopar.layout.rules.pipeline_split planned."""
+    """Llama-3.1 405B's 126 layers: the split autopar.layout.split.pipeline_split planned."""
     problem = autopar.make_problem(
         model="llama-3.1-405b", gpus=1024, seq_len=8192, global_batch=512, uneven_pipeline=True
     )

@@ -16,7 +16,7 @@ import autopar
 from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.plan import Layout
-from autopar.layout.rules import pipeline_split
+from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
 from tests import consumers
 
@@ -37,7 +37,7 @@ def _interleaving(layers: int) -> tuple[int, int] | None:
 
 def _split_of_kind(layers: int, kind: str) -> tuple[int, int] | None:
     """A (pp, vpp) whose planned split accounts for the embedding, or has first/last-stage
-    layer counts with interleaving (``autopar.layout.rules.pipeline_split``)."""
+    layer counts with interleaving (``autopar.layout.split.pipeline_split``)."""
     for pp in range(3, 17):
         for vpp in (1, 2, 3, 4) if kind == "account_for_embedding" else (2, 3, 4):
             split = pipeline_split(layers, pp, vpp)
@@ -201,7 +201,10 @@ def _stages_match(lay: Layout, problem, parallelism: dict) -> None:
     per_stage = consumers.torchtitan_stage_layers(problem.model.num_layers, parallelism)
     assert len(per_stage) == lay.pp * lay.vpp
     assert sum(per_stage) == problem.model.num_layers
-    planned = emit.common.virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    model = problem.model
+    planned = emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert per_stage == planned
 
 
@@ -564,7 +567,9 @@ def test_torchtitan_config_manager_reads_every_expressible_preset(name, tmp_path
     schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
     assert par.pipeline_parallel_schedule == schedule
     stages = consumers.torchtitan_stage_layers(model.num_layers, _parallelism_fields(par))
-    assert stages == emit.common.virtual_stage_layers(model.num_layers, lay.pp, lay.vpp)
+    assert stages == emit.common.virtual_stage_layers(
+        model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+    )
     assert config.training.global_batch_size == problem.training.global_batch_sequences
     assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
 

@@ -250,6 +250,26 @@ def test_a_launch_format_implies_its_framework_and_stack(fmt, framework, stack):
     assert f"conflicts with --format {fmt}" in conflict.stderr.strip().splitlines()[-1]
 
 
+def test_several_formats_imply_one_framework_or_exit_2(tmp_path):
+    """One solve serves every format asked for (``json,torchtitan``), so the launch formats among
+    them must agree on the framework and stack they imply: torchtitan's rules for both files,
+    said once; torchtitan with deepspeed cannot be one plan, exit 2 naming both formats."""
+    args = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --time-limit 20"
+    plan, launch = tmp_path / "plan.json", tmp_path / "launch.sh"
+    result = run(args, "--no-sequence-parallel", "--format", "json,torchtitan",
+                 "--output", f"{plan},{launch}")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    implied = [line for line in result.stderr.splitlines() if "implied by --format" in line]
+    assert implied == ["autopar: framework torchtitan, stack torchtitan-0.3 (implied by --format "
+                       "torchtitan)"]  # fmt: skip
+    best = json.loads(plan.read_text())["layouts"][0]["layout"]
+    assert f"--parallelism.tensor_parallel_degree {best['tp']}" in launch.read_text()
+    both = run(args, "--format", "torchtitan,deepspeed", "--output", f"{plan},{launch}")
+    assert both.exit_code == 2
+    line = both.stderr.strip().splitlines()[-1]
+    assert "--format torchtitan and deepspeed" in line and "different frameworks" in line
+
+
 def test_the_implied_stack_changes_the_plan_as_the_framework_runs_it():
     """DeepSpeed reduces in bf16 unless told otherwise and overlaps nothing at ZeRO 0-1: its
     implied stack says so, and the emitted config carries the planned reduction dtype."""

@@ -1,6 +1,6 @@
-"""Uneven and interleaved pipeline splits as Megatron does them (issue 11): the rule agrees
-with a direct enumeration of Megatron's three options, the VPP domain covers every value with
-whole layers per virtual stage, and Llama-3.1 405B's published layouts evaluate and fit."""
+"""Pipeline splits (issues 20, 21): one split for the rule, the cost model and the launchers;
+every pipeline size up to the layer count, as Megatron accepts it, and the split Megatron builds
+from autopar's flags is the split autopar priced (checked with megatron-core's own code)."""
 
 from __future__ import annotations
 
@@ -9,70 +9,108 @@ import pytest
 
 import autopar
 from autopar.base.errors import InputError
-from autopar.layout.rules import pipeline_split, uneven_split_ok
+from autopar.layout.plan import Layout
 from autopar.layout.space import build_space
+from autopar.layout.split import max_chunks, pipeline_split, split_ok, stage_split
+from autopar.outputs import emit
 from cost_models.pipeline import first_stage_layers
-
-
-def megatron_accepts(layers: int, pp: int, vpp: int) -> bool:
-    """Megatron's options enumerated directly (transformer_config.py uneven-PP checks and
-    transformer_block.py get_num_layers_to_build), keeping only splits whose fullest stage holds
-    ceil(L/pp) layers (what the cost terms charge)."""
-    if pp == 1:
-        return vpp == 1
-    m = -(-layers // pp)
-    if layers % (pp * vpp) == 0:
-        return True
-    for embedding in (0, 1):
-        for loss in (0, 1):
-            slots = layers + embedding + loss
-            if embedding + loss and slots % pp == 0 and (slots // pp) % vpp == 0:
-                sizes = [slots // pp] * pp
-                sizes[0] -= embedding
-                sizes[-1] -= loss
-                if max(sizes) <= m:
-                    return True
-    for first in range(vpp, m + 1, vpp):
-        for last in range(vpp, m + 1, vpp):
-            middle = layers - first - last
-            if pp == 2 and middle == 0:
-                return True
-            if pp > 2 and middle == (pp - 2) * m and m % vpp == 0:
-                return True
-    return False
+from cost_models.shapes import stage_bounds
+from tests import consumers
 
 
 @pytest.mark.parametrize("layers", [24, 32, 61, 80, 96, 126])
-def test_rule_matches_megatron_options(layers: int) -> None:
-    for pp in range(1, min(layers, 40) + 1):
-        for vpp in range(1, 17):
-            expected = megatron_accepts(layers, pp, vpp)
-            assert bool(uneven_split_ok(layers, np.array([pp]), vpp)[0]) == expected, (pp, vpp)
-            if expected:
-                assert pipeline_split(layers, pp, vpp) is not None
+def test_every_split_holds_every_layer_and_the_fullest_stage_is_the_ceiling(layers: int) -> None:
+    for pp in range(1, layers + 1):
+        stages = stage_split(layers, pp, mtp_layers=layers % 2)
+        assert len(stages) == pp and sum(stages) == layers and min(stages) >= 1
+        assert max(stages) == -(-layers // pp)  # what cost_models.shapes.stage_layers charges
+        for vpp in range(1, 18):
+            split = pipeline_split(layers, pp, vpp, mtp_layers=layers % 2)
+            assert (split is not None) == (vpp <= max_chunks(stages) and (pp > 1 or vpp == 1))
+            if split is None:
+                continue
+            assert split.stage_layers == stages  # the stage split does not depend on vpp
+            chunks = split.chunk_layers
+            assert len(chunks) == pp * vpp and sum(chunks) == layers
+            assert all(sum(chunks[j * pp + i] for j in range(vpp)) == stages[i] for i in range(pp))
+            inner = chunks[1:-1]
+            assert not inner or min(inner) >= 1  # only an end chunk may hold no layer
+            ways = (
+                split.layout is not None,
+                split.first_stage_layers is not None,
+                split.account_for_embedding or split.account_for_loss,
+            )
+            assert sum(ways) <= 1
 
 
-def test_llama_405b_flags() -> None:
-    split = pipeline_split(126, 8, 8)  # 126 + 2 = 8 * 16: embedding and loss take a slot each
-    assert (split.account_for_embedding, split.account_for_loss) == (True, True)
-    assert split.first_stage_layers is None
-    assert pipeline_split(126, 16, 2).account_for_embedding
+def test_the_rule_agrees_with_the_split() -> None:
+    pp = np.repeat(np.arange(1, 70), 40)
+    vpp = np.tile(np.arange(1, 41), 69)
+    ok = split_ok(61, pp, vpp, mtp_layers=1)
+    expected = [
+        pipeline_split(61, p, v, mtp_layers=1) is not None for p, v in zip(pp, vpp, strict=True)
+    ]
+    assert ok.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "pp", "vpp"),
+    [
+        ("deepseek-v3", 1024, 8, 4),  # Megatron-Bridge's DeepSeek-V3 layout: 61 layers + MTP
+        ("deepseek-v3", 1024, 4, 2),
+        ("deepseek-v3", 1024, 8, 1),  # first/last counts, the MTP module on the last stage
+        ("deepseek-v3", 1024, 2, 1),  # 31 / 30 + MTP: first/last counts, no middle stage
+        ("deepseek-v3", 1024, 2, 4),  # the same split in chunks: a layout
+        ("deepseek-v3", 1024, 4, 1),  # 15 / 16 / 16 / 14 + MTP
+        ("llama-3.1-405b", 1024, 8, 8),  # embedding and loss accounted
+        ("llama-3.1-405b", 1024, 8, 16),  # the embedding and the loss alone in their chunks
+        ("llama-3.1-405b", 1024, 6, 2),  # even stages, uneven chunks: a layout
+        ("llama-3.1-405b", 1024, 16, 1),
+        ("llama-3-70b", 992, 31, 1),  # 80 layers over 31 stages
+        ("llama-3-70b", 1024, 8, 5),  # even
+        ("qwen3-30b-a3b", 320, 5, 1),
+    ],
+)
+def test_megatron_builds_the_split_autopar_priced(model, gpus, pp, vpp) -> None:
+    """megatron-core's TransformerConfig from the emitted flags, and its own layer counts per
+    virtual stage, equal autopar's chunks; the cost model's stages are the same split."""
+    problem = autopar.make_problem(model=model, gpus=gpus, global_batch=gpus)
+    spec = problem.model
+    split = pipeline_split(spec.num_layers, pp, vpp, mtp_layers=spec.num_mtp_layers)
+    dp = gpus // (2 * pp)
+    lay = Layout(tp=2, pp=pp, dp=dp, vpp=vpp, grad_accum=pp, sequence_parallel=True)
+    config = consumers.megatron_transformer_config(emit.megatron_args(lay, problem))
+    assert consumers.megatron_chunk_layers(config) == list(split.chunk_layers)
+    bounds = stage_bounds(spec.num_layers, pp, last_extra_layers=spec.num_mtp_layers)
+    assert tuple(end - start for start, end in bounds) == split.stage_layers
+
+
+def test_known_splits() -> None:
+    assert pipeline_split(126, 8, 8).account_for_embedding  # 15 + 6 x 16 + 15, 2-slot chunks
+    assert pipeline_split(126, 8, 8).account_for_loss
     assert pipeline_split(126, 5, 1).first_stage_layers == 24  # 126 = 24 + 3*26 + 24
-    assert pipeline_split(126, 6, 3) == pipeline_split(126, 6, 1)  # even: no flags
-    assert pipeline_split(126, 6, 2) is None  # 21 layers per rank do not halve
+    assert pipeline_split(126, 6, 3).chunk_layers == (7,) * 18  # even: no flags
+    assert pipeline_split(126, 6, 2).layout.startswith("Et*10|t*11|")
+    deepseek = pipeline_split(61, 8, 1, mtp_layers=1)
+    assert deepseek.stage_layers == (7, 8, 8, 8, 8, 8, 8, 6)  # the MTP module counts on the last
+    assert pipeline_split(61, 8, 4, mtp_layers=1).layout.endswith("|tmL")
+    # one slot short, MTP on the last stage: balanced counting it (account-for gave 30 / 31+MTP)
+    assert pipeline_split(61, 2, 1, mtp_layers=1).stage_layers == (31, 30)
+    assert pipeline_split(61, 2, 1).account_for_embedding  # no MTP: Megatron's own 30 / 31
+    assert pipeline_split(80, 81, 1) is None and pipeline_split(4, 1, 2) is None
 
 
 def test_first_stage_layers() -> None:
-    assert first_stage_layers(126, np.array([1, 6, 8, 16]))[:4].tolist() == [126, 21, 15, 7]
-    assert first_stage_layers(80, np.array([8]))[0] == 10
+    assert first_stage_layers(126, np.array([1, 6, 8, 16])).tolist() == [126, 21, 15, 7]
+    assert first_stage_layers(80, np.array([8, 31]))[0] == 10
 
 
-def test_vpp_domain_covers_whole_layers_per_virtual_stage() -> None:
+def test_vpp_domain_covers_every_chunk_count() -> None:
     problem = autopar.make_problem(model="nemotron-4-340b", gpus=128, seq_len=4096, global_batch=32)
     vpp = build_space(problem).domains["vpp"]
-    assert 12 in vpp and 96 in vpp  # 96 layers at PP 8: VP 12 is one layer per virtual stage
+    assert {12, 13, 48} <= set(vpp)  # 96 layers at PP 8: VP 12 is one layer per virtual stage
     capped = autopar.make_problem(
-        model="nemotron-4-340b", gpus=128, seq_len=4096, global_batch=32, limits={"vpp": 8}
+        model="nemotron-4-340b", gpus=128, seq_len=4096, global_batch=32, max_vpp=8
     )
     assert max(build_space(capped).domains["vpp"]) == 8
 
@@ -98,14 +136,29 @@ def test_llama_405b_published_layouts_evaluate_and_fit(gpus, pp, vpp, cp, batch,
         pp=pp,
         vpp=vpp,
         cp=cp,
-        uneven_pipeline=True,
     )
     assert estimate.fits
 
 
-def test_uneven_needs_the_option() -> None:
+def test_deepseek_v3_bridge_layout_evaluates_by_default() -> None:
+    """Issue 20: the layout Megatron-Bridge publishes for DeepSeek-V3 (PP 8 VP 4, 61 layers)."""
+    estimate = autopar.evaluate(
+        model="deepseek-v3", gpus=1024, global_batch=8192, tp=2, pp=8, vpp=4, ep=64
+    )
+    assert estimate.step_time_s > 0
+
+
+def test_even_pipeline_restricts_to_even_splits() -> None:
     with pytest.raises(InputError, match="layers vs PP"):
-        autopar.evaluate(model="llama-3.1-405b", gpus=1024, seq_len=8192, tp=8, pp=8, vpp=8)
+        autopar.evaluate(
+            model="llama-3.1-405b",
+            gpus=1024,
+            seq_len=8192,
+            tp=8,
+            pp=8,
+            vpp=8,
+            uneven_pipeline=False,
+        )
 
 
 def test_solver_may_interleave_an_uneven_pipeline() -> None:
@@ -114,7 +167,6 @@ def test_solver_may_interleave_an_uneven_pipeline() -> None:
         gpus=1024,
         seq_len=8192,
         global_batch=1536,
-        uneven_pipeline=True,
         tp=8,
         pp=8,
         cp=2,

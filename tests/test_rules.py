@@ -26,7 +26,9 @@ LLAMA_70B = {"model": "llama-70b", "gpus": 64}
 MIXTRAL = {"model": "mixtral-8x7b", "gpus": 64}
 TITAN = {"model": "llama-8b", "gpus": 64, "framework": "torchtitan"}
 DEEPSPEED = {"model": "llama-8b", "gpus": 64, "framework": "deepspeed"}
-UNEVEN = {"model": "llama-3.1-405b", "gpus": 1024, "uneven_pipeline": True}
+UNEVEN = {"model": "llama-3.1-405b", "gpus": 1024}
+EVEN = {"model": "llama-70b", "gpus": 64, "uneven_pipeline": False}
+TITAN_70B = {"model": "llama-70b", "gpus": 960, "framework": "torchtitan"}
 OVERLAP = {"model": "llama-70b", "gpus": 64, "stack": "nemo-24.07", "sequence_parallel": False}
 BIASED_MOE = {"model": "gpt-oss-120b", "gpus": 64}
 PINNED = {"model": "llama-8b", "gpus": 64, "tp": 2, "limits": {"pp": 4}, "allow_cp": False}
@@ -37,19 +39,22 @@ CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int
     ("attention heads vs TP", "num_attention_heads"): (LLAMA_70B, {"tp": 8}, {"tp": 3}),
     # tensor_parallel/layers.py divide(ffn_hidden_size, tp) asserts divisibility
     ("FFN vs TP", "ffn_hidden_size"): (LLAMA_70B, {"tp": 4}, {"tp": 3}),
-    # arguments.py: num_layers % pipeline_model_parallel_size == 0 (80 layers)
-    ("layers vs PP", "% pp == 0"): (LLAMA_70B, {"pp": 5}, {"pp": 3}),
-    # arguments.py: num_layers_per_virtual_pipeline_stage must split each stage's layers
-    ("layers vs PP", "% (pp*vpp) == 0"): (LLAMA_70B, {"pp": 4, "vpp": 5}, {"pp": 4, "vpp": 3}),
-    # --decoder-first/last-pipeline-num-layers: 126 = 15 + 6*16 + 15 at pp 8; pp 128 leaves
-    # the middle 126 stages a layer each and nothing for the first and last
-    ("layers vs PP", "splits over pp"): (UNEVEN, {"pp": 8}, {"pp": 128}),
-    # Llama-3.1 405B as published (PP 8 x VP 8: embedding and loss counted as layers); 16 layers
-    # per rank do not split into 3 virtual stages.
-    ("layers vs PP", "whole layers per virtual stage"): (
+    # autopar: every stage holds a layer (Megatron's layout flag accepts empty stages)
+    ("layers vs PP", "every pipeline stage holds a layer"): (UNEVEN, {"pp": 64}, {"pp": 128}),
+    # Llama-3.1 405B as published (PP 8 x VP 8: embedding and loss counted as layers); 16 virtual
+    # stages of PP 8 leave the embedding and the loss alone; 17 would leave a chunk empty
+    ("layers vs PP", "fill every virtual stage"): (
         UNEVEN,
-        {"pp": 8, "vpp": 8},
-        {"pp": 8, "vpp": 3},
+        {"pp": 8, "vpp": 16},
+        {"pp": 8, "vpp": 17},
+    ),
+    # --even-pipeline: Megatron's even split (num_layers_per_virtual_pipeline_stage), 80 layers
+    ("layers vs PP", "(--even-pipeline)"): (EVEN, {"pp": 4, "vpp": 5}, {"pp": 4, "vpp": 3}),
+    # torchtitan's output: equal middle virtual stages (80 layers over 6 x 2: 6,7,7,7,7,6,6,...)
+    ("layers vs PP", "torchtitan: every virtual stage"): (
+        TITAN_70B,
+        {"pp": 5, "vpp": 2},
+        {"pp": 6, "vpp": 2},
     ),
     # Megatron replicates KV heads when tp > query groups (8 groups: tp 16 ok, tp 3 not)
     ("KV heads vs TP", "or tp % num_key_value_heads"): (LLAMA_70B, {"tp": 16}, {"tp": 3}),
@@ -97,7 +102,9 @@ CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int
     ("pins and limits", "cp == 1"): (PINNED, {}, {"cp": 2}),
 }
 
-PROBLEMS = (LLAMA_70B, MIXTRAL, TITAN, DEEPSPEED, UNEVEN, PINNED, OVERLAP, BIASED_MOE)
+PROBLEMS = (
+    LLAMA_70B, MIXTRAL, TITAN, DEEPSPEED, UNEVEN, EVEN, TITAN_70B, PINNED, OVERLAP, BIASED_MOE,
+)  # fmt: skip
 
 
 def _rules(options: dict[str, Any]) -> tuple[Rule, ...]:
@@ -132,3 +139,20 @@ def test_every_rule_has_a_pair() -> None:
         if not any(rule.family == f and t in rule.text for f, t in CASES)
     ]
     assert missing == []
+
+
+def test_each_rule_says_whose_it_is() -> None:
+    """A ``framework`` rule cites the framework's own check; a ``user`` rule is the user's and
+    says how to lift it; a ``default`` is autopar's (its source says so) or the framework's
+    advice, never presented as something the framework raises on (issue 21: proofs state what
+    they cover)."""
+    for options in PROBLEMS:
+        for rule in _rules(options):
+            if rule.kind == "framework":
+                assert "autopar" not in rule.source and rule.source != "user option", rule
+            elif rule.kind == "user":
+                assert rule.source == "user option" and rule.lift, rule
+            else:
+                assert rule.kind == "default", rule
+                advice = ("autopar", "guide", "recommends")
+                assert any(word in rule.source for word in advice), rule

@@ -72,10 +72,10 @@ def assert_valid(problem: Problem, layout: Layout) -> None:
     assert build_space(problem).broken_rule(layout.grid_row()) is None
 
 
-def check_against_oracle(problem: Problem, cost_model) -> None:
+def check_against_oracle(problem: Problem, cost_model, method: str = "auto") -> None:
     ctx = make_context(problem)
     space = build_space(problem)  # one space for the solver and the oracle
-    result = solve_space(space, ctx, cost_model, top_k=3, num_workers=2)
+    result = solve_space(space, ctx, cost_model, top_k=3, num_workers=2, method=method)
     loose, strict = oracle_min_s(space, ctx, cost_model, margins_bytes=(0.0, MIB))
     if result.status == "infeasible":
         assert strict == float("inf"), f"oracle found {strict} s for {problem}"
@@ -91,14 +91,16 @@ def check_against_oracle(problem: Problem, cost_model) -> None:
     assert len({e.layout for e in result.layouts}) == len(result.layouts)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", range(200))
-def test_cpsat_matches_brute_force_toy_model(seed: int) -> None:
-    check_against_oracle(random_problem(seed), toy_cost_model())
+def test_search_matches_brute_force_toy_model(seed: int, method: str) -> None:
+    check_against_oracle(random_problem(seed), toy_cost_model(), method)
 
 
+@pytest.mark.parametrize("method", ["enumerate", "cp-sat"])
 @pytest.mark.parametrize("seed", range(1000, 1030))
-def test_cpsat_matches_brute_force_default_model(seed: int) -> None:
-    check_against_oracle(random_problem(seed), load_cost_model(None))
+def test_search_matches_brute_force_default_model(seed: int, method: str) -> None:
+    check_against_oracle(random_problem(seed), load_cost_model(None), method)
 
 
 def _llama(gpus: int = 64, memory_gib: float | None = None, **options) -> Problem:
@@ -156,16 +158,16 @@ def test_infeasible_problem_explains_what_binds() -> None:
 
 def test_uneven_pipeline_makes_405b_fit_where_even_splits_cannot() -> None:
     """126 layers: with an even split PP can only be 1 or 2 at a power-of-two GPU count, which
-    cannot hold 405B in 80 GB; Megatron's uneven first/last stages allow PP 8 or 16."""
+    cannot hold 405B in 80 GB; Megatron's uneven splits (the default) allow PP 8 or 16."""
     from autopar.api import make_problem
 
-    even = make_problem(model="llama-3.1-405b", gpus=2048, seq_len=8192, global_batch=512)
-    assert _solve(even).status == "infeasible"
-    uneven = dataclasses.replace(
-        even, options=dataclasses.replace(even.options, uneven_pipeline=True)
-    )
+    uneven = make_problem(model="llama-3.1-405b", gpus=2048, seq_len=8192, global_batch=512)
     best = _solve(uneven).best
     assert best.fits and 126 % best.layout.pp != 0
+    even = dataclasses.replace(
+        uneven, options=dataclasses.replace(uneven.options, uneven_pipeline=False)
+    )
+    assert _solve(even).status == "infeasible"
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
@@ -203,3 +205,33 @@ def random_moe_problem(seed: int) -> Problem:
 @pytest.mark.parametrize("seed", range(2000, 2012))
 def test_cpsat_matches_brute_force_moe(seed: int) -> None:
     check_against_oracle(random_moe_problem(seed), load_cost_model(None))
+
+
+def test_ties_are_marked_and_the_preferred_one_has_headroom() -> None:
+    """Issue 21: layouts within the cost model's error band of the fastest are ties; with
+    --prefer headroom the first one fills at most HEADROOM_FILL of the memory, and it is the
+    fastest such tie (Llama-3 70B on 1024 H100s: the fastest fills 98%)."""
+    from autopar.api import make_problem
+    from autopar.layout.results import HEADROOM_FILL
+
+    problem = make_problem(model="llama-70b", gpus=1024)
+    fastest = _solve(problem, top_k=3)
+    ties = fastest.ties
+    assert ties is not None and ties.count > 1 and ties.fastest_index == 0
+    limit = fastest.best.step_time_s * (1 + ties.rel_error)
+    assert all(fastest.layouts[i].step_time_s <= limit for i in ties.tied)
+    assert len(fastest.layouts) == 3 and ties.preferred_index == 2
+    capacity = fastest.best.capacity_bytes
+    pick = ties.preferred
+    assert fastest.layouts[2].layout == pick.layout
+    assert (
+        pick.memory_bytes["total"] <= HEADROOM_FILL * capacity < fastest.best.memory_bytes["total"]
+    )
+    assert pick.step_time_s <= limit
+    roomy = _solve(problem, top_k=3, prefer="headroom")
+    assert roomy.best.layout == pick.layout and roomy.ties.preferred_index == 0
+    assert roomy.layouts[roomy.ties.fastest_index].layout == fastest.best.layout
+    assert all(e.step_time_s <= limit for e in roomy.layouts)
+    one = _solve(problem, top_k=1)
+    assert len(one.layouts) == 1 and one.ties.preferred.layout == pick.layout
+    assert pick.layout.text() in one.ties.text()

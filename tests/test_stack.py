@@ -123,7 +123,7 @@ def test_memory_reserve_lowers_capacity_and_is_shown(runner) -> None:
     kept = autopar.evaluate(**LAYOUT, memory_reserve_gib=6)
     assert base.capacity_bytes - kept.capacity_bytes == pytest.approx(6 * GIB, abs=1)
     argv = ["evaluate", "-m", "llama-3-8b", "-n", "8", "--memory-reserve-gib", "6"]
-    assert "(after 6.00 GiB reserve)" in runner.invoke(app, argv).output
+    assert "(after 6.00 GiB kept free, --memory-reserve-gib)" in runner.invoke(app, argv).output
 
 
 @pytest.mark.parametrize("value", ["-1", "80", "1e9"])

@@ -222,7 +222,7 @@ def test_days_and_cost_are_drawn_only_with_their_flags(full, bare):
 
 
 def test_memory_chart_draws_the_capacity_and_the_reserve(full, bare):
-    parts = {"weights", "gradients", "optimizer", "activations", "other"}
+    parts = {"weights", "gradients", "optimizer", "activations", "other", "runtime reserve"}
     full_legend = {e["text"] for e in full[1]["legends"]["legend2"]}
     assert full_legend == parts | {"usable memory (capacity)", "GPU memory (usable + reserve)"}
     bare_legend = {e["text"] for e in bare[1]["legends"]["legend2"]}

@@ -115,7 +115,7 @@ def test_html_report_is_self_contained_and_complete(serial):
     throughput = next(t for t in lines if t["yaxis"] == "y")
     assert throughput["y"] == pytest.approx([r.tokens_per_s_per_gpu for r in serial.rows])
     bars = {t["name"] for t in figure["data"] if t["type"] == "bar"}
-    assert bars == {"weights", "gradients", "optimizer", "activations", "other"}
+    assert bars == {"weights", "gradients", "optimizer", "activations", "other", "runtime reserve"}
     capacity = next(t for t in figure["data"] if t["name"] == "usable memory (capacity)")
     assert max(y for y in capacity["y"] if y) == pytest.approx(serial.inputs.gpus[0].usable_gib)
     table = [row for row in page.rows if row]

@@ -60,6 +60,11 @@ class Problem(Protocol):
     def options(self) -> Any: ...
 
 
+VPP_CAP = 64
+"""Largest virtual-stage count searched without ``--max-vpp`` (the largest ``--vpp`` autopar takes:
+``autopar.inputs.limits.MAX_VPP``)."""
+
+
 def divisors(n: int) -> tuple[int, ...]:
     """The divisors of ``n``, ascending."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
@@ -153,7 +158,9 @@ def _gpu_divisors(p: Problem) -> tuple[int, ...]:
 
 
 def _pp_domain(p: Problem) -> tuple[int, ...]:
-    return tuple(d for d in divisors(p.training.num_gpus) if d <= p.model.num_layers)
+    """Every divisor of the GPU count; the rule ``pp <= num_layers`` (``autopar.layout.rules``)
+    prunes the rest, so that an explanation can name it."""
+    return divisors(p.training.num_gpus)
 
 
 def _ep_domain(p: Problem) -> tuple[int, ...]:
@@ -170,13 +177,11 @@ def _etp_domain(p: Problem) -> tuple[int, ...]:
 
 
 def _vpp_domain(p: Problem) -> tuple[int, ...]:
-    """Every virtual-stage count that gives whole layers per virtual stage for one of the
-    pipeline sizes (a divisor of ``ceil(L/pp)``, or of ``L/2 + 1`` at PP 2:
-    ``rules.uneven_split_ok``); the pipeline-split rules pair each with its ``pp``. No default
-    cap (Nemotron-4 340B ran VP 12 at PP 8); ``--max-vpp`` limits it."""
-    layers = p.model.num_layers
-    counts = {-(-layers // pp) for pp in _pp_domain(p)} | {layers // 2 + 1}
-    return tuple(sorted({d for count in counts for d in divisors(count)}))
+    """Every virtual-stage count some pipeline size can fill with layers: at most
+    ``floor(L/2) + 1`` (two stages, the embedding and the loss alone in an end chunk;
+    ``autopar.layout.split.max_chunks``), which the split rule pairs with each ``pp``; searched up
+    to ``VPP_CAP`` unless ``--max-vpp`` says otherwise (Nemotron-4 340B ran VP 12 at PP 8)."""
+    return tuple(range(1, p.model.num_layers // 2 + 2))
 
 
 def _recompute_domain(p: Problem) -> tuple[int, ...]:
@@ -234,6 +239,7 @@ AXES: tuple[Axis, ...] = (
         description="Virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B.",
         default=1,
         domain=_vpp_domain,
+        cap=VPP_CAP,
         show="changed",
     ),
     Axis(

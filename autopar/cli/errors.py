@@ -60,6 +60,18 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _outputs(kwargs: dict[str, Any]) -> list[str]:
+    """The ``--output`` files of a command: one, or one per format when ``--format`` asks for
+    several (``autopar.cli.render.format_targets``)."""
+    output = kwargs.get("output")
+    if output is None:
+        return []
+    several = "," in str(kwargs.get("format") or "")
+    if not several:
+        return [output]
+    return [p.strip() for p in os.fspath(output).split(",") if p.strip()]
+
+
 def _arguments(command: Callable[..., Any]) -> set[str]:
     """The command's positional arguments (named ``LOGS`` in messages, not ``--logs``)."""
     signature = inspect.signature(command, eval_str=True)
@@ -88,21 +100,22 @@ def check_output(kwargs: dict[str, Any], arguments: set[str] = frozenset()) -> N
     """Before any work: stdout is open when it is the output; ``--output`` can be written and
     is none of the command's input files (``calibrate -o logs/a.log logs/*.log`` and ``solve
     --model cfg.json -o cfg.json`` used to destroy the input, exit 0)."""
-    output = kwargs.get("output")
-    if output is None:
+    outputs = _outputs(kwargs)
+    if not outputs:
         if sys.stdout is None:
             raise OutputError("stdout is closed; nothing can be written there (use --output FILE)")
         return
-    target = output_target(output)
-    if not target.is_file:
-        return
-    for key, path in _input_paths(kwargs):
-        if same_file(path, target.path):
-            name = key.upper() if key in arguments else f"--{key.replace('_', '-')}"
-            raise OutputError(
-                f"is also an input ({name}); write the result to another file",
-                source=f"--output {output}",
-            )
+    for output in outputs:
+        target = output_target(output)
+        if not target.is_file:
+            continue
+        for key, path in _input_paths(kwargs):
+            if same_file(path, target.path):
+                name = key.upper() if key in arguments else f"--{key.replace('_', '-')}"
+                raise OutputError(
+                    f"is also an input ({name}); write the result to another file",
+                    source=f"--output {output}",
+                )
 
 
 def _while_importing(err: BaseException) -> bool:

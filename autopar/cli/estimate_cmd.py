@@ -15,7 +15,7 @@ from autopar.cli.output import emit
 from autopar.cli.progress import working
 from autopar.cli.render import (
     WHY_FORMATS,
-    check_format,
+    format_targets,
     framework_notes,
     implied_by_format,
     render_estimate,
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         stack_options: dict | None = None,
         failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         stage_layers: o.StageLayers = None,
         stage_recompute: o.StageRecompute = None,
@@ -72,8 +72,10 @@ def register(app: typer.Typer) -> None:
         from autopar import api
 
         started = time.perf_counter()  # --time-limit covers the whole command
-        check_format(format)
-        framework, stack_options, implied = implied_by_format(format, framework, stack_options)
+        targets = format_targets(format, output)
+        framework, stack_options, implied = implied_by_format(
+            [fmt for fmt, _ in targets], framework, stack_options
+        )
         api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
         with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -90,14 +92,21 @@ def register(app: typer.Typer) -> None:
                     problem, layout, stage_layers=stage_layers, stage_recompute=stage_recompute
                 )
             result = api.evaluate_problem(problem, layout, cost_model=cost_model, plan=plan)
-            searched = format in WHY_FORMATS and plan is None and time_limit > 0
+            why = any(fmt in WHY_FORMATS for fmt, _ in targets)
+            searched = why and plan is None and time_limit > 0
             optimum = None
             if searched:
                 left = max(0.0, time_limit - (time.perf_counter() - started))
                 optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
-        text = render_estimate(
-            result, format, problem=problem, optimum=optimum, optimum_searched=searched
-        )
-        emit(text, output)
-        for note in framework_notes(result, format, problem, implied):
-            typer.echo(note, err=True)
+        texts = [
+            render_estimate(
+                result, fmt, problem=problem, optimum=optimum, optimum_searched=searched
+            )
+            for fmt, _ in targets
+        ]
+        if implied:
+            typer.echo(f"autopar: {implied}", err=True)
+        for (fmt, path), text in zip(targets, texts, strict=True):
+            emit(text, path)
+            for note in framework_notes(result, fmt, problem):
+                typer.echo(note, err=True)

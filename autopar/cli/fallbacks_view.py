@@ -145,20 +145,27 @@ def render_with_fallbacks(solve_text: str, result, fmt: str) -> str:
     return f"{solve_text}\n\n{fallbacks_text(result)}"
 
 
-def solve_with_fallbacks(result, problem, options: dict[str, Any], fmt: str) -> tuple[str, int]:
+def solve_with_fallbacks(
+    result, problem, options: dict[str, Any], formats: list[str]
+) -> tuple[list[str], int]:
     """The fallbacks of a solve (``options``: ``autopar.sweeps.fallbacks.fallbacks`` keywords,
-    ``emit`` the one to write in a launcher format) rendered in ``fmt``, and the exit code:
-    1 only when the fallback asked for in a launcher format has no layout."""
+    ``emit`` the one to write in a launcher format), searched once and rendered in each of
+    ``formats``, and the exit code: 1 only when the fallback asked for in a launcher format has
+    no layout."""
     from autopar.cli.render import render_estimate, render_solve
     from autopar.sweeps.fallbacks import fallbacks_problem
 
     emit = options.pop("emit")
     found = fallbacks_problem(problem, baseline=result, **options)
     if emit is None:
-        return render_with_fallbacks(render_solve(result, fmt, problem=problem), found, fmt), 0
+        texts = [
+            render_with_fallbacks(render_solve(result, fmt, problem=problem), found, fmt)
+            for fmt in formats
+        ]
+        return texts, 0
     row = found.rows[emit - 1]
     if row.estimate is None:
         lines = [f"# autopar: no fallback after losing {emit} servers ({row.status})"]
         lines.append(f"# {row.explanation.summary if row.explanation else ''}")
-        return "\n".join(lines), 1
-    return render_estimate(row.estimate, fmt, problem=row.problem), 0
+        return ["\n".join(lines)] * len(formats), 1
+    return [render_estimate(row.estimate, fmt, problem=row.problem) for fmt in formats], 0

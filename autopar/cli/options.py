@@ -211,8 +211,9 @@ UnevenPipeline = Annotated[
     bool,
     typer.Option(
         "--uneven-pipeline/--even-pipeline",
-        help="Allow PP sizes that do not divide the layers (Megatron "
-        "--decoder-first/last-pipeline-num-layers).",
+        help="Allow pipeline splits that are not even (the default; launched as Megatron's "
+        "uneven-split or --pipeline-model-parallel-layout flags); --even-pipeline keeps even "
+        "splits only.",
         rich_help_panel=SEARCH,
     ),
 ]

@@ -44,15 +44,30 @@ def check_format(fmt: str) -> None:
 
 
 def implied_by_format(
-    fmt: str, framework: str | None, stack_options: dict[str, Any]
+    formats: Sequence[str], framework: str | None, stack_options: dict[str, Any]
 ) -> tuple[str, dict[str, Any], str | None]:
-    """The framework and stack options to solve with for ``--format fmt``, and the note saying
-    what the format implied. A launch format plans under its framework's rules
-    (``autopar.outputs.emit.FORMATS``) and, unless ``--stack`` names one, its stack preset's
-    defaults; an explicit ``--framework`` that differs from the format's is bad input."""
-    spec = emitters.FORMATS.get(fmt)
-    if spec is None:
+    """The framework and stack options to solve with for the ``--format`` list (one problem
+    solved once for all of them, ``format_targets``), and the note saying what the formats
+    implied. A launch format plans under its framework's rules (``autopar.outputs.emit.FORMATS``)
+    and, unless ``--stack`` names one, its stack preset's defaults; an explicit ``--framework``
+    that differs, or two formats that imply different frameworks or stacks, are bad input."""
+    specs = [(fmt, emitters.FORMATS[fmt]) for fmt in formats if fmt in emitters.FORMATS]
+    if not specs:
         return framework or "megatron", stack_options, None
+    fmt, spec = specs[0]
+    for other, other_spec in specs[1:]:
+        if other_spec.framework != spec.framework or (
+            stack_options.get("stack") is None
+            and None not in (spec.stack, other_spec.stack)
+            and other_spec.stack != spec.stack
+        ):
+            raise InputError(
+                f"--format {fmt} and {other} are launched by different frameworks or stacks "
+                f"({spec.framework} {spec.stack or 'default'}, {other_spec.framework} "
+                f"{other_spec.stack or 'default'}); one solve cannot plan for both: ask for "
+                "them in separate calls",
+                source="--format",
+            )
     if framework is not None and framework != spec.framework:
         raise InputError(
             f"{excerpt(framework)} conflicts with --format {fmt}, which is launched by "
@@ -62,11 +77,32 @@ def implied_by_format(
     implied = []
     if framework is None and spec.framework != "megatron":
         implied.append(f"framework {spec.framework}")
-    if spec.stack is not None and stack_options.get("stack") is None:
-        stack_options = {**stack_options, "stack": spec.stack}
-        implied.append(f"stack {spec.stack}")
-    note = f"{', '.join(implied)} (implied by --format {fmt})" if implied else None
+    stack_fmt, stack = next(((f, s.stack) for f, s in specs if s.stack is not None), (fmt, None))
+    if stack is not None and stack_options.get("stack") is None:
+        stack_options = {**stack_options, "stack": stack}
+        implied.append(f"stack {stack}")
+    note = f"{', '.join(implied)} (implied by --format {stack_fmt})" if implied else None
     return spec.framework, stack_options, note
+
+
+def format_targets(fmt: str, output: str | None) -> list[tuple[str, str | None]]:
+    """``--format`` as one format or several, comma-separated (``json,megatron``), each with its
+    ``--output`` file: one problem solved once, written in every format asked for (issue 21:
+    two calls of the same problem could give two answers). Several formats need as many files,
+    comma-separated in the same order."""
+    formats = [f.strip() for f in fmt.split(",")] if isinstance(fmt, str) else [fmt]
+    for one in formats:
+        _check(one)
+    if len(formats) == 1:
+        return [(formats[0], output)]
+    files = [f.strip() for f in output.split(",")] if output else []
+    if len(files) != len(formats) or not all(files):
+        raise InputError(
+            f"{len(formats)} formats need {len(formats)} files, comma-separated in the same "
+            f"order, got {excerpt(output)}",
+            source="--output",
+        )
+    return list(zip(formats, files, strict=True))
 
 
 def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> str:
@@ -82,16 +118,13 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
     return form.text(estimate, problem)
 
 
-def framework_notes(
-    estimate: Estimate | None, fmt: str, problem: Problem | None, implied: str | None = None
-) -> list[str]:
-    """What ``--format`` implied (``implied_by_format``) and what the launch script must do that
-    ``fmt``'s output cannot say (the CLI writes these to stderr); the latter empty for other
-    formats or without a layout."""
-    lines = [f"autopar: {implied}"] if implied else []
+def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None) -> list[str]:
+    """What the launch script must do that ``fmt``'s output cannot say (the CLI writes these to
+    stderr, after what the formats implied, ``implied_by_format``); empty for other formats or
+    without a layout."""
     if fmt not in emitters.EMITTERS or problem is None or estimate is None:
-        return lines
-    return lines + [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
+        return []
+    return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:

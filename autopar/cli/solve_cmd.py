@@ -24,7 +24,7 @@ from autopar.cli.progress import working
 from autopar.cli.render import (
     LAUNCHERS,
     WHY_FORMATS,
-    check_format,
+    format_targets,
     framework_notes,
     implied_by_format,
     render_solve,
@@ -88,14 +88,28 @@ def register(app: typer.Typer) -> None:
         tp_within_node: Annotated[
             bool, typer.Option(help="Keep TP inside the NVLink domain.", rich_help_panel=SEARCH)
         ] = True,
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         top: Annotated[
             int, typer.Option(help="How many best layouts to report.", rich_help_panel=OUTPUT)
         ] = 5,
+        prefer: Annotated[
+            str,
+            typer.Option(
+                help="Among layouts tied within the cost model's error band: fastest (the "
+                "fastest prediction first, ties marked) or headroom (ties first, those within "
+                "85% of the memory, fastest first).",
+                rich_help_panel=OUTPUT,
+            ),
+        ] = "fastest",
         time_limit: Annotated[
-            float, typer.Option(help="Solver time limit in seconds.", rich_help_panel=SEARCH)
-        ] = 10.0,
+            float | None,
+            typer.Option(
+                help="Seconds for the whole command; default: sized from the problem (10 s plus "
+                "0.2 ms per layout), and scoring the uniform space always finishes.",
+                rich_help_panel=SEARCH,
+            ),
+        ] = None,
         num_workers: Annotated[
             int | None, typer.Option(help="CP-SAT workers.", rich_help_panel=SEARCH)
         ] = None,
@@ -110,11 +124,14 @@ def register(app: typer.Typer) -> None:
         from autopar import api  # the search floors: loaded by the commands that solve
 
         started = time.perf_counter()  # --time-limit covers the whole command
-        check_format(format)
-        framework, stack_options, implied = implied_by_format(format, framework, stack_options)
+        targets = format_targets(format, output)
+        framework, stack_options, implied = implied_by_format(
+            [fmt for fmt, _ in targets], framework, stack_options
+        )
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         api.check_objective(objective, pipeline_plan)
-        check_fallback_flags(format, fallback_nodes, emit_fallback, LAUNCHERS, pipeline_plan)
+        for fmt, _ in targets:
+            check_fallback_flags(fmt, fallback_nodes, emit_fallback, LAUNCHERS, pipeline_plan)
         pins, limits = o.pins_and_limits(axis_values)
         with working("solving"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -124,9 +141,9 @@ def register(app: typer.Typer) -> None:
                 recompute=recompute,
                 zero=zero,
                 sequence_parallel=sequence_parallel,
-                allow_interleaving=interleaving,
-                allow_cp=context_parallel,
-                allow_ep=expert_parallel,
+                interleaving=interleaving,
+                context_parallel=context_parallel,
+                expert_parallel=expert_parallel,
                 tp_within_node=tp_within_node,
                 uneven_pipeline=uneven_pipeline,
             )
@@ -137,31 +154,39 @@ def register(app: typer.Typer) -> None:
             result = api.solve_problem(
                 problem,
                 top=top,
-                time_limit=max(0.0, time_limit - (time.perf_counter() - started)),
+                time_limit=None
+                if time_limit is None
+                else max(0.0, time_limit - (time.perf_counter() - started)),
                 num_workers=num_workers,
                 cost_model=cost_model,
                 pipeline_plan=pipeline_plan,
-                alternatives=format in WHY_FORMATS,  # the formats that print why this layout
+                alternatives=any(fmt in WHY_FORMATS for fmt, _ in targets),  # "why this layout"
                 objective=objective,
+                prefer=prefer,
             )
             code = 0
+            formats = [fmt for fmt, _ in targets]
             if fallback_nodes is not None and result.layouts:
-                left = max(0.0, time_limit - (time.perf_counter() - started))
                 options = dict(lost_servers=fallback_nodes, batch_tolerance=batch_tolerance,
-                               objective=objective, cost_model=cost_model, time_limit=left,
+                               objective=objective, cost_model=cost_model,
                                num_workers=num_workers, emit=emit_fallback)  # fmt: skip
-                text, code = solve_with_fallbacks(result, problem, options, format)
+                if time_limit is not None:  # else the fallbacks' own default
+                    options["time_limit"] = max(0.0, time_limit - (time.perf_counter() - started))
+                texts, code = solve_with_fallbacks(result, problem, options, formats)
             else:
-                text = render_solve(result, format, problem=problem)
-        emit(text, output)
+                texts = [render_solve(result, fmt, problem=problem) for fmt in formats]
+        best = result.best if result.layouts else None
+        if implied:
+            typer.echo(f"autopar: {implied}", err=True)
+        for (fmt, path), text in zip(targets, texts, strict=True):
+            emit(text, path)
+            for note in framework_notes(best, fmt, problem):
+                typer.echo(note, err=True)
         if code:
             raise typer.Exit(EXIT_INFEASIBLE)
-        best = result.best if result.layouts else None
-        for note in framework_notes(best, format, problem, implied):
-            typer.echo(note, err=True)
         if result.status in ("infeasible", "unknown"):
             explanation = result.explanation or Explanation(summary="no layout found")
-            if format == "table":
+            if targets[0][0] == "table":
                 families = [f.family for f in explanation.families]
                 binds = f"binding: {', '.join(families)}" if families else "no layout found"
                 line = f"{binds} (explanation above)"

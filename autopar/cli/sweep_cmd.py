@@ -209,7 +209,7 @@ def register(app: typer.Typer) -> None:
         failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
         objective: Objective = "step-time",
-        uneven_pipeline: o.UnevenPipeline = False,
+        uneven_pipeline: o.UnevenPipeline = True,
         pipeline_plan: o.PipelinePlan = "uniform",
         train_tokens: Annotated[
             str | None,

@@ -102,7 +102,8 @@ def goodput_fraction(
     """``T_s / T_w`` of Daly's model (module docstring): ``tau / (M e^{R/M} (e^{(tau +
     delta)/M} - 1))``."""
     tau = np.asarray(interval_s, dtype=np.float64)
-    return tau / (mtbf_s * np.exp(lost_s / mtbf_s) * np.expm1((tau + delta_s) / mtbf_s))
+    with np.errstate(over="ignore"):  # steps far longer than the job's MTBF: goodput 0
+        return tau / (mtbf_s * np.exp(lost_s / mtbf_s) * np.expm1((tau + delta_s) / mtbf_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +244,7 @@ def goodput_figures(
             checkpoint_interval_s=float(steps[i] * step_s[i]),
             checkpoint_interval_steps=int(steps[i]),
             goodput=float(fraction[i]),
-            time_per_useful_step_s=float(step_s[i] / fraction[i]),
+            time_per_useful_step_s=float(step_s[i] / fraction[i]) if fraction[i] > 0 else None,
         )
         for i in range(size)
     ]

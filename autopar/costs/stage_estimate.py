@@ -31,7 +31,7 @@ from autopar.costs.terms import CostModel, TermContext, grid_of
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.stages import RECOMPUTE_CODES, PerStage, StagePlan, plan_recompute_mode
 
-STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
+STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other", "reserve")
 
 
 def estimate_plan(

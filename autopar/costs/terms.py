@@ -50,7 +50,14 @@ TIME_CATEGORIES: tuple[str, ...] = (
     "optimizer",
     "offload",
 )
-MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "gradients", "optimizer", "activations", "other")
+MEMORY_CATEGORIES: tuple[str, ...] = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "other",
+    "reserve",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

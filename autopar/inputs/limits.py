@@ -13,6 +13,7 @@ import math
 import numbers
 import operator
 
+from autopar.base.axes import VPP_CAP
 from autopar.base.errors import InputError, excerpt
 
 MAX_GPUS = 1 << 20
@@ -25,7 +26,7 @@ MAX_GLOBAL_BATCH_TOKENS = 1 << 40
 """``--global-batch-tokens``: 1 Ti tokens per step."""
 MAX_MBS = 1 << 12
 """``--max-mbs`` (and the ``--mbs`` pin): 4096 sequences."""
-MAX_VPP = 64
+MAX_VPP = VPP_CAP
 """``--max-vpp`` (and the ``--vpp`` pin): 64 virtual stages per pipeline rank."""
 MAX_TOP = 100
 """``--top``: runners-up reported."""

@@ -107,11 +107,14 @@ class SearchRequest:
     zero: str | Sequence[int] | None = None
     """Allowed ZeRO stages (``0,1`` ... or ``any``; default per framework)."""
     sequence_parallel: bool | None = None
-    allow_interleaving: bool = True
-    allow_cp: bool = True
-    allow_ep: bool = True
+    interleaving: bool = True
+    """Allow interleaved 1F1B (``--interleaving/--no-interleaving``)."""
+    context_parallel: bool = True
+    """Allow CP (``--context-parallel/--no-context-parallel``)."""
+    expert_parallel: bool = True
+    """Allow EP (``--expert-parallel/--no-expert-parallel``)."""
     tp_within_node: bool = True
-    uneven_pipeline: bool = False
+    uneven_pipeline: bool = True
     pins: tuple[tuple[str, int], ...] = ()
     """Fixed axis values (``tp=8``)."""
     limits: tuple[tuple[str, int], ...] = ()
@@ -131,6 +134,7 @@ class ProblemOptions:
         """The groups from flat keywords in the CLI's vocabulary: the fields of ``JobOptions``
         and ``SearchRequest``, ``stack`` and each switch's keyword, an axis name as a pin
         (``tp=8``), ``max_<axis>`` or ``limits={axis: value}`` as a limit."""
+        keywords = {ALIASES.get(k, k): v for k, v in keywords.items()}
         unknown = sorted(set(keywords) - set(KEYWORDS))
         if unknown:
             raise TypeError(_unknown_text(unknown))
@@ -169,12 +173,27 @@ KEYWORDS: tuple[str, ...] = (
     "limits",
 )
 """Every keyword ``make_problem`` takes: the API's vocabulary, the CLI's flags with ``_``."""
+ALIASES: dict[str, str] = {
+    "allow_interleaving": "interleaving",
+    "allow_cp": "context_parallel",
+    "allow_ep": "expert_parallel",
+}
+"""Earlier API names, still accepted: each is the CLI flag's name now."""
 
 
-def _unknown_text(unknown: list[str]) -> str:
+def check_keywords(keywords: Mapping[str, Any], *, own: Sequence[str] = ()) -> None:
+    """A ``TypeError`` naming each keyword that is neither ``make_problem``'s nor one of the
+    caller's ``own`` (``solve``'s ``top``, ``time_limit``, ...), with a did-you-mean over both."""
+    unknown = sorted(set(keywords) - set(KEYWORDS) - set(ALIASES) - set(own))
+    if unknown:
+        raise TypeError(_unknown_text(unknown, (*KEYWORDS, *own)))
+
+
+def _unknown_text(unknown: list[str], known: Sequence[str] | None = None) -> str:
+    known = KEYWORDS if known is None else known
     parts = []
     for name in unknown:
-        close = difflib.get_close_matches(name, KEYWORDS, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return f"unknown option(s): {', '.join(parts)}"
 
@@ -221,6 +240,7 @@ def build_problem(options: ProblemOptions) -> Problem:
             gpu_hour_cost=_run_number(
                 job.gpu_hour_cost, "--gpu-hour-cost", bounds.MAX_GPU_HOUR_COST
             ),
+            default_batch=job.global_batch is None and job.global_batch_tokens is None,
         )
         _check_precision(cluster.gpu, job.precision, spec_stack, gpu_source=_gpu_source(job))
         if spec_stack.cpu_offload_layers >= model.num_layers:
@@ -276,9 +296,9 @@ def _search_options(search: SearchRequest) -> SearchOptions:
         recompute=_modes(search.recompute, RECOMPUTE_MODES, "recompute", RECOMPUTE_MODES),
         zero_stages=_modes(search.zero, ZERO_STAGES, "zero", default_zero(framework)),
         sequence_parallel=search.sequence_parallel,
-        allow_interleaving=search.allow_interleaving,
-        allow_cp=search.allow_cp,
-        allow_ep=search.allow_ep,
+        allow_interleaving=search.interleaving,
+        allow_cp=search.context_parallel,
+        allow_ep=search.expert_parallel,
         tp_within_node=search.tp_within_node,
         uneven_pipeline=search.uneven_pipeline,
         pins=search.pins,

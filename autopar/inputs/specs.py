@@ -568,6 +568,9 @@ class TrainingSpec:
     """Tokens the whole run trains on (``--train-tokens``): gives days to train."""
     gpu_hour_cost: float | None = None
     """Price of one GPU-hour (``--gpu-hour-cost``): gives the cost of the run."""
+    default_batch: bool = False
+    """The batch is autopar's default (4 Mi tokens), not one the user gave: answers say so when
+    it leaves a pipeline too few micro-batches (``autopar.search.notes``)."""
 
     def __post_init__(self) -> None:
         _positive(self.num_gpus, "num_gpus")
@@ -620,11 +623,10 @@ class SearchOptions:
     allow_interleaving: bool = True
     allow_cp: bool = True
     allow_ep: bool = True
-    uneven_pipeline: bool = False
-    """Allow a pipeline size that does not divide the layers: the middle stages take
-    ``ceil(L/pp)`` layers and the first and last the rest, with or without interleaving
-    (Megatron ``--account-for-embedding/loss-in-pipeline-split`` or
-    ``--decoder-first/last-pipeline-num-layers``; ``autopar.layout.rules.uneven_split_ok``)."""
+    uneven_pipeline: bool = True
+    """Allow splits where ``pp*vpp`` does not divide the layers (the default: every framework
+    autopar plans for splits them; ``autopar.layout.split`` says how Megatron is told).
+    ``False`` (``--even-pipeline``) keeps Megatron's even split only."""
     tp_within_node: bool = True
     """Keep TP (and ETP·EP) inside one NVLink domain (``NVLink domain`` rules)."""
     pins: tuple[tuple[str, int], ...] = ()

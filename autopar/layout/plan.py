@@ -95,8 +95,9 @@ class Goodput:
     """The same in steps: Megatron ``--save-interval``, torchtitan ``checkpoint.interval``."""
     goodput: float
     """Expected fraction of wall time that trains (Daly 2006), at that interval."""
-    time_per_useful_step_s: float
-    """Expected wall seconds per step that counts: ``step_time_s / goodput``."""
+    time_per_useful_step_s: float | None
+    """Expected wall seconds per step that counts: ``step_time_s / goodput``; ``None`` where the
+    goodput is 0 (the job fails more often than it can finish a checkpoint interval)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

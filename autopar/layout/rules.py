@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from autopar.base.axes import RECOMPUTE_MODES
 from autopar.inputs.specs import Problem
+from autopar.layout.split import split_ok
 
 Grid = Mapping[str, np.ndarray]
+RuleKind = Literal["framework", "default", "user"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,118 +36,84 @@ class Rule:
     check: Callable[[Grid], np.ndarray]
     """Returns a boolean array: True where the rule holds."""
     source: str
+    kind: RuleKind = "framework"
+    """``framework``: the framework raises on a layout that breaks it (``source`` cites where);
+    ``default``: an autopar default (advice, or what the cost model assumes), which ``lift``
+    names the flag to lift when there is one; ``user``: the user's pin, limit or option."""
+    lift: str | None = None
+    """The autopar flag that lifts the rule, as the user types it (``--no-tp-within-node``)."""
+    brief: str = ""
+    """The restriction in a few words, for what a proof covers (``text`` when empty)."""
 
 
 def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     return np.asarray(b) % np.asarray(a) == 0
 
 
-def uneven_split_ok(num_layers: int, pp: np.ndarray, vpp: np.ndarray | int = 1) -> np.ndarray:
-    """Whether Megatron can split ``num_layers`` over ``pp`` ranks of ``vpp`` virtual stages with
-    the middle ranks holding ``m = ceil(L/pp)`` layers (``PipelineSplit`` for the flags).
-
-    - Even: ``L % (pp*vpp) == 0`` (``get_num_layers_to_build``, transformer_block.py L183-205).
-    - ``--account-for-embedding/loss-in-pipeline-split``: the embedding and/or the loss count as a
-      layer, ``L + k = pp*m`` with ``k`` in 1..2 and ``m % vpp == 0``; the first (last) virtual
-      stage builds one layer fewer (transformer_config.py L2370-2415; transformer_block.py
-      L185-201; with interleaving ``--num-virtual-stages-per-pipeline-rank``, arguments.py
-      L953-977).
-      With ``pp == 2`` and ``L`` even both ends account: ``(L/2 + 1) % vpp == 0``.
-    - ``--decoder-first/last-pipeline-num-layers F, Lst``: ``(L - F - Lst)`` over the ``pp - 2``
-      middle ranks, ``m`` each; ``F``, ``Lst`` and ``m`` divisible by ``vpp``, ``F, Lst >= 1``
-      (transformer_config.py L2294-2368): ``rest = L - (pp-2)*m`` with ``rest % vpp == 0`` and
-      ``2*vpp <= rest <= 2*m``.
-    """
-    pp = np.asarray(pp, dtype=np.int64)
-    vpp = np.broadcast_to(np.asarray(vpp, dtype=np.int64), pp.shape)
-    m = -(-num_layers // np.maximum(pp, 1))
-    whole = m % vpp == 0
-    extra = pp * m - num_layers
-    accounted = (extra >= 1) & (extra <= 2)
-    rest = num_layers - np.maximum(pp - 2, 0) * m
-    ends = (rest % vpp == 0) & (rest >= 2 * vpp) & (rest <= 2 * m)
-    even = num_layers % (pp * vpp) == 0
-    # pp = 2 and L even: both ends account for one slot, (L+2)/2 per rank, L/2 layers built.
-    two = (pp == 2) & (num_layers % 2 == 0) & ((m + 1) % vpp == 0)
-    # Every rank holds at least one layer (Megatron allows an embedding-only first stage; the
-    # axes never offer pp > L).
-    fits = pp <= num_layers
-    return np.where(pp == 1, vpp == 1, fits & (even | two | (whole & (accounted | ends))))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PipelineSplit:
-    """How Megatron-LM is told to split ``num_layers`` over ``pp`` ranks of ``vpp`` chunks (the
-    flags ``autopar.outputs.emit`` writes): nothing for an even split, else the embedding/loss
-    accounting flags, else first/last stage layer counts (``uneven_split_ok``)."""
-
-    account_for_embedding: bool = False
-    account_for_loss: bool = False
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-
-
-def pipeline_split(num_layers: int, pp: int, vpp: int = 1) -> PipelineSplit | None:
-    """The Megatron split of ``uneven_split_ok`` for one ``(pp, vpp)``; ``None`` if there is none.
-    One extra slot goes to the embedding: the first stage holds the most activations in flight
-    (``cost_models.pipeline.first_stage_layers``)."""
-    if not bool(uneven_split_ok(num_layers, np.array([pp]), vpp)[0]):
-        return None
-    if pp == 1 or num_layers % (pp * vpp) == 0:
-        return PipelineSplit()
-    m = -(-num_layers // pp)
-    extra = pp * m - num_layers
-    if pp == 2 and num_layers % 2 == 0 and (m + 1) % vpp == 0:
-        return PipelineSplit(account_for_embedding=True, account_for_loss=True)
-    if m % vpp == 0 and extra in (1, 2):
-        return PipelineSplit(account_for_embedding=True, account_for_loss=extra == 2)
-    rest = num_layers - (pp - 2) * m
-    first = (rest // 2) // vpp * vpp
-    return PipelineSplit(first_stage_layers=first, last_stage_layers=rest - first)
-
-
-def _pipeline_split_rules(layers: int, *, uneven: bool) -> list[Rule]:
-    if not uneven:
-        return [
-            Rule(
-                family="layers vs PP",
-                text=f"num_layers ({layers}) % pp == 0",
-                axes=("pp",),
-                check=lambda g: _divides(g["pp"], layers),
-                source="Megatron arguments.py",
-            ),
-            Rule(
-                family="layers vs PP",
-                text=f"num_layers ({layers}) % (pp*vpp) == 0",
-                axes=("pp", "vpp"),
-                check=lambda g: _divides(g["pp"] * g["vpp"], layers),
-                source="Megatron arguments.py (num_layers_per_virtual_pipeline_stage)",
-            ),
-        ]
-    return [
+def _pipeline_split_rules(problem: Problem) -> list[Rule]:
+    """The split rules (``autopar.layout.split``): Megatron's ``--pipeline-model-parallel-layout``
+    accepts any split, so only autopar's own uniform-plan assumptions bind (a layer on every
+    stage, and on every chunk but an embedding- or loss-only end); ``--even-pipeline`` asks for
+    Megatron's even split only."""
+    layers, mtp = problem.model.num_layers, problem.model.num_mtp_layers
+    rules = [
         Rule(
             family="layers vs PP",
-            text=f"num_layers ({layers}) splits over pp: evenly, or ceil(L/pp) per middle stage",
+            text=f"pp <= num_layers ({layers}): every pipeline stage holds a layer",
             axes=("pp",),
-            check=lambda g: uneven_split_ok(layers, g["pp"]),
-            source="Megatron transformer_config.py (uneven PP, account-for-embedding/loss)",
+            check=lambda g: g["pp"] <= layers,
+            source="autopar: a stage without layers only lengthens the pipeline (Megatron's "
+            "pipeline_parallel_layer_layout.py accepts empty stages)",
+            kind="default",
+            brief="every pipeline stage holds a layer",
         ),
         Rule(
             family="layers vs PP",
-            text=f"num_layers ({layers}) splits into whole layers per virtual stage (pp*vpp)",
+            text=f"num_layers ({layers}) fill every virtual stage (pp*vpp chunks; the embedding "
+            "and the loss may sit alone in the first and last)",
             axes=("pp", "vpp"),
-            check=lambda g: uneven_split_ok(layers, g["pp"], g["vpp"]),
-            source="Megatron transformer_block.py get_num_layers_to_build; arguments.py "
-            "(--num-virtual-stages-per-pipeline-rank)",
+            check=lambda g: split_ok(layers, g["pp"], g["vpp"], mtp_layers=mtp),
+            source="autopar uniform plan (autopar.layout.split); Megatron "
+            "--pipeline-model-parallel-layout takes any split",
+            kind="default",
+            brief="every virtual stage holds a layer (the embedding or the loss may sit alone)",
         ),
     ]
+    if problem.options.framework == "torchtitan":
+        rules.append(
+            Rule(
+                family="layers vs PP",
+                text="torchtitan: every virtual stage but the first and the last holds the same "
+                "number of layers",
+                axes=("pp", "vpp"),
+                check=lambda g: split_ok(layers, g["pp"], g["vpp"], mtp_layers=mtp, ends_only=True),
+                source="autopar's torchtitan output: pipeline_parallel_layers_per_stage with "
+                "first/last_stage_less_layers (torchtitan distributed/pipeline_parallel.py)",
+                kind="default",
+                brief="equal middle virtual stages (what the torchtitan output expresses)",
+            )
+        )
+    if not problem.options.uneven_pipeline:
+        rules.append(
+            Rule(
+                family="layers vs PP",
+                text=f"num_layers ({layers}) % (pp*vpp) == 0 (--even-pipeline)",
+                axes=("pp", "vpp"),
+                check=lambda g: _divides(g["pp"] * g["vpp"], layers),
+                source="user option",
+                kind="user",
+                lift="--uneven-pipeline",
+                brief="even pipeline splits only",
+            )
+        )
+    return rules
 
 
 def _model_rules(problem: Problem) -> list[Rule]:
     """The rules the model's shapes set: attention, MLP and pipeline split, then the experts."""
     return [
         *_tensor_rules(problem),
-        *_pipeline_split_rules(problem.model.num_layers, uneven=problem.options.uneven_pipeline),
+        *_pipeline_split_rules(problem),
         *(_expert_rules(problem) if problem.model.is_moe else _dense_rules()),
     ]
 
@@ -217,6 +186,8 @@ def _expert_rules(problem: Problem) -> list[Rule]:
             check=lambda g: (g["etp"] == 1) | (g["etp"] == g["tp"]),
             source="autopar search restriction (issue 12): an expert TP other than 1 or TP "
             "adds token all-gathers over more ranks for memory that EP saves without them",
+            kind="default",
+            brief="expert TP 1 or equal to TP",
         ),
         Rule(
             family="expert grid",
@@ -314,9 +285,21 @@ def _sequence_rules(problem: Problem) -> list[Rule]:
             text="sp on iff tp > 1 (or as --sequence-parallel says; off by default on DeepSpeed)",
             axes=("tp", "sp"),
             check=sp_choice,
-            source="Megatron recommends --sequence-parallel with tp > 1",
+            source="Megatron recommends --sequence-parallel with tp > 1"
+            if problem.options.sequence_parallel is None
+            else "user option",
+            kind="default" if problem.options.sequence_parallel is None else "user",
+            lift=None if problem.options.sequence_parallel is None else _sp_lift(problem),
+            brief="sequence parallelism whenever TP > 1"
+            if problem.options.sequence_parallel is None
+            else f"sequence parallelism {'on' if problem.options.sequence_parallel else 'off'}",
         ),
     ]
+
+
+def _sp_lift(problem: Problem) -> str:
+    given = "--sequence-parallel" if problem.options.sequence_parallel else "--no-sequence-parallel"
+    return f"drop {given}"
 
 
 def _cp_comm_rules(problem: Problem) -> list[Rule]:
@@ -412,22 +395,31 @@ def _placement_rules(problem: Problem) -> list[Rule]:
             axes=("tp",),
             check=lambda g: g["tp"] <= node,
             source="Megatron performance guide: TP inside the NVLink domain",
+            kind="default",
+            lift="--no-tp-within-node",
+            brief=f"TP within one NVLink domain ({node} GPUs)",
         ),
     ]
 
 
 def _option_rules(problem: Problem) -> list[Rule]:
-    """User pins and limits; a feature turned off pins its size to 1."""
+    """User pins and limits; a feature turned off pins its size to 1. Each names how to lift it."""
     opts = problem.options
-    pins = [(dim, value, f"{dim} == {value} (pinned)") for dim, value in opts.pins]
-    for allowed, dim, feature in (
-        (opts.allow_cp, "cp", "context parallelism"),
-        (opts.allow_ep, "ep", "expert parallelism"),
-        (opts.allow_interleaving, "vpp", "interleaving"),
+    pins = [
+        (dim, value, f"{dim} == {value} (pinned)", f"drop --{dim.replace('_', '-')} {value}")
+        for dim, value in opts.pins
+    ]
+    for allowed, dim, feature, flag in (
+        (opts.allow_cp, "cp", "context parallelism", "--context-parallel"),
+        (opts.allow_ep, "ep", "expert parallelism", "--expert-parallel"),
+        (opts.allow_interleaving, "vpp", "interleaving", "--interleaving"),
     ):
         if not allowed:
-            pins.append((dim, 1, f"{dim} == 1 ({feature} off)"))
-    limits = [(dim, value, f"{dim} <= {value} (limit)") for dim, value in opts.maxima]
+            pins.append((dim, 1, f"{dim} == 1 ({feature} off)", flag))
+    limits = [
+        (dim, value, f"{dim} <= {value} (limit)", f"raise --max-{dim.replace('_', '-')} {value}")
+        for dim, value in opts.maxima
+    ]
     return [
         Rule(
             family="pins and limits",
@@ -435,8 +427,10 @@ def _option_rules(problem: Problem) -> list[Rule]:
             axes=(dim,),
             source="user option",
             check=lambda g, d=dim, v=value: g[d] == v,
+            kind="user",
+            lift=lift,
         )
-        for dim, value, text in pins
+        for dim, value, text, lift in pins
     ] + [
         Rule(
             family="pins and limits",
@@ -444,8 +438,10 @@ def _option_rules(problem: Problem) -> list[Rule]:
             axes=(dim,),
             source="user option",
             check=lambda g, d=dim, v=value: g[d] <= v,
+            kind="user",
+            lift=lift,
         )
-        for dim, value, text in limits
+        for dim, value, text, lift in limits
     ]
 
 

@@ -11,7 +11,7 @@ from autopar.base.axes import AXES
 from autopar.inputs.echo import inputs_text
 from autopar.inputs.specs import GIB
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.results import Explanation, SolveResult, memory_categories
+from autopar.layout.results import Explanation, SolveResult, Ties, memory_categories
 from autopar.layout.stages import PerStage
 from autopar.outputs.why import alternatives_text
 
@@ -45,9 +45,11 @@ def estimate_text(estimate: Estimate) -> str:
     for category in (*memory_categories(estimate), "total"):
         value = estimate.memory_bytes[category]
         lines.append(f"  {category:<12} {value / GIB:8.2f} GiB  {_bar(value / capacity)}")
-    reserve = (estimate.inputs or {}).get("memory_reserve_bytes") or 0
-    kept = f"  (after {reserve / GIB:.2f} GiB reserve)" if reserve else ""
-    lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB{kept}")
+    kept = (estimate.inputs or {}).get("memory_reserve_bytes") or 0
+    note = f"  (after {kept / GIB:.2f} GiB kept free, --memory-reserve-gib)" if kept else ""
+    lines.append(f"  {'capacity':<12} {capacity / GIB:8.2f} GiB{note}")
+    if estimate.memory_bytes.get("reserve"):
+        lines.append("  (reserve: CUDA context, NCCL buffers and allocator fragmentation)")
     lines.append("")
     lines.append("time per step")
     step = estimate.step_time_s
@@ -80,7 +82,7 @@ def goodput_lines(estimate: Estimate) -> list[str]:
         f"interval     every {g.checkpoint_interval_steps:,} steps "
         f"({g.checkpoint_interval_s:,.0f} s; --save-interval {g.checkpoint_interval_steps})",
         f"goodput      {g.goodput:.1%} of wall time trains   "
-        f"{g.time_per_useful_step_s:.3f} s per useful step",
+        f"{_useful_text(g.time_per_useful_step_s)} s per useful step",
     ]
     if estimate.days_to_train is not None:
         days = (
@@ -123,9 +125,13 @@ def stages_text(per_stage: PerStage, *, step_time_s: float) -> str:
     return "\n".join(["pipeline plan (per stage)", *rows, text])
 
 
-def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-time") -> str:
+def runners_up_text(
+    estimates: Sequence[Estimate], *, objective: str = "step-time", ties: Ties | None = None
+) -> str:
     """One row per layout: every axis that varies or is not at its default, then the figures
-    (with the goodput objective, the goodput and the expected time per useful step too)."""
+    (with the goodput objective, the goodput and the expected time per useful step too); with
+    ``ties``, a ``tie`` column marks the layouts within the error band of the fastest (``=``),
+    the fastest (``fastest``) and the preferred tie (``prefer``)."""
     useful = objective == "goodput" and all(e.goodput is not None for e in estimates)
     axes = [
         axis
@@ -133,6 +139,7 @@ def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-tim
         if axis.show == "always"
         or any(getattr(e.layout, axis.layout_attr) != axis.default for e in estimates)
     ]
+    tie_head = ["tie"] if ties else []
     cells = [
         [
             "#",
@@ -142,6 +149,7 @@ def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-tim
             "tok/s/GPU",
             "MFU",
             "GiB",
+            *tie_head,
         ],
         *(
             [
@@ -149,13 +157,14 @@ def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-tim
                 *(_cell(getattr(e.layout, axis.layout_attr)) for axis in axes),
                 f"{e.step_time_s:.3f}",
                 *(
-                    (f"{e.goodput.goodput:.1%}", f"{e.goodput.time_per_useful_step_s:.3f}")
+                    (f"{e.goodput.goodput:.1%}", _useful_text(e.goodput.time_per_useful_step_s))
                     if useful
                     else ()
                 ),
                 f"{e.tokens_per_s / e.layout.num_gpus:,.0f}",
                 f"{e.mfu:.1%}",
                 f"{e.memory_bytes['total'] / GIB:.1f}",
+                *([_tie_mark(ties, i - 1)] if ties else []),
             ]
             for i, e in enumerate(estimates, 1)
         ),
@@ -164,6 +173,14 @@ def runners_up_text(estimates: Sequence[Estimate], *, objective: str = "step-tim
     return "\n".join(
         " ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)) for row in cells
     )
+
+
+def _tie_mark(ties: Ties, index: int) -> str:
+    if index == ties.fastest_index:
+        return "fastest"
+    if index == ties.preferred_index:
+        return "prefer"
+    return "=" if index in ties.tied else ""
 
 
 def _cell(value: object) -> str:
@@ -186,10 +203,16 @@ def solve_text(result: SolveResult) -> str:
     head = f"status       {status} in {result.solve_time_s:.2f} s"
     if result.status == "feasible" and result.gap is not None:
         head += f" (gap to the proven bound {result.gap:.1%})"
+    covers = [f"covers       {result.proof.text()}"] if result.proof else []
+    ties = [f"ties         {result.ties.text()}"] if result.ties else []
     notes = [f"note         {note}" for note in result.notes]
-    parts = [head, *notes, estimate_text(result.best)]
+    parts = [head, *covers, *ties, *notes, estimate_text(result.best)]
     if len(result.layouts) > 1:
-        parts += ["", "best layouts", runners_up_text(result.layouts, objective=result.objective)]
+        parts += [
+            "",
+            "best layouts",
+            runners_up_text(result.layouts, objective=result.objective, ties=result.ties),
+        ]
     if result.alternatives is not None:
         parts += ["", alternatives_text(result.alternatives)]
     return "\n".join(parts)
@@ -201,18 +224,32 @@ def explanation_text(result: SolveResult) -> str:
     lines = [f"status       {result.status}"]
     if result.inputs:
         lines.append(f"inputs       {inputs_text(result.inputs)}")
+    if result.proof:
+        lines.append(f"searched     {result.proof.text()}")
+    lines += [f"note         {note}" for note in result.notes]
     for family in explanation.families:
         lines.append(f"conflict     {family.family}: {'; '.join(family.rules)}")
     miss = explanation.nearest_miss
     if miss:
+        step = f", {miss.step_time_s:.2f} s" if miss.step_time_s else ""
         lines.append(
             f"nearest miss {miss.min_memory_bytes / GIB:.1f} GiB per GPU at best, "
-            f"{Layout(**miss.layout).text()} "
+            f"{Layout(**miss.layout).text()}{step} "
             f"(capacity {miss.capacity_bytes / GIB:.1f} GiB)"
         )
+        if miss.least_layout and miss.least_layout != miss.layout:
+            lines.append(
+                f"             (at any speed {miss.least_memory_bytes / GIB:.1f} GiB, "
+                f"{Layout(**miss.least_layout).text()}, {miss.least_step_time_s:.2f} s)"
+            )
     if explanation.suggestions:
         lines.append("would fit:")
         lines += [f"  - {change}" for change in explanation.suggestions]
     elif not explanation.families:
         lines.append(explanation.summary)
     return "\n".join(lines)
+
+
+def _useful_text(useful_s: float | None) -> str:
+    """Seconds per useful step, or "never" where the goodput is 0."""
+    return "never" if useful_s is None else f"{useful_s:.3f}"

@@ -1,86 +1,37 @@
 """Why this layout (issue 24): the fastest layout with each axis changed, and the optimum a given
 layout is measured against (types in ``autopar.layout.alternatives``).
 
-Exact and cheap first: the rules' space is small enough to score every layout in numpy (17,010
-layouts for Llama-3 70B on 1,024 GPUs, ~0.1 s; 222,612 for Qwen3-30B-A3B on 1,024), exactly as
-the brute-force oracle does (``tests/oracle.py``: ``Space.pruned_grid`` over every axis, then the
-cost model's ``step_time_s`` and ``memory_bytes``), so each axis's answer is the true fastest
-fitting layout with that axis changed, ties broken as the solver breaks them (whole
-microseconds, then ``tie_key``). When the space is larger than ``ENUMERATION_MAX_ROWS`` or the
-time limit would not allow it, each axis gets a CP-SAT re-solve with its chosen value excluded,
-sharing the time left evenly; what the time did not cover is marked ``cut short``.
+Exact and cheap first: every layout the rules allow is scored (``autopar.costs.score``, which
+keeps the fastest fitting layout and the least memory of every value of every axis: 64,590
+layouts for Llama-3 70B on 1,024 GPUs, 890,334 for DeepSeek-V3 on 2,048, under a second), so
+each axis's answer is the true fastest fitting layout with that axis changed, ties broken as
+the solver breaks them (whole microseconds, then ``tie_key``). When the time limit ends scoring
+first, each axis gets a CP-SAT re-solve with its chosen value excluded, sharing the time left
+evenly; what the time did not cover is marked ``cut short``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
-import numpy as np
-
-from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
-from autopar.base.deadline import TimeLimitReached, check_deadline
+from autopar.base.axes import AXIS, FREE_AXES, tie_key
 from autopar.costs.estimate import estimate_many
-from autopar.costs.terms import CostModel, TermContext, memory_bytes, step_time_s
+from autopar.costs.score import Scores, score_space
+from autopar.costs.terms import CostModel, TermContext
 from autopar.layout.alternatives import Alternative, Alternatives, Optimum
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.space import Space
-from autopar.search.cpsat import US_PER_S
 from autopar.search.solver import solve_space
 
-ENUMERATION_MAX_ROWS = 2_000_000
-"""Spaces up to this many layouts are scored whole (about 100 MB of grid and a few seconds)."""
-CHUNK_ROWS = 65_536
-"""Layouts scored between two looks at the deadline."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Scores:
-    grid: dict[str, np.ndarray]
-    step_s: np.ndarray
-    memory_bytes: np.ndarray
-    fits: np.ndarray
-
-
-def _scores(space: Space, ctx: TermContext, cm: CostModel, deadline: float) -> _Scores | None:
-    """Every layout of ``space`` scored, or None when there are too many for the time left."""
+def _scores(space: Space, ctx: TermContext, cm: CostModel, deadline: float) -> Scores | None:
+    """Every layout of ``space`` scored, each axis value's best kept; None when the deadline
+    ends it first."""
     if time.perf_counter() >= deadline:
         return None
-    grid = space.pruned_grid(GRID_AXES)  # a join filtered axis by axis: never the whole product
-    rows = len(grid["tp"])
-    if rows > ENUMERATION_MAX_ROWS:
-        return None
-    try:
-        memory = _chunked(memory_bytes, cm, grid, ctx, deadline)
-        fits = memory <= ctx.cluster.usable_memory_bytes
-        step = np.full(rows, np.inf)  # only layouts that fit are timed: they are the answers
-        step[fits] = _chunked(step_time_s, cm, {a: v[fits] for a, v in grid.items()}, ctx, deadline)
-    except TimeLimitReached:
-        return None
-    return _Scores(grid, step, memory, fits)
-
-
-def _chunked(figure, cm: CostModel, grid: dict[str, np.ndarray], ctx, deadline: float):
-    """``figure(cm, grid, ctx)`` over ``CHUNK_ROWS`` rows at a time, the deadline checked
-    between chunks."""
-    rows = len(grid["tp"])
-    out = np.empty(rows)
-    for start in range(0, rows, CHUNK_ROWS):
-        check_deadline(deadline)
-        chunk = {a: v[start : start + CHUNK_ROWS] for a, v in grid.items()}
-        out[start : start + CHUNK_ROWS] = figure(cm, chunk, ctx)
-    return out
-
-
-def _fastest(scores: _Scores, where: np.ndarray) -> dict[str, int] | None:
-    """The fastest row of ``where``: least whole microseconds, then ``tie_key``."""
-    if not where.any():
-        return None
-    us = np.where(where, np.round(scores.step_s * US_PER_S), np.inf)  # inf: does not fit
-    ties = np.flatnonzero(us == us.min())
-    rows = [{a: int(scores.grid[a][i]) for a in GRID_AXES} for i in ties]
-    return min(rows, key=tie_key)
+    scores = score_space(space, ctx, cm, by_axis=True, deadline=deadline)
+    return scores if scores.complete else None
 
 
 def _axes(space: Space) -> list[str]:
@@ -101,23 +52,22 @@ def _found(axis: str, chosen: Estimate, estimate: Estimate, proven: bool) -> Alt
     )
 
 
-def _by_enumeration(scores, space, ctx, cm, chosen: Estimate) -> list[Alternative]:
+def _by_enumeration(scores: Scores, space, ctx, cm, chosen: Estimate) -> list[Alternative]:
     row = chosen.layout.grid_row()
     rows: dict[str, dict[str, int]] = {}
     out: dict[str, Alternative] = {}
     for axis in _axes(space):
-        other = scores.grid[axis] != row[axis]
-        best = _fastest(scores, other & scores.fits)
-        if best is not None:
-            rows[axis] = best
+        others = [s for v, s in scores.by_axis.get(axis, {}).items() if v != row[axis]]
+        if others:
+            rows[axis] = min(others, key=lambda s: (s.step_us, tie_key(s.row))).row
             continue
         value = getattr(chosen.layout, AXIS[axis].layout_attr)
-        if not other.any():  # the rules leave this problem's layouts this one value
+        lows = [m for v, m in scores.least_by_axis.get(axis, {}).items() if v != row[axis]]
+        if not lows:  # the rules leave this problem's layouts this one value
             out[axis] = Alternative(axis=axis, chosen=value, outcome="none allowed")
             continue
-        least = float(scores.memory_bytes[other].min())
         out[axis] = Alternative(
-            axis=axis, chosen=value, outcome="none fits", min_memory_bytes=least
+            axis=axis, chosen=value, outcome="none fits", min_memory_bytes=float(min(lows))
         )
     layouts = [Layout.from_grid_row(r) for r in rows.values()]
     for axis, estimate in zip(rows, estimate_many(layouts, ctx, cm), strict=True):
@@ -167,7 +117,7 @@ def find_alternatives(
     scores = _scores(space, ctx, cost_model, deadline)
     if scores is not None:
         items = _by_enumeration(scores, space, ctx, cost_model, chosen)
-        method, count = "enumeration", len(scores.step_s)
+        method, count = "enumeration", scores.layouts
     else:
         items = _by_cpsat(space, ctx, cost_model, chosen, deadline, num_workers)
         method, count = "cp-sat", None
@@ -194,11 +144,10 @@ def find_optimum(
     start = time.perf_counter()
     scores = _scores(space, ctx, cost_model, deadline)
     if scores is not None:
-        row = _fastest(scores, scores.fits)
-        if row is None:
+        if not scores.best:
             return None
-        (best,) = estimate_many([Layout.from_grid_row(row)], ctx, cost_model)
-        proven, method, count = True, "enumeration", len(scores.step_s)
+        (best,) = estimate_many([Layout.from_grid_row(scores.best[0].row)], ctx, cost_model)
+        proven, method, count = True, "enumeration", scores.layouts
     else:
         left = max(0.0, deadline - time.perf_counter())
         result = solve_space(space, ctx, cost_model, time_limit_s=left, num_workers=num_workers)

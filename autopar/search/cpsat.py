@@ -57,6 +57,8 @@ class VarMap:
     indicators: dict[str, dict[int, cp_model.IntVar]] = field(default_factory=dict)
     deadline: float | None = None
     """``time.perf_counter()`` by which the build must be done (``TimeLimitReached``)."""
+    hint_row: dict[str, int] | None = None
+    """A whole layout (grid row) known to fit: every variable is hinted to it."""
 
 
 def make_solver(
@@ -140,7 +142,9 @@ def _table(
     sum to the axis's value indicator. Its linear relaxation links the tables through the shared
     indicators, which gives CP-SAT a far tighter bound than ``add_allowed_assignments``.
     With ``hint``, the row of smallest value is the solver's hint (the greedy start that
-    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum.
+    STYLE §2.4 asks for): when it satisfies the other constraints, it is the optimum. With a
+    ``VarMap.hint_row`` (a whole layout that fits), every table's row of that layout is hinted
+    instead, so CP-SAT starts from a feasible solution.
     """
     grid = grids.grid(part.axes)
     key = grids.space.key_axes(part.axes)
@@ -165,7 +169,13 @@ def _table(
         stop = min(start + CHECK_EVERY_ROWS, len(ints))
         rows += [model.new_bool_var(f"{part.name}#{i}") for i in range(start, stop)]
     model.add_exactly_one(rows)
-    if hint:
+    if vm.hint_row is not None:
+        match = np.ones(len(ints), dtype=bool)
+        for axis in key:
+            match &= grid[axis][ok] == vm.hint_row[axis]
+        for i in np.flatnonzero(match)[:1].tolist():
+            model.add_hint(rows[i], 1)
+    elif hint:
         best = int(np.argmin(ints))
         model.add_hint(rows[best], 1)
         for axis in key:
@@ -266,6 +276,10 @@ def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: b
         vm.indicators[axis] = {v: model.new_bool_var(f"{axis}=={v}") for v in domain}
         model.add_exactly_one(vm.indicators[axis].values())
         model.add(vm.axes[axis] == sum(v * b for v, b in vm.indicators[axis].items()))
+        if vm.hint_row is not None and vm.hint_row[axis] in vm.indicators[axis]:
+            model.add_hint(vm.axes[axis], vm.hint_row[axis])
+            for value, indicator in vm.indicators[axis].items():
+                model.add_hint(indicator, int(value == vm.hint_row[axis]))
     # Each product rule (GPU count, global batch): the allowed factorisations of its total.
     for product in space.products:
         check_deadline(vm.deadline)
@@ -373,13 +387,15 @@ def build_model(
     memory_limit: bool = True,
     deadline: float | None = None,
     time_factor: CostTerm | None = None,
+    hint_row: dict[str, int] | None = None,
 ) -> tuple[cp_model.CpModel, VarMap]:
     """The CP-SAT model of ``space`` with ``cost_model`` as objective.
 
     ``explain`` builds the rules alone, each family guarded by an assumption literal, for
     ``sufficient_assumptions_for_infeasibility`` (no cost tables: their rows are pre-filtered by
     every rule, which would hide the conflict from the literals). Past ``deadline``
-    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``.
+    (``time.perf_counter()`` seconds) the build stops with ``TimeLimitReached``. ``hint_row``
+    (a grid row that fits) hints every variable to that layout.
     """
     model = cp_model.CpModel()
     vm = VarMap(
@@ -388,6 +404,7 @@ def build_model(
         memory_kib=0,
         capacity_kib=ctx.cluster.usable_memory_bytes // BYTES_PER_KIB,
         deadline=deadline,
+        hint_row=hint_row,
     )
     _add_layout(model, space, vm, explain=explain)
     if explain:

@@ -1,10 +1,17 @@
 """Explain an infeasible problem: which rule families conflict, the nearest miss, and the
-smallest changes that make it feasible (DESIGN §3, "Infeasibility").
+smallest changes that make it feasible (DESIGN §3, "Infeasibility"; issue 21).
 
-The conflicting families come from CP-SAT assumption literals (one per family, ``num_workers=1``
-as the CP-SAT troubleshooting guide requires). When memory binds, the nearest miss is the layout
-with the smallest per-GPU footprint, found by minimising memory with the capacity lifted.
-Suggestions are candidate changes, each checked by solving the changed problem.
+- What binds: memory, when a layout exists once the capacity is lifted; else the rule families
+  of an infeasible core of the rules alone, from CP-SAT assumption literals (one per family,
+  ``num_workers=1`` as the CP-SAT troubleshooting guide requires), shrunk to a minimal core (a
+  family stays only if the others alone are satisfiable).
+- The nearest miss: the least memory at each step time over every layout the rules allow
+  (``autopar.costs.score``, exact), among the layouts within ``SENSIBLE_SLOWDOWN`` of the
+  fastest one: the least memory at any speed is reached by splitting the sequence or the model
+  past all reason (CP 64 at 8k tokens), which no one would train with; it is said beside.
+- Suggestions: changes a user can make, each checked by scoring the changed problem: lifting a
+  restriction actually in force (by the flag that lifts it), the nearest GPU counts below and
+  above whose layouts fit, another batch, a shorter sequence, a bigger GPU.
 """
 
 from __future__ import annotations
@@ -12,23 +19,25 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import numpy as np
 from ortools.sat.python import cp_model
 
-from autopar.base.axes import RECOMPUTE_MODES, ZERO_STAGES
 from autopar.base.deadline import TimeLimitReached
 from autopar.base.errors import InputError
+from autopar.costs.score import Scored, score_space
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Layout
 from autopar.layout.results import Explanation, NearestMiss, RuleFamily
 from autopar.layout.space import Space, build_space
 from autopar.search import interrupt
-from autopar.search.cpsat import BYTES_PER_KIB, build_model, make_solver
+from autopar.search.cpsat import build_model, make_solver
+from autopar.search.nearby import lifts, nearby_batches, nearby_gpu_counts
 
 CORE_TIME_S = 10.0
-MISS_TIME_S = 5.0
-CHECK_TIME_S = 1.0
+SENSIBLE_SLOWDOWN = 2.0
+"""A nearest miss is at most this much slower than the fastest layout with the capacity lifted:
+twice the step time is twice the GPU-hours, which nobody books to fit."""
+MAX_SUGGESTIONS = 6
 
 
 def _left(deadline: float, most_s: float) -> float:
@@ -46,128 +55,105 @@ def _family_texts(space: Space, ctx: TermContext) -> dict[str, list[str]]:
 def conflicting_families(
     space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
 ) -> list[RuleFamily]:
-    """The rule families in an infeasible core of the rules alone (memory capacity lifted),
-    each with its rules as the user reads them."""
+    """The rule families of a minimal infeasible core of the rules alone (memory capacity
+    lifted), each with its rules as the user reads them."""
     try:
         model, vm = build_model(space.unpruned(), cost_model, ctx, explain=True, deadline=deadline)
     except TimeLimitReached:
         return []
-    solver = make_solver(time_limit_s=_left(deadline, CORE_TIME_S), probing=True)
-    if interrupt.solve(solver, model) != cp_model.INFEASIBLE:
+    literals = list(vm.families.values())
+    infeasible, core = _core(model, literals, deadline)
+    if not infeasible:
         return []
-    core = {
-        model.proto.variables[i].name for i in solver.sufficient_assumptions_for_infeasibility()
-    }
+    kept = [literal for literal in literals if literal.index in core]
+    for literal in list(kept):  # deletion filter: a family stays only if it is needed
+        if time.perf_counter() >= deadline or len(kept) == 1:
+            break
+        rest = [other for other in kept if other is not literal]
+        if _core(model, rest, deadline)[0]:
+            kept = rest
     texts = _family_texts(space, ctx)
+    names = {literal.name for literal in kept}
     return [
         RuleFamily(family=family, rules=tuple(texts.get(family, [])))
         for family, literal in vm.families.items()
-        if literal.name in core
+        if literal.name in names
     ]
+
+
+def _core(model: cp_model.CpModel, assumptions: list, deadline: float) -> tuple[bool, set[int]]:
+    """Whether the rules-only model is infeasible under ``assumptions``, and the indices of the
+    assumption literals of a sufficient core when it is."""
+    model.clear_assumptions()
+    model.add_assumptions(assumptions)
+    solver = make_solver(time_limit_s=_left(deadline, CORE_TIME_S), probing=True)
+    if interrupt.solve(solver, model) != cp_model.INFEASIBLE:
+        return False, set()
+    return True, set(solver.sufficient_assumptions_for_infeasibility())
 
 
 def nearest_memory_miss(
     space: Space, ctx: TermContext, cost_model: CostModel, *, deadline: float
 ) -> NearestMiss | None:
-    """The smallest per-GPU footprint over all layouts the other rules allow."""
+    """The least memory among the layouts within ``SENSIBLE_SLOWDOWN`` of the fastest (the
+    capacity lifted), with the least at any speed beside it; ``None`` when no layout exists."""
     if not all(space.domains.values()):
         return None
-    try:
-        model, vm = build_model(space, cost_model, ctx, memory_limit=False, deadline=deadline)
-    except TimeLimitReached:
+    scores = score_space(space, ctx, cost_model, front=True, deadline=deadline)
+    if not scores.front:
         return None
-    model.minimize(vm.memory_kib)
-    solver = make_solver(time_limit_s=_left(deadline, MISS_TIME_S))
-    if interrupt.solve(solver, model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    layout = Layout.from_grid_row({a: int(solver.value(v)) for a, v in vm.axes.items()})
-    need = solver.objective_value * BYTES_PER_KIB
+    fastest = scores.front[0].step_s
+    sensible = [p for p in scores.front if p.step_s <= SENSIBLE_SLOWDOWN * fastest]
+    pick, least = sensible[-1], scores.front[-1]
     return NearestMiss(
-        min_memory_bytes=need,
+        min_memory_bytes=pick.memory_bytes,
         capacity_bytes=float(ctx.cluster.usable_memory_bytes),
-        layout=layout.to_dict(),
+        layout=Layout.from_grid_row(pick.row).to_dict(),
+        step_time_s=pick.step_s,
+        least_memory_bytes=least.memory_bytes,
+        least_layout=Layout.from_grid_row(least.row).to_dict(),
+        least_step_time_s=least.step_s,
     )
 
 
-def _with_training(problem: Problem, **changes: int) -> Problem:
-    return dataclasses.replace(problem, training=dataclasses.replace(problem.training, **changes))
-
-
-def _gpu_counts(problem: Problem, miss: NearestMiss | None) -> list[int]:
-    """GPU counts worth trying: the nearest multiples of a node, and, when memory binds, the
-    power-of-two multiples of the current count that would spread the nearest miss thin enough
-    (model states shrink about linearly with the GPUs that share them)."""
-    num_gpus, node = problem.training.num_gpus, problem.cluster.gpus_per_node
-    counts = {max(node, num_gpus // node * node), (num_gpus // node + 1) * node, 2 * num_gpus}
-    if miss is not None:
-        ratio = miss.min_memory_bytes / miss.capacity_bytes
-        first = int(np.ceil(np.log2(max(ratio, 1.0))))
-        counts |= {num_gpus * 2**k for k in range(max(first, 1), first + 3)}
-    return sorted(counts - {num_gpus})
+def _best_of(problem: Problem, ctx: TermContext, cost_model, *, deadline: float) -> Scored | None:
+    """The fastest layout of a changed problem that fits, or ``None``."""
+    if time.perf_counter() >= deadline:
+        return None
+    changed = dataclasses.replace(
+        ctx,
+        model=problem.model,
+        cluster=problem.cluster,
+        training=problem.training,
+        options=problem.options,
+    )
+    try:
+        space = build_space(problem)
+        if not all(space.domains.values()):
+            return None
+        scores = score_space(space, changed, cost_model, deadline=deadline)
+    except (InputError, ValueError, TimeLimitReached):
+        return None
+    return scores.best[0] if scores.complete and scores.best else None
 
 
 def _candidates(problem: Problem, miss: NearestMiss | None) -> list[tuple[str, Problem]]:
-    """Changes a user could make, smallest first."""
-    t, o = problem.training, problem.options
-    out: list[tuple[str, Problem]] = []
-    if set(o.recompute) != set(RECOMPUTE_MODES) or set(o.zero_stages) != set(ZERO_STAGES):
-        opts = dataclasses.replace(o, recompute=RECOMPUTE_MODES, zero_stages=ZERO_STAGES)
-        out.append(
-            (
-                "allow every recompute mode and ZeRO stage (--recompute any --zero any)",
-                dataclasses.replace(problem, options=opts),
-            )
-        )
-    if not o.uneven_pipeline:
-        out.append(
-            (
-                "allow an uneven pipeline split (--uneven-pipeline)",
-                dataclasses.replace(problem, options=dataclasses.replace(o, uneven_pipeline=True)),
-            )
-        )
-    if o.pins or o.maxima:
-        out.append(
-            (
-                "drop the pins and limits",
-                dataclasses.replace(problem, options=dataclasses.replace(o, pins=(), maxima=())),
-            )
-        )
-    relaxed = out[0][1] if out and out[0][0].startswith("allow every") else None
-    for num_gpus in _gpu_counts(problem, miss):
-        out.append(
-            (f"use {num_gpus} GPUs (--gpus {num_gpus})", _with_training(problem, num_gpus=num_gpus))
-        )
-        if relaxed is not None:
-            flags = f"--gpus {num_gpus} --recompute any --zero any"
-            out.append(
-                (
-                    f"use {num_gpus} GPUs and allow every recompute mode and ZeRO stage ({flags})",
-                    _with_training(relaxed, num_gpus=num_gpus),
-                )
-            )
-    batches = {t.global_batch_sequences // 2, _round_batch(t)} - {0, t.global_batch_sequences}
-    out += [
-        (
-            f"use a global batch of {b} sequences (--global-batch {b})",
-            _with_training(problem, global_batch_sequences=b),
-        )
-        for b in sorted(batches)
-    ]
-    if t.seq_len % 2 == 0:
+    """Changes a user could make besides the GPU count, in the order they are offered: lift a
+    restriction in force, the batch, the sequence, a bigger GPU."""
+    out = list(lifts(problem))
+    out += nearby_batches(problem)
+    t = problem.training
+    if t.seq_len % 2 == 0 and miss is not None:
         half = t.seq_len // 2
         out.append(
             (
                 f"train with sequences of {half} tokens (--seq-len {half})",
-                _with_training(problem, seq_len=half),
+                dataclasses.replace(problem, training=dataclasses.replace(t, seq_len=half)),
             )
         )
+    if miss is not None:
+        out += _bigger_gpus(problem)
     return out
-
-
-def _round_batch(training) -> int:
-    """The nearest global batch that is a multiple of num_gpus (every DP size then divides it)."""
-    num_gpus = training.num_gpus
-    return max(num_gpus, round(training.global_batch_sequences / num_gpus) * num_gpus)
 
 
 def _bigger_gpus(problem: Problem) -> list[tuple[str, Problem]]:
@@ -187,28 +173,47 @@ def _bigger_gpus(problem: Problem) -> list[tuple[str, Problem]]:
     return sorted(out, key=lambda c: c[1].cluster.gpu.memory_bytes)
 
 
-def _feasible(
-    problem: Problem, ctx: TermContext, cost_model: CostModel, *, deadline: float
-) -> bool:
-    left = _left(deadline, CHECK_TIME_S)
-    if left <= 0:
-        return False
-    changed = dataclasses.replace(
-        ctx,
-        model=problem.model,
-        cluster=problem.cluster,
-        training=problem.training,
-        options=problem.options,
-    )
-    try:
-        space = build_space(problem)
-        if not all(space.domains.values()):
-            return False
-        model, _ = build_model(space, cost_model, changed, deadline=deadline)
-    except (InputError, ValueError, TimeLimitReached):
-        return False
-    status = interrupt.solve(make_solver(time_limit_s=left), model)
-    return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+def _suggestions(problem, ctx, cost_model, miss, *, deadline) -> list[str]:
+    """The GPU counts that fit (``_gpu_counts``), then the other candidate changes that fit,
+    each with the best layout it gives."""
+    out = _gpu_counts(problem, ctx, cost_model, miss, deadline=deadline)
+    for change, changed in _candidates(problem, miss):
+        if len(out) >= MAX_SUGGESTIONS:
+            break
+        best = _best_of(changed, ctx, cost_model, deadline=deadline)
+        if best is not None:
+            out.append(_line(change, changed, best))
+    return out
+
+
+def _line(change: str, changed: Problem, best: Scored) -> str:
+    tokens = changed.training.global_batch_tokens / best.step_s / changed.training.num_gpus
+    layout = Layout.from_grid_row(best.row).text()
+    return f"{change}: {layout}, {best.step_s:.2f} s ({tokens:,.0f} tokens/s per GPU)"
+
+
+def _gpu_counts(problem, ctx, cost_model, miss, *, deadline) -> list[str]:
+    """Of the nearby GPU counts that fit: the nearest below, the one below with the most
+    tokens/s per GPU, and the one above with the most (when memory binds, the counts above that
+    fit, fewest first)."""
+    fits = []
+    for change, changed in nearby_gpu_counts(problem, miss):
+        best = _best_of(changed, ctx, cost_model, deadline=deadline)
+        if best is not None:
+            rate = changed.training.global_batch_tokens / best.step_s / changed.training.num_gpus
+            fits.append((changed.training.num_gpus, rate, change, changed, best))
+    if miss is not None:
+        return [_line(c, p, b) for _, _, c, p, b in sorted(fits, key=lambda f: f[0])[:3]]
+    below = [f for f in fits if f[0] < problem.training.num_gpus]
+    above = [f for f in fits if f[0] > problem.training.num_gpus]
+    picked = []
+    if below:
+        picked.append(max(below, key=lambda f: f[0]))
+        picked.append(max(below, key=lambda f: f[1]))
+    if above:
+        picked.append(max(above, key=lambda f: f[1]))
+    unique = {f[0]: f for f in picked}
+    return [_line(c, p, b) for _, _, c, p, b in unique.values()]
 
 
 def explain_infeasible(
@@ -228,34 +233,27 @@ def explain_infeasible(
         families = [RuleFamily(family="memory", rules=tuple(_family_texts(space, ctx)["memory"]))]
     else:
         families = conflicting_families(space, ctx, cost_model, deadline=deadline)
-    candidates = _candidates(problem, miss)
-    if miss is not None:
-        candidates += _bigger_gpus(problem)
-    suggestions = [
-        change
-        for change, changed in candidates
-        if _feasible(changed, ctx, cost_model, deadline=deadline)
-    ]
+    suggestions = _suggestions(problem, ctx, cost_model, miss, deadline=deadline)
     cut_short = time.perf_counter() >= deadline
-    summary = (
-        "no layout satisfies: " + "; ".join(f"{f.family} ({', '.join(f.rules)})" for f in families)
-        if families
-        else ("no layout satisfies the rules")
-    )
-    if miss is not None:
-        layout = Layout(**miss.layout)
-        summary += (
-            f". The smallest per-GPU footprint is {miss.min_memory_bytes / GIB:.1f} GiB"
-            f" ({layout.text()}), above {miss.capacity_bytes / GIB:.1f} GiB"
-        )
-    if suggestions:
-        summary += ". Would fit: " + "; or ".join(suggestions[:3])
-    if cut_short:
-        summary += ". The time limit cut this explanation short (raise --time-limit)"
     return Explanation(
-        summary=summary,
+        summary=_summary(families, miss, suggestions, cut_short),
         families=tuple(families),
         nearest_miss=miss,
         suggestions=tuple(suggestions),
         cut_short=cut_short,
     )
+
+
+def _summary(families, miss: NearestMiss | None, suggestions, cut_short: bool) -> str:
+    summary = (
+        "no layout satisfies: " + "; ".join(f"{f.family} ({', '.join(f.rules)})" for f in families)
+        if families
+        else "no layout satisfies the rules"
+    )
+    if miss is not None:
+        summary += f". {miss.text()}"
+    if suggestions:
+        summary += ". Would fit: " + "; or ".join(suggestions[:3])
+    if cut_short:
+        summary += ". The time limit cut this explanation short (raise --time-limit)"
+    return summary

@@ -36,6 +36,10 @@ every common colour-vision deficiency; its yellow (#F0E442) is left out, it vani
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
 """Markers for series beyond the palette (the eighth series is blue again, with squares)."""
 PART_GREYS = ("#3d3d3d", "#6e6e6e", "#9a9a9a", "#c2c2c2", "#e0e0e0", "#f2f2f2")
+PART_NAMES = {"reserve": "runtime reserve"}
+"""Legend names of the memory parts that differ from their JSON key: the cost model's reserve
+(CUDA context, NCCL buffers, allocator fragmentation) is not the ``--memory-reserve-gib`` kept
+free above the capacity."""
 MAX_TICKS = 12
 """GPU-count labels per axis at most (the memory chart shares them among its series)."""
 MAX_OUTLINED_BARS = 64
@@ -210,14 +214,15 @@ def _memory(go, fig, result: SweepResult, groups, style: _Style, at_row: int) ->
         bar = go.Bar(
             x=[position[i] for i in order],
             y=[(result.memory_gib[i] or {}).get(part) for i in order],
-            name=part,
+            name=PART_NAMES.get(part, part),
             legend="legend2",
             marker={
                 "color": PART_GREYS[j % len(PART_GREYS)],
                 "line": {"color": outline, "width": width},
             },
             customdata=names,
-            hovertemplate=f"%{{customdata}}: {part} %{{y:.1f}} GiB<extra></extra>",
+            hovertemplate=f"%{{customdata}}: {PART_NAMES.get(part, part)} %{{y:.1f}} GiB"
+            "<extra></extra>",
         )
         fig.add_trace(bar, **at)
     for trace in _capacity_lines(go, result, order, position):

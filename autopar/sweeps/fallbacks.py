@@ -554,8 +554,14 @@ FALLBACK_KEYWORDS: tuple[str, ...] = (
 """``fallbacks_problem``'s own keywords; ``fallbacks`` passes the others to ``make_problem``."""
 
 
-def fallbacks(*, lost_servers: int, **options: Any) -> FallbackResult:
+def fallbacks(
+    *, fallback_nodes: int | None = None, lost_servers: int | None = None, **options: Any
+) -> FallbackResult:
     """``fallbacks_problem`` for the options of ``make_problem`` (``model=``, ``gpus=`` ...) and
-    its own (``FALLBACK_KEYWORDS``)."""
+    its own (``FALLBACK_KEYWORDS``); ``fallback_nodes`` is the CLI's ``--fallback-nodes`` (one
+    vocabulary, issue 21), ``lost_servers`` its earlier name."""
+    if (fallback_nodes is None) == (lost_servers is None):
+        raise TypeError("fallbacks() takes one of fallback_nodes= or lost_servers=")
+    lost = fallback_nodes if fallback_nodes is not None else lost_servers
     own = {k: options.pop(k) for k in FALLBACK_KEYWORDS if k in options}
-    return fallbacks_problem(api.make_problem(**options), lost_servers=lost_servers, **own)
+    return fallbacks_problem(api.make_problem(**options), lost_servers=lost, **own)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_overrides, bridge_text
-from autopar.outputs.emit.common import layout_of, refuse_stage_plan, uneven_end_layers
+from autopar.outputs.emit.common import layout_of, refuse_stage_plan
 from autopar.outputs.emit.deepspeed import DEEPSPEED_TARGET, deepspeed_json, deepspeed_notes
 from autopar.outputs.emit.megatron import (
     MEGATRON_TARGET,
@@ -86,5 +86,4 @@ __all__ = [
     "torchtitan_args",
     "torchtitan_config",
     "torchtitan_toml",
-    "uneven_end_layers",
 ]

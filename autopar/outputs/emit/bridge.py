@@ -138,11 +138,13 @@ def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, 
                 "solve with --etp 1",
             )
         fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
-    # the recipe's own layout (and its builder, re-run after a PP override) would replace the
-    # split planned here (run_recipe.py sync_model_pipeline_layout)
+    # the planned split, never the recipe's own layout (its builder re-runs after a PP
+    # override unless the layout itself is overridden: run_recipe.py sync_model_pipeline_layout);
+    # a layout only where no other field gives the split (autopar.layout.split.pipeline_split)
     fields["pipeline_model_parallel_layout"] = None
-    if lay.pp > 1:  # the split the solver planned (autopar.layout.rules.pipeline_split)
-        split = split_of(model.num_layers, lay.pp, lay.vpp)
+    if lay.pp > 1:
+        split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+        fields["pipeline_model_parallel_layout"] = split.layout
         fields |= {
             "account_for_embedding_in_pipeline_split": split.account_for_embedding,
             "account_for_loss_in_pipeline_split": split.account_for_loss,

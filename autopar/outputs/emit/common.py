@@ -6,7 +6,7 @@ from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.rules import PipelineSplit, pipeline_split
+from autopar.layout.split import PipelineSplit, pipeline_split
 from autopar.layout.stages import StagePlan
 
 
@@ -28,19 +28,10 @@ def dispatcher_of(item: Estimate | Layout) -> str:
     return choices.get("moe_token_dispatcher", "alltoall")
 
 
-def uneven_end_layers(num_layers: int, pp: int) -> tuple[int, int]:
-    """Layers of the first and last stage when ``pp`` does not divide ``num_layers``: the middle
-    stages take ``ceil(L/pp)`` each (``autopar.layout.rules.uneven_split_ok``), the ends share the
-    rest, the first stage (which also holds the embedding) the smaller half."""
-    middle = -(-num_layers // pp)
-    rest = num_layers - (pp - 2) * middle
-    return rest // 2, rest - rest // 2
-
-
-def split_of(num_layers: int, pp: int, vpp: int) -> PipelineSplit:
-    """The pipeline split the solver planned (``autopar.layout.rules.pipeline_split``), or an error
+def split_of(num_layers: int, pp: int, vpp: int, *, mtp_layers: int = 0) -> PipelineSplit:
+    """The pipeline split the solver planned and priced (``autopar.layout.split``), or an error
     for a layout with none."""
-    split = pipeline_split(num_layers, pp, vpp)
+    split = pipeline_split(num_layers, pp, vpp, mtp_layers=mtp_layers)
     if split is None:
         raise InputError(
             f"{num_layers} layers do not split over pp={pp} ranks of vpp={vpp} stages",
@@ -50,22 +41,10 @@ def split_of(num_layers: int, pp: int, vpp: int) -> PipelineSplit:
     return split
 
 
-def virtual_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
+def virtual_stage_layers(num_layers: int, pp: int, vpp: int, *, mtp_layers: int = 0) -> list[int]:
     """Transformer layers of each virtual stage (stage ``c*pp + r`` is chunk ``c`` of rank
-    ``r``, Megatron's interleaving) under ``split_of``: first/last-stage layer counts shrink every
-    chunk of the first and last rank; embedding/loss accounting takes one slot of the first and
-    the last virtual stage (Megatron ``transformer_block.py`` ``get_num_layers_to_build``)."""
-    split = split_of(num_layers, pp, vpp)
-    stages = pp * vpp
-    if split.first_stage_layers is not None:
-        middle = -(-num_layers // pp)
-        rank = [split.first_stage_layers, *[middle] * (pp - 2), split.last_stage_layers]
-        return [rank[s % pp] // vpp for s in range(stages)]
-    slots = num_layers + split.account_for_embedding + split.account_for_loss
-    sizes = [slots // stages] * stages
-    sizes[0] -= split.account_for_embedding
-    sizes[-1] -= split.account_for_loss
-    return sizes
+    ``r``, Megatron's interleaving) in the planned split (``PipelineSplit.chunk_layers``)."""
+    return list(split_of(num_layers, pp, vpp, mtp_layers=mtp_layers).chunk_layers)
 
 
 def refuse_stage_plan(fmt: str) -> InputError:

@@ -16,7 +16,6 @@ from autopar.base.errors import InputError
 from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
 from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.rules import PipelineSplit
 from autopar.outputs.emit.common import (
     check_graphs_and_offload,
     checkpoint_interval_of,
@@ -300,13 +299,17 @@ def _router(model: ModelSpec) -> list[Flag]:
 
 
 def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
-    """The split the solver planned (``autopar.layout.rules.pipeline_split``): even, embedding/loss
-    accounted, or first/last-stage layer counts; interleaving as layers per virtual stage when
-    even, else as virtual stages per rank (arguments.py:954-956 asks for it with uneven splits)."""
+    """The split the solver planned (``autopar.layout.split.pipeline_split``): even, embedding/
+    loss accounted, first/last-stage layer counts, or ``--pipeline-model-parallel-layout``;
+    interleaving as layers per virtual stage when even, else as virtual stages per rank
+    (arguments.py:954-956 asks for it with uneven splits; the layout sets it itself,
+    arguments.py:941-949)."""
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
     if lay.pp == 1:
         return flags
-    split = split_of(model.num_layers, lay.pp, lay.vpp)
+    split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+    if split.layout is not None:
+        return [*flags, ("--pipeline-model-parallel-layout", split.layout)]
     if split.account_for_embedding:
         flags.append(("--account-for-embedding-in-pipeline-split", None))
     if split.account_for_loss:
@@ -317,7 +320,7 @@ def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
             ("--decoder-last-pipeline-num-layers", str(split.last_stage_layers)),
         ]
     if lay.vpp > 1:
-        if split == PipelineSplit():
+        if split.is_even:
             per_stage = model.num_layers // (lay.pp * lay.vpp)
             flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_stage)))
         else:

@@ -207,13 +207,13 @@ def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
     those two differ (even, embedding/loss accounted, uneven without interleaving)."""
     if lay.pp == 1:
         return {}
-    sizes = virtual_stage_layers(problem.model.num_layers, lay.pp, lay.vpp)
+    model = problem.model
+    sizes = virtual_stage_layers(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
     per_stage = max(sizes)
     if len(sizes) > 2 and set(sizes[1:-1]) != {per_stage}:
         raise refuse(
             fmt,
-            f"the interleaved uneven split {sizes} (only the first and last virtual stage may "
-            "be shorter)",
+            f"the uneven split {sizes} (only the first and last virtual stage may be shorter)",
             "use --format megatron",
         )
     return {

@@ -1,0 +1,162 @@
+"""Scoring every layout (autopar.costs.score) against the brute-force oracle: the same layouts,
+the same figures, the same best rows in the documented order; the band and the memory front;
+and the fallback when the time limit strikes (issue 21: an answer whatever the load)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from autopar.api import make_context, make_problem
+from autopar.base.axes import GRID_AXES, tie_key
+from autopar.costs.plugin import load_cost_model
+from autopar.costs.score import US_PER_S, score_space
+from autopar.layout.space import build_space
+from autopar.search.solver import solve_space
+from tests.oracle import enumerate_layouts
+from tests.test_solver import random_problem
+from tests.toy_cost_model import toy_cost_model
+
+
+def _oracle_rows(space, ctx, cost_model):
+    grid, times, memory = enumerate_layouts(space, ctx, cost_model)
+    rows = [{a: int(grid[a][i]) for a in GRID_AXES} for i in range(len(times))]
+    return rows, times, memory
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_scores_are_the_oracle_s(seed: int) -> None:
+    problem = random_problem(seed)
+    cost_model = toy_cost_model() if seed % 2 else load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    capacity = ctx.cluster.usable_memory_bytes
+    scores = score_space(space, ctx, cost_model, top=4, band=0.2, front=True)
+    fits = memory <= capacity
+    assert (scores.layouts, scores.fitting) == (len(rows), int(fits.sum()))
+    ranked = sorted(
+        (i for i in range(len(rows)) if fits[i]),
+        key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])),
+    )
+    assert [s.row for s in scores.best[:4]] == [rows[i] for i in ranked[:4]]
+    for item in scores.best:
+        i = rows.index(item.row)
+        assert item.step_s == pytest.approx(times[i], rel=1e-12)
+        assert item.memory_bytes == pytest.approx(memory[i], rel=1e-12)
+    if ranked:
+        limit = times[ranked[0]] * 1.2
+        assert len(scores.within_band) == int((fits & (times <= limit)).sum())
+    # the front: no layout is both at least as fast and lighter than a front point
+    for point in scores.front:
+        assert not np.any((times < point.step_s) & (memory < point.memory_bytes))
+    if len(times):
+        assert min(p.memory_bytes for p in scores.front) == pytest.approx(memory.min())
+
+
+def test_virtual_stages_are_folded_not_enumerated() -> None:
+    """DeepSeek-V3 on 2048 H100s: 890k layouts (every virtual-stage count Megatron's layout flag
+    accepts), scored exactly; the oracle needs the full grid."""
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space = make_context(problem), build_space(problem)
+    scores = score_space(space, ctx, load_cost_model(None), top=1)
+    assert scores.layouts > 500_000 and scores.complete
+    assert scores.best[0].row["pp"] > 1  # the uneven pipeline is in the space
+
+
+def _deadline_after_the_tables(monkeypatch, cost_model) -> None:
+    """The deadline strikes once every term's table is built: after the first chunk."""
+    from autopar.base.deadline import TimeLimitReached
+    from autopar.costs import score
+
+    tables = len(list(score._all_terms(cost_model)))
+    built = []
+    table = score._table
+
+    def counted(*args, **kwargs):
+        out = table(*args, **kwargs)
+        built.append(out)
+        return out
+
+    def check(deadline) -> None:
+        if len(built) >= tables:
+            raise TimeLimitReached()
+
+    monkeypatch.setattr(score, "_table", counted)
+    monkeypatch.setattr(score, "check_deadline", check)
+
+
+def test_a_deadline_keeps_what_was_scored(monkeypatch) -> None:
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space, cost_model = make_context(problem), build_space(problem), load_cost_model(None)
+    _deadline_after_the_tables(monkeypatch, cost_model)
+    scores = score_space(space, ctx, cost_model, deadline=time.perf_counter() + 60)
+    assert not scores.complete and 0 < scores.layouts < 890_000 and scores.best
+
+
+def test_a_deadline_before_any_table_scores_nothing() -> None:
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space = make_context(problem), build_space(problem)
+    scores = score_space(space, ctx, load_cost_model(None), deadline=time.perf_counter() - 1)
+    assert not scores.complete and scores.layouts == 0 and not scores.best
+
+
+def test_the_time_limit_leaves_the_best_layout_scored_not_nothing(monkeypatch) -> None:
+    """When the limit strikes while scoring (and so before CP-SAT can build its model), the
+    answer is the best layout scored so far, status feasible, and the result says so."""
+    problem = make_problem(model="deepseek-v3", gpus=2048, global_batch=8192)
+    ctx, space, cost_model = make_context(problem), build_space(problem), load_cost_model(None)
+    _deadline_after_the_tables(monkeypatch, cost_model)
+    result = solve_space(space, ctx, cost_model, time_limit_s=0.5)
+    assert result.status == "feasible" and result.layouts and result.best.fits
+    assert any("time limit" in note for note in result.notes)
+    assert result.proof.method == "cp-sat"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_best_of_every_axis_value_is_the_oracle_s(seed: int) -> None:
+    """``by_axis``: for each free axis and value, the fastest fitting layout (whole
+    microseconds, then tie_key) and the least memory, as brute force finds them; a value no
+    allowed layout has is absent."""
+    from autopar.base.axes import FREE_AXES
+
+    problem = random_problem(seed)
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    fits = memory <= ctx.cluster.usable_memory_bytes
+    scores = score_space(space, ctx, cost_model, by_axis=True)
+    for axis in FREE_AXES:
+        assert set(scores.least_by_axis.get(axis, {})) == {r[axis] for r in rows}, axis
+        for value in {r[axis] for r in rows}:
+            at = [i for i, r in enumerate(rows) if r[axis] == value]
+            assert scores.least_by_axis[axis][value] == pytest.approx(min(memory[at]))
+            fitting = [i for i in at if fits[i]]
+            if not fitting:
+                assert value not in scores.by_axis.get(axis, {})
+                continue
+            key = min(fitting, key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])))
+            assert scores.by_axis[axis][value].row == rows[key], (axis, value)
+
+
+def test_the_goodput_objective_and_a_bound_are_scored_as_cp_sat_solves_them() -> None:
+    """``--objective goodput`` (every step time times the failure overhead) and a fallback's
+    ``upper_bound_s``: the same optimum by scoring as by CP-SAT, and nothing under the bound
+    below it."""
+    from autopar.costs.goodput import overhead_factor
+
+    problem = make_problem(model="llama-8b", gpus=16, global_batch=128)
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    factor = overhead_factor(cost_model)
+    scored = solve_space(space, ctx, cost_model, time_factor=factor, method="enumerate")
+    proved = solve_space(space, ctx, cost_model, time_factor=factor, method="cp-sat")
+    assert scored.status == proved.status == "optimal" and scored.objective == "goodput"
+    assert scored.best.layout == proved.best.layout
+    assert scored.best_bound_step_time_s == pytest.approx(proved.best_bound_step_time_s, abs=1e-5)
+    bound = scored.best_bound_step_time_s
+    below = solve_space(space, ctx, cost_model, time_factor=factor, upper_bound_s=bound * 0.999)
+    assert below.status == "infeasible"
+    above = solve_space(space, ctx, cost_model, time_factor=factor, upper_bound_s=bound * 1.001)
+    assert above.best.layout == scored.best.layout
