@@ -11,14 +11,13 @@ from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.failure_options import with_failure_options
 from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
-from autopar.cli.output import emit
 from autopar.cli.progress import working
 from autopar.cli.render import (
     WHY_FORMATS,
     format_targets,
-    framework_notes,
     implied_by_format,
     render_estimate,
+    write_formats,
 )
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
@@ -104,9 +103,4 @@ def register(app: typer.Typer) -> None:
             )
             for fmt, _ in targets
         ]
-        if implied:
-            typer.echo(f"autopar: {implied}", err=True)
-        for (fmt, path), text in zip(targets, texts, strict=True):
-            emit(text, path)
-            for note in framework_notes(result, fmt, problem):
-                typer.echo(note, err=True)
+        write_formats(targets, texts, result, problem, implied)

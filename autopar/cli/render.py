@@ -13,8 +13,10 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import typer
+
 from autopar.base.errors import InputError, excerpt
-from autopar.cli.output import to_json
+from autopar.cli.output import emit, to_json
 from autopar.inputs.specs import Problem
 from autopar.layout.alternatives import Optimum
 from autopar.layout.plan import Estimate
@@ -125,6 +127,23 @@ def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None
     if fmt not in emitters.EMITTERS or problem is None or estimate is None:
         return []
     return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
+
+
+def write_formats(
+    targets: Sequence[tuple[str, str | None]],
+    texts: Sequence[str],
+    estimate: Estimate | None,
+    problem: Problem | None,
+    implied: str | None,
+) -> None:
+    """Every rendered format to its file (``format_targets``), after the line saying what the
+    formats implied and followed by each launcher's notes, on stderr."""
+    if implied:
+        typer.echo(f"autopar: {implied}", err=True)
+    for (fmt, path), text in zip(targets, texts, strict=True):
+        emit(text, path)
+        for note in framework_notes(estimate, fmt, problem):
+            typer.echo(note, err=True)
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:

@@ -19,15 +19,14 @@ from autopar.cli.fallbacks_view import (
     solve_with_fallbacks,
 )
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
-from autopar.cli.output import emit
 from autopar.cli.progress import working
 from autopar.cli.render import (
     LAUNCHERS,
     WHY_FORMATS,
     format_targets,
-    framework_notes,
     implied_by_format,
     render_solve,
+    write_formats,
 )
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
@@ -176,12 +175,7 @@ def register(app: typer.Typer) -> None:
             else:
                 texts = [render_solve(result, fmt, problem=problem) for fmt in formats]
         best = result.best if result.layouts else None
-        if implied:
-            typer.echo(f"autopar: {implied}", err=True)
-        for (fmt, path), text in zip(targets, texts, strict=True):
-            emit(text, path)
-            for note in framework_notes(best, fmt, problem):
-                typer.echo(note, err=True)
+        write_formats(targets, texts, best, problem, implied)
         if code:
             raise typer.Exit(EXIT_INFEASIBLE)
         if result.status in ("infeasible", "unknown"):
