@@ -6,8 +6,10 @@ MBS, GBS; ETP 1; SP with TP; the distributed optimizer, or ZeRO-3 where the row 
 Megatron-FSDP) and the precision it printed (BF16, FP8 = current scaling, MXFP8, NVFP4). What
 the table does not print comes from the recipe that ran it: ``blackwell_recipes.csv`` beside
 ``runs.csv`` holds, per row, the CUDA-graph scope, the layers offloaded to the host, EP and TP
-overlap, the GEMMs in low precision and the recompute (granularity and modules), each with the
-Megatron-Bridge recipe (release tag and workload config) it was read from. A row missing from
+overlap, the GEMMs in low precision, the recompute (granularity and modules), whether the experts
+ran Transformer Engine's fused grouped MLP (``cutedsl_fused_grouped_mlp``) and, where the
+container's config contradicts the table, the EP it set, each with the Megatron-Bridge recipe
+(release tag and workload config) it was read from. A row missing from
 that table (a run from another source) gets ``DEFAULT_RECIPE``. Every row runs on the
 ``megatron-bridge-25.09`` stack (BF16 gradients, TP overlap, fused cross entropy, no dropout);
 MoE rows add the BF16 Adam moments and the flex (HybridEP) dispatcher of Megatron-Bridge's MoE
@@ -64,6 +66,8 @@ DEFAULT_RECIPE: dict[str, str] = {
     "fp8_gemms": "qkv,proj,fc1,fc2",
     "recompute": "none",
     "recompute_modules": "",
+    "moe_fused_mlp": "false",
+    "ep": "",
 }
 """What a row without a ``blackwell_recipes.csv`` entry is assumed to have run."""
 MOE_SWITCHES = {"moe_dispatcher": "flex"}
@@ -184,6 +188,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         cpu_offload_layers=int(recipe["cpu_offload_layers"]),
         ep_comm_overlap=recipe["ep_comm_overlap"] == "true",
         tp_comm_overlap=recipe["tp_comm_overlap"] == "true",
+        moe_fused_mlp=recipe["moe_fused_mlp"] == "true",
         optimizer_state_dtype="bf16" if model.is_moe else "fp32",
     )
     if recipe["recompute_modules"]:
@@ -200,6 +205,8 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
     fsdp = re.search(r"FSDP column=(\d+)", str(row.get("notes", "")))
     zero = 3 if fsdp and int(fsdp.group(1)) > 0 else 1
     layout = row_layout(row, recompute=recipe["recompute"], zero=zero)
+    if recipe["ep"]:
+        layout = dataclasses.replace(layout, ep=int(recipe["ep"]))
     return case_type(
         row_id=str(row["id"]),
         source="mbridge_blackwell",

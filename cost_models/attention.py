@@ -46,6 +46,32 @@ BACKWARD_SLOWDOWN: dict[str, float] = {
 }
 
 
+SFU_SPEEDUP: dict[str, float] = {"blackwell-ultra": 2.0}
+"""Exponentials per clock per SM over Blackwell's 16: Blackwell Ultra doubles the special
+function units' ``ex2`` throughput for attention (NVIDIA technical blog "Inside NVIDIA
+Blackwell Ultra", 2025: "2x attention-layer acceleration"; 10.7 against 5 TeraExponentials/s)
+and nothing else of the SM: its shared memory still moves 128 B per clock per SM. The
+fused-attention backward is bound by that shared memory (FlashAttention-4, arXiv 2603.05451),
+so it keeps Blackwell's pace: ``flash_block_time_s(backward=True)`` divides the exponential rate
+by this factor, which prices the backward as the forward would run on Blackwell's units."""
+
+
+ATTENTION_TILE = 128
+"""Query and key rows of one fused-attention tile on Hopper and Blackwell (FlashAttention-3 and
+-4 use 128 x 128 tiles for head sizes 64-128; FlashAttention-4, arXiv 2603.05451, two 128-row
+query tiles per CTA). A tile the mask only partly covers is computed whole and masked element
+by element; only tiles wholly outside the mask are skipped (cudnn-frontend's SM100 kernels bound
+the key loop by the sliding window's first tile, ``compute_kv_loop_bounds``)."""
+
+
+def windowed_keys(window: int, seq_len: int) -> int:
+    """The ``seq_len`` to give ``attention_core_time_s`` (whose fused path counts half the keys,
+    as for a causal mask) for a causal sliding window of ``window`` keys: a query tile covers
+    its ``ATTENTION_TILE`` rows' keys plus the window before them, all computed, so each query
+    pays ``window + ATTENTION_TILE`` keys, never more than the causal ``seq_len / 2``."""
+    return int(min(seq_len, 2 * (window + ATTENTION_TILE)))
+
+
 def backward_slowdown(ctx: TermContext) -> float:
     """How much slower per FLOP the fused-attention backward runs than its forward on the GPU."""
     return BACKWARD_SLOWDOWN.get(ctx.cluster.gpu.generation, FLASH_BACKWARD_SLOWDOWN)
@@ -67,18 +93,28 @@ TFLOP/s on B200 (BF16, head dim 128) and is "up to 1.3x faster than cuDNN 9.13" 
 
 
 def flash_block_time_s(
-    queries: np.ndarray, keys: np.ndarray, head_dim: float, *, ctx: TermContext, dtype: str
+    queries: np.ndarray,
+    keys: np.ndarray,
+    head_dim: float,
+    *,
+    ctx: TermContext,
+    dtype: str,
+    backward: bool = False,
 ) -> np.ndarray:
     """One head's fused attention over a ``queries x keys`` block, forward, as the time of one
     ``(q x d) @ (d x k)`` GEMM (both GEMMs of the block, half of each when causal): the FLOPs at
     the GEMM efficiency of those shapes or, when slower, the ``q*k/2`` exponentials at
     ``EXP_EFFICIENCY`` of the GPU's rate (module docstring); plus HBM traffic of Q, O (``q*d``)
     and K, V (``k*d``) only. The ``q x k`` scores stay in on-chip memory (Dao et al. 2022,
-    FlashAttention §3.1), so unlike ``gemm_time_s`` no output of ``q*k`` elements is written."""
+    FlashAttention §3.1), so unlike ``gemm_time_s`` no output of ``q*k`` elements is written.
+    ``backward``: the same block at the pace the backward scales from (``SFU_SPEEDUP``); the
+    caller multiplies it by ``2 * backward_slowdown``."""
     q, k = (np.asarray(x, dtype=np.float64) for x in (queries, keys))
     rate = peak_of(ctx, dtype) * gemm_efficiency(ctx, dtype=dtype) * shape_factor(q, k, head_dim)
     mma = 2.0 * q * k * head_dim / rate
     exp_per_s = ctx.cluster.gpu.attention_exp_per_s
+    if exp_per_s is not None and backward:
+        exp_per_s = exp_per_s / SFU_SPEEDUP.get(ctx.cluster.gpu.generation, 1.0)
     if exp_per_s is not None:
         mma = np.maximum(mma, 0.5 * q * k / (exp_per_s * EXP_EFFICIENCY))
     traffic = BYTES_BF16 * head_dim * (q + k)
@@ -95,12 +131,14 @@ def attention_core_time_s(
     flash_attention: bool,
     ctx: TermContext,
     head_dim: float | None = None,
+    backward: bool = False,
 ) -> np.ndarray:
     """Forward of the attention core of one layer on one rank (``tokens = mbs*s/cp`` queries
     against ``seq_len`` keys, ``heads/tp`` heads). Flash attention skips the masked half of a
     causal score matrix and never writes it; the unfused path computes it all and runs the
     softmax / dropout over it in HBM. ``head_dim`` overrides ``kv_channels`` (MLA: the mean of
-    the score and value head sizes)."""
+    the score and value head sizes). ``backward``: the block time the backward scales from
+    (``flash_block_time_s``)."""
     d = head_dim or model.kv_channels
     heads = model.num_attention_heads / np.asarray(tp, dtype=np.float64)
     queries = tokens / mbs
@@ -108,7 +146,9 @@ def attention_core_time_s(
     dtype = gemm_dtype(ctx, "attention")
     if flash_attention:
         # Two GEMMs of 2*q*s*d each, causal: half of both.
-        return batch * flash_block_time_s(queries, seq_len, d, ctx=ctx, dtype=dtype)
+        return batch * flash_block_time_s(
+            queries, seq_len, d, ctx=ctx, dtype=dtype, backward=backward
+        )
     one = gemm_time_s(queries, seq_len, d, ctx=ctx, dtype=dtype, measured_ok=False)
     scores = memory_time_s(SCORE_ELEMENTWISE_BYTES * batch * queries * seq_len, ctx)
     return 2.0 * batch * one + scores

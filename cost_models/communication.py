@@ -22,6 +22,7 @@ from cost_models.compute import (
     stage_counts_for_time,
 )
 from cost_models.flops import RECOMPUTE_FULL
+from cost_models.gemm import OPERAND_BYTES, gemm_dtype
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import kv_size, query_size, stage_layers
 from cost_models.switches import switch
@@ -44,12 +45,22 @@ TP overlap (the 2024 Megatron README and NeMo 24.07 rows)."""
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TpCommTime:
     """Tensor-parallel collectives of one stage, one micro-batch (Narayanan et al. 2021 §3.3;
-    Korthikanti et al. 2022 §4.2.2). Per layer, on the activation tensor ``mbs*s/cp*h`` in BF16:
-    with SP one all-gather + reduce-scatter pair per TP-sharded sublayer (``tp_regions``: two in
-    an attention + MLP layer) forward and the same backward; without SP one all-reduce each.
-    Full recompute repeats the forward ones. Layers are those of the most loaded stage. TP
-    ranks are consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes: TP across
-    nodes is allowed and priced at the network's bandwidth."""
+    Korthikanti et al. 2022 §4.2.2). Per layer, on the activation tensor ``mbs*s/cp*h``: with SP
+    one all-gather + reduce-scatter pair per TP-sharded sublayer (``tp_regions``: two in an
+    attention + MLP layer) forward and the same backward; without SP one all-reduce each. Full
+    recompute repeats the forward ones. Layers are those of the most loaded stage. TP ranks are
+    consecutive, so the group spans ``ceil(tp / gpus_per_node)`` nodes: TP across nodes is
+    allowed and priced at the network's bandwidth.
+
+    With SP and an FP8 / FP4 GEMM after the all-gather, Transformer Engine quantizes before it
+    gathers (``LayerNormLinear`` / ``Linear`` forward: the norm output is cast, then
+    ``gather_along_first_dim(..., quantizer=input_quantizer)``; backward: the row-parallel
+    layers' output gradient likewise, ``grad_output_preprocess`` with the gradient quantizer;
+    transformer_engine/pytorch/module/layernorm_linear.py L278-313, linear.py L925-940), so the
+    all-gathers move ``OPERAND_BYTES`` of that format per element while the reduce-scatters
+    stay BF16. Current scaling (and NVFP4's per-tensor scale) first all-reduces the amax over
+    the TP group (``set_quantizer_amax_reduction_group``, layernorm_linear.py L233-237): one
+    latency-bound all-reduce per quantized all-gather."""
 
     name: str = "tp_comm_s"
     category: str = "tp_comm"
@@ -60,17 +71,33 @@ class TpCommTime:
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
-        size = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size * BYTES_BF16
+        elements = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size
         nodes = group_num_nodes(tp, 1.0, ctx.cluster.gpus_per_node)
-        ag = ctx.comm.time_s("all_gather", size, num_ranks=tp, num_nodes=nodes)
-        rs = ctx.comm.time_s("reduce_scatter", size, num_ranks=tp, num_nodes=nodes)
-        ar = ctx.comm.time_s("all_reduce", size, num_ranks=tp, num_nodes=nodes)
+        dtype = gemm_dtype(ctx, "fc1")
+        ag = ctx.comm.time_s(
+            "all_gather", elements * OPERAND_BYTES[dtype], num_ranks=tp, num_nodes=nodes
+        )
+        if dtype != "bf16" and amax_reduced(ctx):
+            ag = ag + ctx.comm.time_s("all_reduce", AMAX_BYTES, num_ranks=tp, num_nodes=nodes)
+        rs = ctx.comm.time_s("reduce_scatter", elements * BYTES_BF16, num_ranks=tp, num_nodes=nodes)
+        ar = ctx.comm.time_s("all_reduce", elements * BYTES_BF16, num_ranks=tp, num_nodes=nodes)
         pair = np.where(grid["sp"] == 1, ag + rs, ar)
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         counts = stage_counts_for_time(ctx.model, grid["pp"], ctx.training.seq_len)
         regions = sum(n * tp_regions(ctx.model, kind) for kind, n in counts.items())
         exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
         return exposed * regions * pair * (2.0 + recompute)
+
+
+AMAX_BYTES = 4.0
+"""One FP32 amax per quantized tensor, all-reduced (MAX) over the TP group before the cast."""
+
+
+def amax_reduced(ctx: TermContext) -> bool:
+    """Whether the stack's low-precision recipe needs a tensor-wide amax before casting: FP8
+    current scaling and NVFP4 (its per-tensor FP32 scale); delayed scaling uses the previous
+    step's amax, blockwise and MXFP8 scale per block."""
+    return ctx.training.precision == "nvfp4" or ctx.training.stack.fp8_recipe == "current"
 
 
 def tp_regions(model, kind: str) -> int:
@@ -107,11 +134,14 @@ def _core_block_s(
     mbs: np.ndarray,
     causal,
     ctx: TermContext,
+    backward: bool = False,
 ) -> np.ndarray:
     """Forward flash attention of one ``queries x keys`` block of ``heads`` heads, ``mbs``
     sequences: two GEMMs ``(q x d) @ (d x k)`` and ``(q x k) @ (k x d)``, half of each when the
-    block is causal (on its diagonal)."""
-    one = flash_block_time_s(queries, keys, model.kv_channels, ctx=ctx, dtype="bf16")
+    block is causal (on its diagonal); ``backward``: the pace the backward scales from."""
+    one = flash_block_time_s(
+        queries, keys, model.kv_channels, ctx=ctx, dtype="bf16", backward=backward
+    )
     return mbs * heads * one * np.where(causal, 1.0, 2.0)
 
 
@@ -140,18 +170,20 @@ def ring_attention_s(
     efficiency of their smaller shapes."""
     heads = model.num_attention_heads / tp
     c = seq_len / (2.0 * cp)
-    diagonal = _core_block_s(
-        model, queries=2 * c, keys=2 * c, heads=heads, mbs=mbs, causal=True, ctx=ctx
-    )
-    block = _core_block_s(model, queries=2 * c, keys=c, heads=heads, mbs=mbs, causal=False, ctx=ctx)
-    charged = _core_block_s(
-        model, queries=seq_len / cp, keys=seq_len, heads=heads, mbs=mbs, causal=True, ctx=ctx
-    )
-    small_blocks = np.maximum(diagonal + (cp - 1.0) * block - charged, 0.0)
+
+    def blocks(backward: bool) -> tuple[np.ndarray, np.ndarray]:
+        shape = dict(heads=heads, mbs=mbs, ctx=ctx, backward=backward)
+        diagonal = _core_block_s(model, queries=2 * c, keys=2 * c, causal=True, **shape)
+        block = _core_block_s(model, queries=2 * c, keys=c, causal=False, **shape)
+        charged = _core_block_s(model, queries=seq_len / cp, keys=seq_len, causal=True, **shape)
+        return block, np.maximum(diagonal + (cp - 1.0) * block - charged, 0.0)
+
+    block, small_blocks = blocks(False)
+    block_b, small_blocks_b = blocks(True)
     kv_bytes = mbs * 2.0 * c * 2.0 * kv_size(model) / tp * BYTES_BF16
     ranks = np.where(cp > 1, 2.0, 1.0)
     send = ctx.comm.time_s("send_recv", kv_bytes, num_ranks=ranks, num_nodes=num_nodes)
-    backward_block = 2.0 * backward_slowdown(ctx) * block
+    backward_block = 2.0 * backward_slowdown(ctx) * block_b
     local = mbs * 2.0 * c
     merge_f = memory_time_s(CP_CORRECTION_BYTES * local * query_size(model) / tp, ctx)
     merge_b = memory_time_s(
@@ -164,7 +196,7 @@ def ring_attention_s(
     busy = cp > 1
     return (
         np.where(busy, forward + small_blocks, 0.0),
-        np.where(busy, backward + 2.0 * backward_slowdown(ctx) * small_blocks, 0.0),
+        np.where(busy, backward + 2.0 * backward_slowdown(ctx) * small_blocks_b, 0.0),
     )
 
 

@@ -25,6 +25,7 @@ from cost_models.attention import (  # noqa: F401  (re-exported for the other te
     attention_core_time_s,
     backward_slowdown,
     flash_block_time_s,
+    windowed_keys,
 )
 from cost_models.flops import (
     RECOMPUTE_FULL,
@@ -39,6 +40,8 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     GEMM_HALF_DIM,
     H200_FP8_TO_BF16_EFFICIENCY,
     HBM_EFFICIENCY,
+    cast_bytes_per_element,
+    gemm_dtype,
     gemm_time_s,
     linear_backward_time_s,
     linear_time_s,
@@ -214,17 +217,15 @@ def mixer_time_s(
     else:
         forward, backward = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
         head_dim = None
-    core = attention_core_time_s(
-        model,
-        tokens=tokens,
-        seq_len=attention_keys(model, mixer, ctx.training.seq_len),
-        tp=tp,
-        mbs=mbs,
-        flash_attention=flash_attention,
-        ctx=ctx,
-        head_dim=head_dim,
-    )
-    core_backward = 2.0 * core * (backward_slowdown(ctx) if flash_attention else 1.0)
+    keys = attention_keys(model, mixer, ctx.training.seq_len)
+    if mixer == "sliding" and flash_attention and keys < ctx.training.seq_len:
+        keys = windowed_keys(keys, ctx.training.seq_len)
+    shape = dict(tokens=tokens, seq_len=keys, tp=tp, mbs=mbs, ctx=ctx, head_dim=head_dim)
+    core = attention_core_time_s(model, flash_attention=flash_attention, **shape)
+    core_backward = 2.0 * core
+    if flash_attention:
+        paced = attention_core_time_s(model, flash_attention=True, backward=True, **shape)
+        core_backward = 2.0 * backward_slowdown(ctx) * paced
     modules = ctx.training.stack.recompute_modules
     rerun = (core if "core_attn" in modules else zero) + (
         recomputed if "mla_up_proj" in modules else zero
@@ -362,6 +363,8 @@ class ExpertComputeTime:
         f, b = mlp_time_s(model, model.expert_ffn_hidden_size, tokens=per_expert, tp=etp, ctx=ctx)
         forward = model.num_experts / ep * f / GROUPED_GEMM_EFFICIENCY
         backward = model.num_experts / ep * b / GROUPED_GEMM_EFFICIENCY
+        path_f, path_b = expert_path_s(ctx, rows=per_expert * model.num_experts / ep, etp=etp)
+        forward, backward = forward + path_f, backward + path_b
         permute = memory_time_s(ROUTED_COPY_BYTES * copies * model.hidden_size, ctx)
         # the router GEMM stays in BF16/FP32 (Megatron ``moe/router.py``): never an FP8 GEMM
         router = linear_time_s(
@@ -383,11 +386,63 @@ class ExpertComputeTime:
             # selective moe_act recompute re-runs the experts' activation
             width = model.expert_ffn_hidden_size / etp
             act = mlp_activation_bytes(model, per_expert * width) * model.num_experts / ep
+            if model.clamped_glu and not ctx.training.stack.moe_fused_mlp:
+                act = act + CLAMP_PASS_BYTES[0] * width * per_expert * model.num_experts / ep
             moe_act = recompute_factor(grid["recompute"], RECOMPUTE_SELECTIVE) * memory_time_s(
                 act, ctx
             )
         moe_layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], s))
         return moe_layers * (forward + backward + full * forward + moe_act)
+
+
+CLAMP_PASS_BYTES = (16.0, 20.0)
+"""HBM bytes per element of each GLU half (forward, backward) that a clamped GLU adds on the
+unfused expert path (Megatron ``fused_bias_geglu.py`` ``weighted_bias_quick_geglu_impl``
+L410-442, GPT-OSS): ``x_glu.clamp`` and ``x_linear.clamp`` (read 2, write 2 each) and the
+``torch.cat`` of the halves (read 4, write 4) before the fused kernel; backward, the two clamp
+masks (read the gradient and the input, write: 6 each) and the concatenation of their
+gradients (8)."""
+EAGER_BIAS_BYTES = (28.0, 36.0)
+"""HBM bytes per hidden element of each routed copy (forward, backward) for the experts' FC2
+bias on the unfused path (Megatron ``experts.py`` ``TEGroupedMLP._apply_bias`` L345-380: per
+expert ``t + b * p`` with the FP32 router probabilities, then ``torch.cat`` and a cast): ``b*p``
+written in FP32 (4), the add (read 2 + 4, write 4), the concatenation (read 4, write 4), the cast
+to BF16 (read 4, write 2); backward, the cast's gradient (read 2, write 4), ``t``'s BF16 gradient
+(read 4, write 2) and the bias and probability gradients, each a product (read 4, write 4) then
+a reduction (read 4)."""
+
+
+def expert_path_s(ctx: TermContext, *, rows: np.ndarray, etp: np.ndarray) -> tuple:
+    """(forward, backward) time the routed experts' MLP spends outside the grouped GEMMs and the
+    activation ``mlp_time_s`` prices, on ``rows`` routed token copies of one rank:
+
+    - unfused (``StackSpec.moe_fused_mlp`` off, Megatron's ``bias_act_func``): a clamped GLU's
+      pre-pass (``CLAMP_PASS_BYTES``) and biased experts' eager FC2 bias (``EAGER_BIAS_BYTES``);
+    - fused on NVIDIA Blackwell with MXFP8 or NVFP4 experts (Transformer Engine
+      ``ops/fused/grouped_mlp.py``: cuDNN CuTe-DSL grouped GEMM + GLU + quantize, compute
+      capability 10): the activation and the FC2 input's cast run in the FC1 GEMM's epilogue,
+      the activation gradient and the FC1 output gradient's cast in the FC2 dgrad's: those
+      passes are saved (negative)."""
+    model, stack = ctx.model, ctx.training.stack
+    width = model.expert_ffn_hidden_size / etp
+    if not stack.moe_fused_mlp:
+        fwd = np.zeros_like(rows)
+        bwd = np.zeros_like(rows)
+        if model.clamped_glu:
+            fwd, bwd = fwd + CLAMP_PASS_BYTES[0] * width, bwd + CLAMP_PASS_BYTES[1] * width
+        if model.linear_bias:
+            h = model.hidden_size
+            fwd, bwd = fwd + EAGER_BIAS_BYTES[0] * h, bwd + EAGER_BIAS_BYTES[1] * h
+        return memory_time_s(fwd * rows, ctx), memory_time_s(bwd * rows, ctx)
+    dtype = gemm_dtype(ctx, "fc1")
+    block_scaled = dtype == "fp4" or (dtype == "fp8" and stack.fp8_recipe == "mxfp8")
+    if not (block_scaled and ctx.cluster.gpu.runs("nvfp4")):
+        return np.zeros_like(rows), np.zeros_like(rows)
+    up = mlp_up_width(model, model.expert_ffn_hidden_size) / etp
+    act = mlp_activation_bytes(model, width)
+    fwd = act + cast_bytes_per_element(ctx, "fc2", forward=True) * width
+    bwd = 2.0 * act + cast_bytes_per_element(ctx, "fc1", forward=False) * up
+    return -memory_time_s(fwd * rows, ctx), -memory_time_s(bwd * rows, ctx)
 
 
 def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:

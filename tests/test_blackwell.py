@@ -80,8 +80,9 @@ def test_mxfp8_runs_a_few_percent_behind_tensor_wise_fp8() -> None:
     assert 1.01 < mxfp8 / current < 1.10
 
 
-def _attention(gpu: str, head_dim: int) -> float:
-    """Seconds per FLOP of one layer's fused attention forward at ``head_dim`` (8k tokens)."""
+def _attention(gpu: str, head_dim: int, *, backward: bool = False) -> float:
+    """Seconds per FLOP of one layer's fused attention forward at ``head_dim`` (8k tokens), or of
+    the block time its backward scales from."""
     problem = autopar.make_problem(model="llama-3-8b", gpus=8, gpu=gpu)
     model = problem.model
     seconds = attention_core_time_s(
@@ -93,6 +94,7 @@ def _attention(gpu: str, head_dim: int) -> float:
         flash_attention=True,
         ctx=make_context(problem),
         head_dim=head_dim,
+        backward=backward,
     )
     flop = 2.0 * 8192 * 8192 * head_dim * model.num_attention_heads  # causal: half of 4 q k d
     return float(seconds) / flop
@@ -105,6 +107,18 @@ def test_fused_attention_forward_is_bound_by_exponentials_on_blackwell() -> None
     assert _attention("b200", 64) > 1.5 * _attention("b200", 128)
     assert _attention("b300", 128) < _attention("b200", 128)
     assert _attention("h100", 64) == pytest.approx(_attention("h100", 128), rel=0.25)
+
+
+def test_blackwell_ultra_speeds_up_the_attention_forward_only() -> None:
+    """Blackwell Ultra doubles the exponential units, not the shared memory that bounds the
+    backward (FlashAttention-4): its backward keeps Blackwell's pace per exponential unit, so
+    B300's backward block is B200's (same SMs' worth of units per clock), its forward faster."""
+    b200 = _attention("b200", 128, backward=True)
+    assert _attention("b300", 128, backward=True) == pytest.approx(b200, rel=0.1)
+    assert _attention("b300", 128) < _attention("b300", 128, backward=True)
+    assert _attention("b300", 64) < 0.6 * _attention("b300", 64, backward=True)
+    assert _attention("b200", 128, backward=True) == _attention("b200", 128)
+    assert _attention("h100", 128, backward=True) == _attention("h100", 128)
 
 
 QWEN = dict(
@@ -184,3 +198,19 @@ def test_a_blackwell_step_time_carries_its_class_band() -> None:
     assert band["class"] == "blackwell nvfp4 dense" and band["few_runs"]
     low, high = estimate.step_time_range_s
     assert low < estimate.step_time_s < high
+
+
+def test_a_sliding_window_pays_whole_tiles() -> None:
+    """GPT-OSS's 128-token windows: each query tile computes its own 128 keys plus the window
+    before it, so a sliding layer's fused attention costs as 2 x (128 + 128) keys counted
+    causally (up to 4x the naive half-window), never more than full causal attention."""
+    from cost_models.attention import ATTENTION_TILE, windowed_keys
+
+    assert windowed_keys(128, 4096) == 2 * (128 + ATTENTION_TILE) == 512
+    assert windowed_keys(4000, 4096) == 4096
+    problem = autopar.make_problem(model="gpt-oss-120b", gpus=64, gpu="b200", global_batch=64)
+    ctx = make_context(problem)
+    shape = dict(tokens=4096.0, tp=1.0, mbs=1.0, flash_attention=True, ctx=ctx)
+    window = attention_core_time_s(problem.model, seq_len=windowed_keys(128, 4096), **shape)
+    naive = attention_core_time_s(problem.model, seq_len=128, **shape)
+    assert 2.0 < float(window) / float(naive) <= 4.0  # Q, K, V, O traffic is the same

@@ -209,3 +209,28 @@ def test_the_token_dispatcher_is_chosen_per_layout_and_reaches_the_launch_config
         make_problem(model="llama-8b", gpus=8), layout_of(make_problem(model="llama-8b", gpus=8))
     )
     assert dense.choices == {}
+
+
+def _expert_s(model: str, gpu: str, **options) -> float:
+    ctx = _ctx(model, 64, gpu=gpu, **options)
+    grid = _grid(dp=64, ep=8, mbs=1)
+    return float(ExpertComputeTime().evaluate(grid, ctx)[0])
+
+
+def test_clamped_glu_and_expert_biases_cost_hbm_passes_unless_fused() -> None:
+    """GPT-OSS's clamped SwiGLU and biased experts add elementwise passes on Megatron's unfused
+    expert path (fused_bias_geglu.py, experts.py ``_apply_bias``): taking the flags off the model
+    makes its experts faster; with Transformer Engine's fused grouped MLP on Blackwell MXFP8
+    the activation and casts ride the GEMM epilogues (faster again); on Hopper (no CuTe-DSL
+    kernel: compute capability 10 only) it only drops the eager bias and clamp passes."""
+    gpt_oss = load_model("gpt-oss-120b")
+    assert gpt_oss.clamped_glu and gpt_oss.linear_bias
+    plain = dataclasses.replace(gpt_oss, clamped_glu=False, linear_bias=False)
+    assert _expert_s(plain, "b200") < _expert_s(gpt_oss, "b200")
+    mx = {"precision": "fp8", "fp8_recipe": "mxfp8"}
+    unfused = _expert_s(gpt_oss, "b200", **mx)
+    assert _expert_s(gpt_oss, "b200", moe_fused_mlp=True, **mx) < 0.97 * unfused
+    hopper = _expert_s(gpt_oss, "h100", precision="fp8")
+    no_bias_pass = _expert_s(gpt_oss, "h100", precision="fp8", moe_fused_mlp=True)
+    assert no_bias_pass < hopper  # fused: no eager bias / clamp passes
+    assert no_bias_pass == pytest.approx(_expert_s(plain, "h100", precision="fp8"))

@@ -408,3 +408,20 @@ def test_torchtitan_refuses_ep_whose_expert_mesh_torchtitan_cannot_build():
     consumers.torchtitan_mesh(
         parallelism | {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 64}, 64
     )
+
+
+def test_fused_expert_mlp_is_megatrons_op_fuser_and_bridges_field():
+    """``moe_fused_mlp``: Megatron ``--use-transformer-engine-op-fuser`` (transformer_config.py
+    L525; its parser knows it), only for MoE models; Megatron-Bridge 0.6.2 sets the
+    ``TransformerConfig`` field of the same name (megatron-core 0.19.2 has it; 0.3.1 had not)."""
+    moe = autopar.make_problem(
+        model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256, moe_fused_mlp=True
+    )
+    lay = Layout(tp=1, pp=1, dp=64, ep=8, mbs=1, grad_accum=4, zero=1)
+    assert "--use-transformer-engine-op-fuser" in _args(emit.megatron_args(lay, moe))
+    off = autopar.make_problem(model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256)
+    assert "--use-transformer-engine-op-fuser" not in _args(emit.megatron_args(lay, off))
+    model = emit.bridge_overrides(lay, moe)["model"]
+    assert model["use_transformer_engine_op_fuser"] is True
+    consumers.bridge_check(emit.bridge_overrides(lay, moe))
+    assert "use_transformer_engine_op_fuser" not in emit.bridge_overrides(lay, off)["model"]

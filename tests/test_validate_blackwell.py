@@ -49,7 +49,7 @@ def test_dense_blackwell_rows_meet_the_targets(blackwell) -> None:
     dense = blackwell[0][~blackwell[0]["moe"]]
     median, worst, signed = _stats(dense)
     assert median <= 6.0 and abs(signed) <= 3.0
-    assert worst <= 27.0  # Llama 3.1 405B NVFP4 on GB200 (TP overlap off in NVFP4 recipes)
+    assert worst <= 22.5  # Llama 3.1 405B NVFP4 on GB200 (TP overlap off in NVFP4 recipes)
     for gpu, rows in dense.groupby("gpu"):
         assert abs(_stats(rows)[2]) <= 3.0, gpu
 
@@ -60,21 +60,23 @@ def test_blackwell_rows_per_gpu_kind(blackwell) -> None:
     for gpu, rows in blackwell[0].groupby("gpu"):
         median, _, signed = _stats(rows)
         assert abs(signed) <= (6.0 if gpu == "b200" else 3.0), gpu
-        assert median <= (14.0 if gpu == "b300" else 7.0), gpu
-        without = rows[rows["model"] != KNOWN_MISS]  # B300: +11% over its other three rows
-        assert abs(_stats(without)[2]) <= (12.0 if gpu == "b300" else 7.0), gpu
+        assert median <= (18.0 if gpu == "b300" else 7.0), gpu
+        without = rows[rows["model"] != KNOWN_MISS]  # B300: +12% over its other three rows
+        assert abs(_stats(without)[2]) <= (12.5 if gpu == "b300" else 7.0), gpu
 
 
 def test_all_blackwell_rows_stay_where_the_readme_reports_them(blackwell) -> None:
     modelled = blackwell[0]
     median, worst, signed = _stats(modelled)
-    assert median <= 7.5 and abs(signed) <= 3.0 and worst <= 54.0
+    assert median <= 7.0 and abs(signed) <= 3.0 and worst <= 29.0
     median, worst, _ = _stats(modelled[modelled["model"] != KNOWN_MISS])
-    assert median <= 5.5 and worst <= 28.0
+    assert median <= 6.0 and worst <= 28.0
 
 
 def test_gpt_oss_is_the_family_the_model_misses(blackwell) -> None:
-    """Every GPT-OSS row is predicted too fast, on every Blackwell SKU (and on H100 by 6-9%):
-    printed apart by validate_published.py, kept in the error bands."""
+    """Every GPT-OSS row is predicted too fast, on every Blackwell SKU:
+    printed apart by validate_published.py, kept in the error bands. The H100 rows (PP 4, one
+    sequence per micro-batch) are within 4% since the clamped GLU and the eager expert bias are
+    priced: the Blackwell misses are not those passes."""
     rows = blackwell[0][blackwell[0]["model"] == KNOWN_MISS]
     assert len(rows) == 8 and (rows["error_pct"] < 0).all()

@@ -306,6 +306,7 @@ def _gpt_oss(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, An
         "moe_ffn_hidden_size": fields["ffn_hidden_size"],
         "attention_window": window,
         "attention_sinks": True,
+        "clamped_glu": True,
         "linear_bias": _flag(data, "attention_bias", True),
         "mlp_kind": "swiglu",
         "layer_types": tuple(f"{mixers[t]}/moe" for t in types),

@@ -162,6 +162,10 @@ class ModelSpec:
     ``attention_chunk_size``); 0 when there are none."""
     attention_sinks: bool = False
     """A learned per-head sink logit in every attention layer (GPT-OSS)."""
+    clamped_glu: bool = False
+    """The MLP's gated activation clamps its inputs first (GPT-OSS ``swiglu_limit``: Megatron
+    ``activation_func_clamp_value`` with ``glu_linear_offset``, Megatron-Bridge
+    ``gpt_oss_bridge.py``)."""
     q_lora_rank: int = 0
     """MLA query compression rank (HF ``q_lora_rank``; 0 = null: a full query projection)."""
     kv_lora_rank: int = 0

@@ -203,6 +203,20 @@ class StackSpec:
         choices=CUDA_GRAPHS,
         label="cuda graphs",
     )
+    moe_fused_mlp: bool = switch(
+        False,
+        help="Routed experts through Transformer Engine's fused grouped MLP (Megatron "
+        "--use-transformer-engine-op-fuser): biases packed, no per-expert host loop; on "
+        "Blackwell with MXFP8 / NVFP4 the activation and the FC2 input cast run in the FC1 "
+        "GEMM's epilogue.",
+        label="fused experts",
+    )
+    """Megatron ``TransformerConfig.use_transformer_engine_op_fuser`` (transformer_config.py
+    L525) with ``moe_grouped_gemm``: ``TEGroupedMLP`` builds the fused ops
+    (``experts.py`` ``_make_fused_ops``, Transformer Engine ``ops/fused/grouped_mlp.py``: cuDNN
+    CuTe-DSL grouped GEMM + GLU + quantize kernels on compute capability 10 with MXFP8 or
+    NVFP4). Megatron-Bridge 26.08's MoE recipes set it (``perf_recipes/qwen/common.py``
+    ``_enable_hybridep_full_iteration_mxfp8``)."""
     cpu_offload_layers: int = switch(
         0,
         help="Transformer layers whose activations are offloaded to host memory (Megatron "

@@ -215,6 +215,9 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
         fields["cp_comm_type"] = stack.cp_comm_type
     if not stack.flash_attention:
         fields["attention_backend"] = "unfused"  # AttnBackend member name
+    if stack.moe_fused_mlp and model.is_moe:  # the experts' fused grouped MLP (megatron-core
+        # 0.19.2 transformer_config.py L511; Bridge's qwen3_moe gb200 recipe sets it)
+        fields["use_transformer_engine_op_fuser"] = True
     return {"comm_overlap": overlap, "model": fields | _graphs_and_offload(lay, model, stack)}
 
 

@@ -432,6 +432,8 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
         flags.append(("--no-overlap-p2p-communication", None))  # Megatron overlaps by default
     if stack.ep_comm_overlap and model.is_moe and lay.ep > 1:
         flags.append(("--overlap-moe-expert-parallel-comm", None))
+    if stack.moe_fused_mlp and model.is_moe:  # transformer_config.py L525
+        flags.append(("--use-transformer-engine-op-fuser", None))
     if stack.cross_entropy_fusion:
         flags.append(("--cross-entropy-loss-fusion", None))
     if not stack.dropout:
