@@ -41,9 +41,8 @@ from autopar.layout.results import OBJECTIVES, PREFER, Explanation, SolveResult
 from autopar.layout.space import build_space
 from autopar.layout.stages import StagePlan
 from autopar.search.alternatives import find_alternatives, find_optimum
-from autopar.search.explain import explain_infeasible
 from autopar.search.notes import default_batch_note
-from autopar.search.solver import sized_time_limit_s, solve_space
+from autopar.search.solver import sized_time_limit_s, solve_scored
 
 __all__ = [
     "DEFAULT_GLOBAL_BATCH_TOKENS",
@@ -126,9 +125,14 @@ def solve_problem(
     ctx = make_context(problem)
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
+    if pipeline_plan == "per-stage":
+        problem = per_stage_schedules_only(problem)
     space = build_space(problem)
     left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
-    result = solve_space(
+    why = alternatives and pipeline_plan == "uniform"
+    # "why this layout" reads the search's scoring when it ranks by step time alone
+    shared = why and factor is None and upper_bound_s is None
+    result, scores = solve_scored(
         space,
         ctx,
         cm,
@@ -140,6 +144,7 @@ def solve_problem(
         coverage=coverage(problem, space),
         band=band_of(problem) if cm.name in BANDED_COST_MODELS else None,
         prefer=prefer,
+        by_axis=shared,
     )
     limit = time_limit if time_limit is not None else sized_time_limit_s(_layouts(result))
     deadline = start + limit
@@ -151,11 +156,17 @@ def solve_problem(
     if note and (result.layouts or result.status == "infeasible"):
         result = dataclasses.replace(result, notes=(*result.notes, note))
     result = dataclasses.replace(result, inputs=inputs)
-    if alternatives and result.layouts and pipeline_plan == "uniform":
-        why = find_alternatives(
-            space, ctx, cm, result.best, deadline=deadline, num_workers=num_workers
+    if why and result.layouts:
+        found = find_alternatives(
+            space,
+            ctx,
+            cm,
+            result.best,
+            deadline=deadline,
+            num_workers=num_workers,
+            scores=scores if shared else None,
         )
-        result = dataclasses.replace(result, alternatives=why)
+        result = dataclasses.replace(result, alternatives=found)
     if result.status == "infeasible" and upper_bound_s is not None:
         return result  # nothing as good as the bound: the caller knows why
     if result.status == "unknown":
@@ -163,6 +174,8 @@ def solve_problem(
     if result.status != "infeasible" or (result.explanation and result.explanation.nearest_miss):
         return result
     # no layout at all, or no per-stage outer layout: the uniform explanation names what binds
+    from autopar.search.explain import explain_infeasible  # CP-SAT's cores: OR-Tools
+
     explanation = explain_infeasible(problem, space, ctx, cm, deadline=deadline)
     return dataclasses.replace(result, explanation=explanation)
 
@@ -192,6 +205,27 @@ def check_prefer(prefer: object) -> None:
         raise InputError(
             f"must be one of {', '.join(PREFER)}, got {excerpt(prefer)}", source="--prefer"
         )
+
+
+PER_STAGE_SCHEDULES: tuple[str, ...] = ("1f1b", "combined-1f1b")
+"""The schedules per-stage plans are priced with: Megatron's (the per-stage launcher writes
+Megatron flags, ``autopar.outputs.emit.megatron_stages``), whose every phase has the interleaved
+slots (``autopar.costs.schedule``), so the per-stage bubble form holds for them."""
+
+
+def per_stage_schedules_only(problem: Problem) -> Problem:
+    """Per-stage plans search Megatron's schedules only (``PER_STAGE_SCHEDULES``); a request
+    for none of them is bad input."""
+    kept = tuple(s for s in problem.options.pipeline_schedules if s in PER_STAGE_SCHEDULES)
+    if not kept:
+        raise InputError(
+            f"per-stage plans run {', '.join(PER_STAGE_SCHEDULES)} (Megatron's schedules; the "
+            f"zero-bubble and V schedules are priced for uniform plans only); got "
+            f"{', '.join(problem.options.pipeline_schedules)}",
+            source="--pipeline-schedule",
+        )
+    options = dataclasses.replace(problem.options, pipeline_schedules=kept)
+    return dataclasses.replace(problem, options=options)
 
 
 def check_solve_options(

@@ -207,6 +207,11 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
     layout = row_layout(row, recompute=recipe["recompute"], zero=zero)
     if recipe["ep"]:
         layout = dataclasses.replace(layout, ep=int(recipe["ep"]))
+    per_stage = DEEPSEEK_V3_LAYOUTS.get((pp, layout.vpp)) if model.is_mla else None
+    combined = layout.ep > 1 and (layout.pp == 1 or layout.vpp > 1)
+    if stack.ep_comm_overlap and combined:
+        # the recipe's moe_a2a_overlap runs Megatron's combined 1F1B (the schedule axis)
+        layout = dataclasses.replace(layout, pipeline_schedule="combined-1f1b")
     return case_type(
         row_id=str(row["id"]),
         source="mbridge_blackwell",
@@ -216,7 +221,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         layout=layout,
         measured_step_s=step_s,
         cost_switches=dict(MOE_SWITCHES) if model.is_moe else {},
-        stage_layers=DEEPSEEK_V3_LAYOUTS.get((pp, layout.vpp)) if model.is_mla else None,
+        stage_layers=per_stage,
     )
 
 

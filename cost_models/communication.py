@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.costs.terms import Grid, TermContext
+from autopar.base.axes import PIPELINE_SCHEDULES
+from autopar.costs.terms import Grid, Phases, TermContext, schedules_in
 from cost_models.compute import (
     backward_slowdown,
     flash_block_time_s,
@@ -69,7 +70,7 @@ class TpCommTime:
     """Megatron ``--tp-comm-overlap``: only ``TP_OVERLAP_EXPOSED`` of the time stays exposed;
     ``None``: as the stack says (``StackSpec.tp_comm_overlap``)."""
 
-    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
         elements = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size
         nodes = group_num_nodes(tp, 1.0, ctx.cluster.gpus_per_node)
@@ -86,7 +87,13 @@ class TpCommTime:
         counts = stage_counts_for_time(ctx.model, grid["pp"], ctx.training.seq_len)
         regions = sum(n * tp_regions(ctx.model, kind) for kind, n in counts.items())
         exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
-        return exposed * regions * pair * (2.0 + recompute)
+        one_way = exposed * regions * pair
+        zero = np.zeros(len(tp))
+        # forward's pair; backward's pair (and the recomputed forward's), all for the inputs
+        return Phases(one_way, one_way * (1.0 + recompute), zero, zero)
+
+    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
 
 
 AMAX_BYTES = 4.0
@@ -244,7 +251,7 @@ class CpCommTime:
     flash_attention: bool | None = None
     """Kept for compatibility: CP attention is always the fused (flash) kernel."""
 
-    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
         model, s, node = ctx.model, ctx.training.seq_len, ctx.cluster.gpus_per_node
         kind = ctx.training.stack.cp_comm_type
@@ -260,15 +267,21 @@ class CpCommTime:
             model, tp=tp * a2a, cp=ring, mbs=mbs, seq_len=s, ctx=ctx, num_nodes=ring_nodes
         )
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
-        per_layer = (exchange / 2.0 + ring_f) * (1.0 + recompute) + exchange / 2.0 + ring_b
-        return stage_layers(model.num_layers, pp) * np.where(cp > 1, per_layer, 0.0)
+        forward = exchange / 2.0 + ring_f
+        backward = forward * recompute + exchange / 2.0 + ring_b
+        layers = stage_layers(model.num_layers, pp) * (cp > 1)
+        zero = np.zeros(len(cp))
+        return Phases(layers * forward, layers * backward, zero, zero)
+
+    def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
 
 
 EP_OVERLAP_EXPOSED = 0.2
-"""Share of the expert all-to-alls left exposed with Megatron
-``--overlap-moe-expert-parallel-comm`` (the combined 1F1B schedule hides one micro-batch's
-dispatch and combine behind another's attention and expert GEMMs, DeepSeek-V3 report §3.2.1
-DualPipe; the first and last chunks and SM contention stay visible)."""
+"""Share of the expert all-to-alls a paired step leaves exposed (Megatron's combined 1F1B hides
+one micro-batch's dispatch and combine behind another's attention and expert GEMMs,
+combined_1f1b.py L51-63; DeepSeek-V3 report §3.2.1; SM contention and the layers' first and
+last all-to-alls stay visible). Not fitted: the share of ``DP_OVERLAP_EXPOSED``."""
 
 
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
@@ -327,19 +340,36 @@ def _candidates(ctx: TermContext, dispatcher: str | None) -> tuple[str, ...]:
     return DISPATCHERS if dispatcher == "best" else (dispatcher,)
 
 
+COMBINED = PIPELINE_SCHEDULES.index("combined-1f1b")
+COMBINED_DISPATCHERS = ("alltoall", "flex")
+"""The dispatchers Megatron's combined 1F1B runs with (transformer_config.py L3016-3019)."""
+
+
+def _dispatch_times(grid: Grid, ctx: TermContext, dispatcher: str | None):
+    """Each candidate's ``dispatch_time_s`` (``_candidates``), ``inf`` where the layout's schedule
+    cannot use it (the combined 1F1B: ``COMBINED_DISPATCHERS``; rows without a schedule column
+    take any)."""
+    names = _candidates(ctx, dispatcher)
+    times = np.array([dispatch_time_s(grid, ctx, name) for name in names], dtype=np.float64)
+    if "schedule" in grid:
+        combined = np.asarray(grid["schedule"]) == COMBINED
+        for i, name in enumerate(names):
+            if name not in COMBINED_DISPATCHERS:
+                times[i] = np.where(combined, np.inf, times[i])
+    return names, times
+
+
 def dispatcher_time_s(grid: Grid, ctx: TermContext, dispatcher: str | None) -> np.ndarray:
     """``dispatch_time_s`` of the fastest candidate dispatcher for each layout (``_candidates``).
     Only this term depends on the dispatcher, so the minimum here is the choice a search over
     it would make, without an axis that would triple the MoE tables; ``best_dispatcher`` names
     the choice for the report and the launch configs."""
-    names = _candidates(ctx, dispatcher)
-    return np.min([dispatch_time_s(grid, ctx, name) for name in names], axis=0)
+    return np.min(_dispatch_times(grid, ctx, dispatcher)[1], axis=0)
 
 
 def best_dispatcher(grid: Grid, ctx: TermContext, dispatcher: str | None = "best") -> list[str]:
     """The fastest candidate dispatcher of each layout (``--moe-token-dispatcher-type``)."""
-    names = _candidates(ctx, dispatcher)
-    times = np.array([dispatch_time_s(grid, ctx, name) for name in names])
+    names, times = _dispatch_times(grid, ctx, dispatcher)
     return [names[i] for i in np.argmin(times, axis=0)]
 
 
@@ -365,33 +395,46 @@ class EpCommTime:
 
     ``shared_expert_overlap`` (Megatron ``--moe-shared-expert-overlap``,
     ``moe/shared_experts.py``) runs the shared expert on a side stream during the dispatch and
-    combine, hiding up to its compute time; ``ep_overlap`` (``--overlap-moe-expert-parallel-comm``)
-    leaves ``EP_OVERLAP_EXPOSED`` of the rest exposed."""
+    combine, hiding up to its compute time. A schedule that pairs one micro-batch's forward
+    with another's backward (Megatron's combined 1F1B, ``--overlap-moe-expert-parallel-comm``)
+    hides all but ``EP_OVERLAP_EXPOSED`` of both all-to-alls in each pair
+    (``Phases.paired_hidden``; the slots count the pairs on the critical path, so the warm-up
+    and cool-down, which run unpaired, keep theirs)."""
 
     name: str = "ep_comm_s"
     category: str = "ep_comm"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute")
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "mbs", "recompute", "schedule")
     dispatcher: str | None = None
     """One of ``DISPATCHERS``, ``"best"`` (the fastest of all), or ``None``: the fastest the
     stack allows (``StackSpec.moe_dispatchers``)."""
     shared_expert_overlap: bool = False
     ep_overlap: bool | None = None
-    """Megatron ``--overlap-moe-expert-parallel-comm``; ``None``: as the stack says
-    (``StackSpec.ep_comm_overlap``)."""
+    """``False``: the pairs hide nothing (``None``, ``True``: as above)."""
 
     def __post_init__(self) -> None:
         assert self.dispatcher in (*DISPATCHERS, "best", None), self.dispatcher
 
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space without the combined 1F1B (the only schedule that
+        narrows the dispatchers: ``_dispatch_times``)."""
+        if "combined-1f1b" in schedules_in(domains):
+            return self.depends_on
+        return tuple(a for a in self.depends_on if a != "schedule")
+
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
         model = ctx.model
         if not model.is_moe:
-            return np.zeros(len(grid["tp"]))
+            zero = np.zeros(len(grid["tp"]))
+            return Phases(zero, zero, zero, zero)
         one_way = dispatcher_time_s(grid, ctx, self.dispatcher)
         forward = 2.0 * one_way
         backward = 2.0 * one_way
         if self.shared_expert_overlap and model.shared_expert_ffn_hidden_size:
             tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
-            sf, sb = mlp_time_s(
+            sf, sb, _ = mlp_time_s(
                 model,
                 model.shared_expert_ffn_hidden_size,
                 tokens=mbs * ctx.training.seq_len / cp,
@@ -400,9 +443,16 @@ class EpCommTime:
             )
             forward = np.maximum(forward - sf, 0.0)
             backward = np.maximum(backward - sb, 0.0)
-        if switch(self.ep_overlap, ctx, "ep_comm_overlap"):
-            forward, backward = EP_OVERLAP_EXPOSED * forward, EP_OVERLAP_EXPOSED * backward
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
-        per_layer = forward * (1.0 + full) + backward
-        counts = stage_counts_for_time(model, grid["pp"], ctx.training.seq_len)
-        return moe_stage_layers(counts) * per_layer
+        layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], ctx.training.seq_len))
+        hidden = 0.0 if self.ep_overlap is False else 1.0 - EP_OVERLAP_EXPOSED
+        # only the combined 1F1B overlaps a pair's halves layer by layer; torchtitan's DualPipeV
+        # runs them one after the other (schedule.SEQUENTIAL_PAIRS), hiding nothing
+        overlapped = np.asarray(grid["schedule"]) == COMBINED if "schedule" in grid else False
+        hidden = np.where(overlapped, hidden, 0.0)
+        return Phases(
+            layers * forward,
+            layers * (backward + full * forward),
+            np.zeros(len(grid["tp"])),
+            layers * hidden * (forward + backward),
+        )

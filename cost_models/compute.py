@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.costs.terms import Grid, TermContext
+from autopar.costs.terms import Grid, Phases, TermContext
 from autopar.inputs.specs import ModelSpec
 from cost_models.attention import (  # noqa: F401  (re-exported for the other terms)
     FLASH_BACKWARD_SLOWDOWN,
@@ -45,6 +45,7 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     gemm_time_s,
     linear_backward_time_s,
     linear_time_s,
+    linear_weight_grad_time_s,
     memory_time_s,
 )
 from cost_models.shapes import (
@@ -74,6 +75,11 @@ casts the gradient to BF16 (read 4, write 2)."""
 FUSED_LOSS_BYTES_PER_LOGIT = 8.0
 """The same with a fused cross entropy (``StackSpec.cross_entropy_fusion``): the BF16 logits read
 twice forward (online max and sum), once backward, and the BF16 gradient written (2 B each)."""
+LOSS_FORWARD_BYTES_PER_LOGIT = 38.0
+"""The forward's share of ``LOSS_BYTES_PER_LOGIT`` (copy 6, max 4, subtract 8, exp 8, sum 4,
+normalise 8; the backward's scale 8 and cast 6 are the rest)."""
+FUSED_LOSS_FORWARD_BYTES_PER_LOGIT = 4.0
+"""The forward's share of ``FUSED_LOSS_BYTES_PER_LOGIT`` (the two reads of the logits)."""
 
 
 def mlp_up_width(model: ModelSpec, ffn: int) -> int:
@@ -89,8 +95,9 @@ def mlp_activation_bytes(model: ModelSpec, ffn_elements: np.ndarray) -> np.ndarr
 
 def mlp_time_s(
     model: ModelSpec, ffn: int, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
-) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) of one MLP of inner size ``ffn`` sharded over ``tp``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, its weight-gradient part) of one MLP of inner size ``ffn`` sharded
+    over ``tp``."""
     h = model.hidden_size
     up = mlp_up_width(model, ffn) / tp
     down = ffn / tp
@@ -100,14 +107,18 @@ def mlp_time_s(
     backward = linear_backward_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_backward_time_s(
         tokens, h, down, ctx=ctx, gemm="fc2"
     )
+    weight = linear_weight_grad_time_s(
+        tokens, up, h, ctx=ctx, gemm="fc1"
+    ) + linear_weight_grad_time_s(tokens, h, down, ctx=ctx, gemm="fc2")
     act = memory_time_s(mlp_activation_bytes(model, tokens * down), ctx)
-    return forward + act, backward + 2.0 * act
+    return forward + act, backward + 2.0 * act, weight
 
 
 def attention_block_time_s(
     model: ModelSpec, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
-) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) of the QKV and output projections (+ rotary embedding)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, its weight-gradient part) of the QKV and output projections (+ rotary
+    embedding)."""
     h, q, kv = model.hidden_size, query_size(model), kv_size(model)
     qkv = (q + 2 * kv) / tp
     forward = linear_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_time_s(
@@ -116,12 +127,15 @@ def attention_block_time_s(
     backward = linear_backward_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_backward_time_s(
         tokens, h, q / tp, ctx=ctx, gemm="proj"
     )
+    weight = linear_weight_grad_time_s(
+        tokens, qkv, h, ctx=ctx, gemm="qkv"
+    ) + linear_weight_grad_time_s(tokens, h, q / tp, ctx=ctx, gemm="proj")
     rope = (
         0.0
         if model.learned_position_embeddings
         else memory_time_s(2.0 * BYTES_BF16 * tokens * (q + kv) / tp, ctx)
     )
-    return forward + rope, backward + 2.0 * rope
+    return forward + rope, backward + 2.0 * rope, weight
 
 
 def recompute_factor(recompute: np.ndarray, code: int) -> np.ndarray:
@@ -134,13 +148,13 @@ MLA_UP_PROJECTIONS = ("q_up", "q", "kv_up")
 
 def mla_time_s(
     model: ModelSpec, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(forward, backward, up-projection forward) of the MLA projections (+ rotary on the RoPE
-    part): the two down-projections run whole on every TP rank (``MLA_REPLICATED``), the others
-    split over TP (Megatron ``multi_latent_attention.py``); the last is what selective
-    recompute re-runs besides the core."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, up-projection forward, backward's weight-gradient part) of the MLA
+    projections (+ rotary on the RoPE part): the two down-projections run whole on every TP
+    rank (``MLA_REPLICATED``), the others split over TP (Megatron ``multi_latent_attention.py``);
+    the up-projections are what selective recompute re-runs besides the core."""
     forward = np.zeros_like(np.asarray(tokens, dtype=np.float64))
-    backward, up = forward.copy(), forward.copy()
+    backward, up, weight = forward.copy(), forward.copy(), forward.copy()
     for name, (fan_in, fan_out) in mla_projection_sizes(model).items():
         split = 1.0 if name in MLA_REPLICATED else tp
         if name == "out":
@@ -151,13 +165,14 @@ def mla_time_s(
         one = linear_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
         forward = forward + one
         backward = backward + linear_backward_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        weight = weight + linear_weight_grad_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
         if name in MLA_UP_PROJECTIONS:
             up = up + one
     rope = memory_time_s(
         2.0 * BYTES_BF16 * tokens * model.qk_rope_head_dim * (model.num_attention_heads / tp + 1),
         ctx,
     )
-    return forward + rope, backward + 2.0 * rope, up + rope
+    return forward + rope, backward + 2.0 * rope, up + rope, weight
 
 
 MAMBA_ELEMENTWISE_BYTES = 20.0
@@ -169,11 +184,12 @@ causal depthwise conv over x, B, C (read + write, 4 B), its SiLU (4 B), the dt s
 
 def mamba_time_s(
     model: ModelSpec, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
-) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) of one Mamba-2 mixer on one rank (heads split over TP). The SSD scan's
-    ``7*d_inner*d_state`` FLOPs per token (Megatron ``mamba_layer_flops``) run as batched GEMMs
-    over chunks of ``chunk_size`` tokens, ``(Q x N) @ (N x P)`` per head (Dao & Gu 2024 §6), so
-    they are timed at the roofline of that shape; its backward is twice the forward."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, its weight-gradient part) of one Mamba-2 mixer on one rank (heads
+    split over TP). The SSD scan's ``7*d_inner*d_state`` FLOPs per token (Megatron
+    ``mamba_layer_flops``) run as batched GEMMs over chunks of ``chunk_size`` tokens,
+    ``(Q x N) @ (N x P)`` per head (Dao & Gu 2024 §6), so they are timed at the roofline of
+    that shape; its backward is twice the forward."""
     h = model.hidden_size
     in_proj = mamba_in_proj_size(model) / tp
     inner = model.mamba_inner_size / tp
@@ -183,11 +199,14 @@ def mamba_time_s(
     backward = linear_backward_time_s(
         tokens, in_proj, h, ctx=ctx, gemm="qkv"
     ) + linear_backward_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
+    weight = linear_weight_grad_time_s(
+        tokens, in_proj, h, ctx=ctx, gemm="qkv"
+    ) + linear_weight_grad_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
     chunk, p, n = model.mamba_chunk_size, model.mamba_head_dim, model.mamba_state_size
     batches = tokens / chunk * model.mamba_num_heads / tp
     scan = 3.5 * batches * gemm_time_s(chunk, p, n, ctx=ctx, dtype="bf16", measured_ok=False)
     elementwise = memory_time_s(MAMBA_ELEMENTWISE_BYTES * tokens * inner, ctx)
-    return forward + scan + elementwise, backward + 2.0 * (scan + elementwise)
+    return forward + scan + elementwise, backward + 2.0 * (scan + elementwise), weight
 
 
 def mixer_time_s(
@@ -199,23 +218,24 @@ def mixer_time_s(
     mbs: np.ndarray,
     flash_attention: bool,
     ctx: TermContext,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(forward, backward, selective-recompute forward) of one layer's token mixer on one rank:
-    selective recompute re-executes what the stack's ``recompute_modules`` name, the attention
-    core (``core_attn``) and MLA's up-projections (``mla_up_proj``)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, selective-recompute forward, backward's weight-gradient part) of one
+    layer's token mixer on one rank: selective recompute re-executes what the stack's
+    ``recompute_modules`` name, the attention core (``core_attn``) and MLA's up-projections
+    (``mla_up_proj``); the attention core has no weights."""
     zero = np.zeros_like(np.asarray(tokens, dtype=np.float64))
     if mixer == "none":
-        return zero, zero, zero
+        return zero, zero, zero, zero
     if mixer == "mamba":
-        forward, backward = mamba_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
-        return forward, backward, zero
+        forward, backward, weight = mamba_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        return forward, backward, zero, weight
     recomputed = zero
     if mixer == "mla":
-        forward, backward, recomputed = mla_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        forward, backward, recomputed, weight = mla_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
         head_dim = 0.5 * (qk + model.v_head_dim)
     else:
-        forward, backward = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
+        forward, backward, weight = attention_block_time_s(model, tokens=tokens, tp=tp, ctx=ctx)
         head_dim = None
     keys = attention_keys(model, mixer, ctx.training.seq_len)
     if mixer == "sliding" and flash_attention and keys < ctx.training.seq_len:
@@ -230,7 +250,7 @@ def mixer_time_s(
     rerun = (core if "core_attn" in modules else zero) + (
         recomputed if "mla_up_proj" in modules else zero
     )
-    return forward + core, backward + core_backward, rerun
+    return forward + core, backward + core_backward, rerun, weight
 
 
 def critical_stage(
@@ -267,6 +287,11 @@ class DenseComputeTime:
     ``None``: as the stack says."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
+        """Forward; backward for the inputs (recompute runs in it, before the gradients); the
+        weight-gradient GEMMs (``linear_weight_grad_time_s``)."""
         model, s = ctx.model, ctx.training.seq_len
         flash = switch(self.flash_attention, ctx, "flash_attention")
         tp, pp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "cp", "mbs"))
@@ -278,11 +303,11 @@ class DenseComputeTime:
         # selective layernorm recompute re-runs each sublayer's norm (read and write 2 B each)
         norm = memory_time_s(NORM_BYTES * hidden, ctx)
         norm = norm if "layernorm" in ctx.training.stack.recompute_modules else 0.0 * norm
-        mlp_f, mlp_b = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
-        total = np.zeros(len(tp))
+        mlp = mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
+        out = [np.zeros(len(tp)) for _ in range(3)]
         for kind, count in stage_counts_for_time(model, grid["pp"], s).items():
             mixer, _, ffn = kind.partition("/")
-            forward, backward, core = mixer_time_s(
+            forward, backward, core, weight = mixer_time_s(
                 model,
                 mixer,
                 tokens=tokens,
@@ -292,13 +317,15 @@ class DenseComputeTime:
                 ctx=ctx,
             )
             if ffn == "dense":
-                forward, backward = forward + mlp_f, backward + mlp_b
+                forward, backward, weight = forward + mlp[0], backward + mlp[1], weight + mlp[2]
             sublayers = (mixer != "none") + (ffn != "none")
             forward = forward + sublayers * half_elem
             backward = backward + sublayers * 2.0 * half_elem
             rerun = core + sublayers * norm
-            total = total + count * (forward + backward + full * forward + selective * rerun)
-        return total
+            out[0] = out[0] + count * forward
+            out[1] = out[1] + count * (backward - weight + full * forward + selective * rerun)
+            out[2] = out[2] + count * weight
+        return Phases(*out, np.zeros(len(tp)))
 
 
 GROUPED_GEMM_EFFICIENCY = 0.8
@@ -349,9 +376,14 @@ class ExpertComputeTime:
     """``None``: dropless; else tokens per expert are capped at this multiple of the mean."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
+        """As ``DenseComputeTime.phases``; the grouped GEMMs' weight gradients are ``W``."""
         model, s = ctx.model, ctx.training.seq_len
         if not model.is_moe:
-            return np.zeros(len(grid["tp"]))
+            zero = np.zeros(len(grid["tp"]))
+            return Phases(zero, zero, zero, zero)
         tp, cp, ep, etp, mbs = (
             np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "ep", "etp", "mbs")
         )
@@ -360,9 +392,11 @@ class ExpertComputeTime:
             skew = min(skew, self.capacity_factor)
         copies = mbs * s / (tp * cp) * model.experts_per_token
         per_expert = skew * copies * ep * etp / model.num_experts
-        f, b = mlp_time_s(model, model.expert_ffn_hidden_size, tokens=per_expert, tp=etp, ctx=ctx)
-        forward = model.num_experts / ep * f / GROUPED_GEMM_EFFICIENCY
-        backward = model.num_experts / ep * b / GROUPED_GEMM_EFFICIENCY
+        f, b, w = mlp_time_s(
+            model, model.expert_ffn_hidden_size, tokens=per_expert, tp=etp, ctx=ctx
+        )
+        local = model.num_experts / ep / GROUPED_GEMM_EFFICIENCY
+        forward, backward, weight = local * f, local * b, local * w
         path_f, path_b = expert_path_s(ctx, rows=per_expert * model.num_experts / ep, etp=etp)
         forward, backward = forward + path_f, backward + path_b
         permute = memory_time_s(ROUTED_COPY_BYTES * copies * model.hidden_size, ctx)
@@ -372,11 +406,12 @@ class ExpertComputeTime:
         )
         forward = forward + permute + router
         backward = backward + 2.0 * (permute + router)
+        weight = weight + router  # the router's weight gradient, one GEMM of its forward's size
         if model.shared_expert_ffn_hidden_size:
-            sf, sb = mlp_time_s(
+            sf, sb, sw = mlp_time_s(
                 model, model.shared_expert_ffn_hidden_size, tokens=mbs * s / cp, tp=tp, ctx=ctx
             )
-            forward, backward = forward + sf, backward + sb
+            forward, backward, weight = forward + sf, backward + sb, weight + sw
         overhead = MOE_LAYER_OVERHEAD_S if ctx.training.stack.cuda_graphs == "none" else 0.0
         forward = forward + overhead
         backward = backward + overhead
@@ -392,7 +427,12 @@ class ExpertComputeTime:
                 act, ctx
             )
         moe_layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], s))
-        return moe_layers * (forward + backward + full * forward + moe_act)
+        return Phases(
+            moe_layers * forward,
+            moe_layers * (backward - weight + full * forward + moe_act),
+            moe_layers * weight,
+            np.zeros(len(tp)),
+        )
 
 
 CLAMP_PASS_BYTES = (16.0, 20.0)
@@ -463,14 +503,31 @@ class LogitsComputeTime:
     depends_on: tuple[str, ...] = ("tp", "cp", "mbs")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
+        """The logits GEMM and the loss's forward bytes; the data gradient and the loss's
+        backward bytes; the output layer's weight gradient."""
         tp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "cp", "mbs"))
         tokens = mbs * ctx.training.seq_len / cp
         vocab = padded_vocab(ctx.model, tp) / tp
         h = ctx.model.hidden_size
-        gemm = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits") + linear_backward_time_s(
-            tokens, vocab, h, ctx=ctx, gemm="logits"
-        )
+        forward = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
+        backward = linear_backward_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
+        weight = linear_weight_grad_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         fused = ctx.training.stack.cross_entropy_fusion
-        loss = FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT
+        loss = memory_time_s(
+            (FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT) * tokens * vocab, ctx
+        )
+        share = (
+            FUSED_LOSS_FORWARD_BYTES_PER_LOGIT / FUSED_LOSS_BYTES_PER_LOGIT
+            if fused
+            else LOSS_FORWARD_BYTES_PER_LOGIT / LOSS_BYTES_PER_LOGIT
+        )
         heads = 1 + ctx.model.num_mtp_layers  # each MTP module runs the output layer again
-        return heads * (gemm + memory_time_s(loss * tokens * vocab, ctx))
+        return Phases(
+            heads * (forward + share * loss),
+            heads * (backward - weight + (1.0 - share) * loss),
+            heads * weight,
+            np.zeros(len(tp)),
+        )

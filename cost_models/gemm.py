@@ -226,3 +226,12 @@ def linear_backward_time_s(
     quantisation of the output gradient."""
     cast = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=False) * m * n, ctx)
     return 2.0 * gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm)) + cast
+
+
+def linear_weight_grad_time_s(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
+) -> np.ndarray:
+    """The weight-gradient GEMM of one linear layer, the part of ``linear_backward_time_s``
+    that a zero-bubble schedule defers (Qi et al. 2024 §2: ``W`` computes ``dL/dW`` from the
+    layer's input and its output's gradient: the FLOPs of the forward GEMM)."""
+    return gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm))

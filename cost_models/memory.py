@@ -43,13 +43,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.costs.terms import Grid, TermContext
+from autopar.base.axes import PIPELINE_SCHEDULES
+from autopar.costs.schedule_orders import V_SHAPED
+from autopar.costs.terms import Grid, TermContext, schedules_in
 from autopar.inputs.specs import GIB, ModelSpec
 from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES
 from cost_models.shapes import (
+    ONE_F_ONE_B,
     all_stage_kinds,
     dense_layer_params,
     expert_params,
@@ -93,6 +96,38 @@ LOGITS_BYTES_PER_ELEMENT = 6.0
 vocab-parallel cross entropy saves for backward (Megatron ``cross_entropy.py``)."""
 
 
+V_CODES = [PIPELINE_SCHEDULES.index(name) for name in sorted(V_SHAPED)]
+
+
+def v_shaped_rows(grid: Grid) -> np.ndarray:
+    """Rows whose schedule puts a rank's two chunks in a V (ZB-V, DualPipeV): the first rank
+    also holds the last stage (``autopar.costs.schedule_orders``); none without a schedule
+    column (a space with no V schedule: ``without_unread``)."""
+    if "schedule" not in grid:
+        return np.zeros(len(np.atleast_1d(grid["tp"])), dtype=bool)
+    return np.isin(np.asarray(grid["schedule"]), V_CODES)
+
+
+def without_unread(depends_on: tuple[str, ...], domains, unread: tuple[str, ...], needs) -> tuple:
+    """``depends_on`` less ``unread`` when no schedule of the space is in ``needs``
+    (``autopar.costs.terms.NarrowedTerm``: the term's values do not change along them)."""
+    if schedules_in(domains) & frozenset(needs):
+        return depends_on
+    return tuple(a for a in depends_on if a not in unread)
+
+
+SCHEDULE_AXES: tuple[str, ...] = ("vpp", "grad_accum", "schedule")
+"""What the activations held at the peak depend on besides the stage (the schedule's order)."""
+
+
+def _schedule_of(grid: Grid) -> dict[str, np.ndarray]:
+    """The schedule's axes of ``grid``; none (1F1B's count) for a caller that reads one
+    micro-batch's bytes without them (``offload.OffloadTime``)."""
+    if not all(axis in grid for axis in SCHEDULE_AXES):
+        return {}
+    return {axis: np.asarray(grid[axis]) for axis in SCHEDULE_AXES}
+
+
 def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
@@ -126,31 +161,44 @@ def offload_share(ctx: TermContext) -> float:
     return (layers - min(ctx.training.stack.cpu_offload_layers, layers)) / layers
 
 
-def stage_layer_param_sums(model: ModelSpec, pp: int) -> list[tuple[float, bool, bool]]:
-    """Per stage: dense-grid layer parameters (MTP modules on the last), whether it holds the
-    input embedding (first) and the output layer (last)."""
-    out = []
-    for stage, counts in enumerate(all_stage_kinds(model, pp)):
+def stage_layer_param_sums(
+    model: ModelSpec, pp: int, *, v_shaped: bool = False
+) -> list[tuple[float, bool, bool]]:
+    """Per rank: dense-grid layer parameters (MTP modules on the last stage), whether it holds
+    the input embedding (first stage) and the output layer (last stage). A V-shaped schedule
+    (ZB-V, DualPipeV) puts virtual stages ``r`` and ``2*pp-1-r`` on rank ``r``, so rank 0 holds
+    both ends (``autopar.costs.schedule_orders``)."""
+    stages = 2 * pp if v_shaped else pp
+    sums = []
+    for stage, counts in enumerate(all_stage_kinds(model, stages)):
         params = float(sum(n * kind_params(model, kind) for kind, n in counts.items()))
-        last = stage == pp - 1
+        last = stage == stages - 1
         if last:
             params += model.num_mtp_layers * mtp_extra_params(model) + norm_params(model)
-        out.append((params, stage == 0, last))
-    return out
+        sums.append((params, stage == 0, last))
+    if not v_shaped:
+        return sums
+    return [
+        (a[0] + b[0], a[1] or b[1], a[2] or b[2])
+        for a, b in zip(sums[:pp], reversed(sums[pp:]), strict=True)
+    ]
 
 
-def stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: int) -> list[np.ndarray]:
-    """Per stage of a ``pp``-stage pipeline, its dense-grid parameters over all its TP ranks
+def stage_dense_params(
+    model: ModelSpec, tp: np.ndarray, pp: int, *, v_shaped: bool = False
+) -> list[np.ndarray]:
+    """Per rank of a ``pp``-rank pipeline, its dense-grid parameters over all its TP ranks
     (one value per entry of ``tp``: the vocabulary is padded to ``128 * tp``): its layers, the
     input embedding (and learned positions) on the first stage, the untied output layer and
-    the MTP modules on the last."""
+    the MTP modules on the last; both ends on rank 0 under a V-shaped schedule
+    (``stage_layer_param_sums``)."""
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = embedding * (0.0 if model.tied_embeddings else 1.0)
     return [
         params + (embedding + positions) * first + output * last
-        for params, first, last in stage_layer_param_sums(model, pp)
+        for params, first, last in stage_layer_param_sums(model, pp, v_shaped=v_shaped)
     ]
 
 
@@ -162,17 +210,25 @@ def stage_moe_layers(model: ModelSpec, pp: int) -> list[int]:
     ]
 
 
-def first_stage_dense_params(model: ModelSpec, tp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+def first_stage_dense_params(
+    model: ModelSpec, tp: np.ndarray, pp: np.ndarray, v_shaped: np.ndarray | bool = False
+) -> np.ndarray:
     """Dense-grid parameters on one rank of the most loaded stage (``stage_dense_params`` / tp;
     Megatron ``theoretical_memory_usage.py``, "most loaded model shard"; for a uniform model
-    that is the first stage, as there)."""
-    tp, pp = np.broadcast_arrays(
-        np.atleast_1d(np.asarray(tp, dtype=np.float64)), np.atleast_1d(np.asarray(pp))
+    that is the first stage, as there); both ends on rank 0 for the rows of a V-shaped
+    schedule."""
+    tp, pp, v_shaped = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(tp, dtype=np.float64)),
+        np.atleast_1d(np.asarray(pp)),
+        np.atleast_1d(np.asarray(v_shaped, dtype=bool)),
     )
     best = np.zeros(len(tp))
     for value in np.unique(pp):
-        rows = pp == value
-        best[rows] = np.max(stage_dense_params(model, tp[rows], int(value)), axis=0)
+        for v in (False, True):
+            rows = (pp == value) & (v_shaped == v)
+            if rows.any():
+                stages = stage_dense_params(model, tp[rows], int(value), v_shaped=v)
+                best[rows] = np.max(stages, axis=0)
     return best / tp
 
 
@@ -194,7 +250,7 @@ class DenseParamMemory:
     part: str
     name: str = ""
     category: str = ""
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "zero")
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "zero", "schedule")
     megatron_compatible: bool = False
 
     def __post_init__(self) -> None:
@@ -202,9 +258,13 @@ class DenseParamMemory:
         object.__setattr__(self, "name", self.name or f"dense_{self.part}_bytes")
         object.__setattr__(self, "category", self.category or self.part)
 
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space with no V-shaped schedule."""
+        return without_unread(self.depends_on, domains, ("schedule",), V_SHAPED)
+
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, zero = _axes(grid, "tp", "pp", "zero")
-        params = first_stage_dense_params(ctx.model, tp, pp)
+        params = first_stage_dense_params(ctx.model, tp, pp, v_shaped_rows(grid))
         bytes_per_param, stage = part_bytes_per_param(self.part, ctx)
         shards = dense_shard_degree(grid, ctx, megatron_compatible=self.megatron_compatible)
         total = params * bytes_per_param / np.where(zero >= stage, shards, 1.0)
@@ -413,12 +473,26 @@ class LayerActivationMemory:
 
     name: str = "layer_activations_bytes"
     category: str = "activations"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", "sp")
+    depends_on: tuple[str, ...] = (
+        "tp",
+        "pp",
+        "cp",
+        "mbs",
+        "recompute",
+        "sp",
+        *SCHEDULE_AXES,
+    )
     flash_attention: bool | None = None
     dropout: bool | None = None
     """Dropout masks (Megatron's default ``--hidden-dropout 0.1``); ``None``: as the stack says
     (NeMo and Megatron-Bridge recipes train without dropout)."""
     megatron_compatible: bool = False
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
+        stage-level count, ``shapes.ONE_F_ONE_B``)."""
+        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
+        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
@@ -449,7 +523,7 @@ class LayerActivationMemory:
             return tokens * per_token * offload_share(ctx)
 
         return peak_in_flight_stage_bytes(
-            model, grid["pp"], layer_bytes, first_stage_extra=embedding
+            model, grid["pp"], layer_bytes, first_stage_extra=embedding, **_schedule_of(grid)
         )
 
     def _megatron(self, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -484,7 +558,13 @@ class ExpertActivationMemory:
 
     name: str = "expert_activations_bytes"
     category: str = "activations"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute")
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", *SCHEDULE_AXES)
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
+        stage-level count, ``shapes.ONE_F_ONE_B``)."""
+        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
+        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
@@ -513,7 +593,10 @@ class ExpertActivationMemory:
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         per_layer = per_layer * offload_share(ctx)
         peak = peak_in_flight_stage_bytes(
-            model, grid["pp"], lambda kind: per_layer if kind.endswith("/moe") else 0.0
+            model,
+            grid["pp"],
+            lambda kind: per_layer if kind.endswith("/moe") else 0.0,
+            **_schedule_of(grid),
         )
         return np.where(full, 0.0, peak)
 
@@ -523,17 +606,22 @@ class LogitsMemory:
     """Logits of one micro-batch for the loss, ``s*b*V/t`` elements at ``LOGITS_BYTES_PER_ELEMENT``
     (the OOM culprit with 128k vocabularies). They live on the last stage, which holds one
     micro-batch at a time; with ``pp > 1`` the first stage's ``pp`` in-flight micro-batches
-    dominate, so this counts only when ``pp == 1`` (as Megatron's estimator does)."""
+    dominate, so this counts only when ``pp == 1`` (as Megatron's estimator does), or when a
+    V-shaped schedule puts the last stage on the first rank."""
 
     name: str = "logits_bytes"
     category: str = "activations"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs")
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "schedule")
+
+    def depends_on_in(self, domains) -> tuple[str, ...]:
+        """Without ``schedule`` in a space with no V-shaped schedule."""
+        return without_unread(self.depends_on, domains, ("schedule",), V_SHAPED)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = _axes(grid, "tp", "pp", "cp", "mbs")
         tokens = mbs * ctx.training.seq_len / cp
         logits = tokens * padded_vocab(ctx.model, tp) / tp * LOGITS_BYTES_PER_ELEMENT
-        return np.where(pp == 1, logits, 0.0)
+        return np.where((pp == 1) | v_shaped_rows(grid), logits, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autopar.costs.terms import Grid, TermContext
+from autopar.base.axes import PIPELINE_SCHEDULES
+from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
+from autopar.costs.terms import FORWARD_SHARE, Grid, Phases, TermContext
 from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
 
@@ -41,34 +43,133 @@ def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
 
+def _rows(grid: Grid, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``(schedule, pp, vpp, grad_accum, *columns)`` and each row's index
+    among them: the schedule's figures depend on these only. The integer axes are packed into
+    one key (a sort of one column, not of rows)."""
+    ints = [np.asarray(grid[a], dtype=np.int64) for a in ("schedule", "pp", "vpp", "grad_accum")]
+    size = len(np.atleast_1d(ints[1]))
+    ints = [np.broadcast_to(np.atleast_1d(x), (size,)) for x in ints]
+    floats = [np.broadcast_to(np.asarray(c, dtype=np.float64), (size,)) for c in columns]
+    key = ((ints[0] * (1 << 21) + ints[1]) * 128 + ints[2]) * (1 << 25) + ints[3]
+    if all(np.ptp(f) == 0 for f in floats if f.size):
+        _, first, where = np.unique(key, return_index=True, return_inverse=True)
+        rows = np.column_stack([x[first] for x in (*ints, *floats)]).astype(np.float64)
+        return rows, where
+    return np.unique(np.column_stack([*ints, *floats]), axis=0, return_inverse=True)
+
+
+def _ratio(times: Phases) -> tuple[np.ndarray, ...]:
+    """Phase times as shares of the micro-batch (the schedule's slots depend on the shares)."""
+    total = np.maximum(times.total(), 1e-30)
+    return tuple(np.asarray(x, dtype=np.float64) / total for x in times)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineSlots:
-    """Micro-batch slots on the critical path: ``grad_accum + (pp-1)/vpp`` (Narayanan 2021)."""
+    """Micro-batch slots on the critical path of the layout's schedule, per phase
+    (``autopar.costs.schedule_slots.schedule_slots``): ``grad_accum + (pp-1)/vpp`` for every
+    phase of 1F1B (Narayanan 2021); the zero-bubble and DualPipe schedules fill their bubble
+    with the weight gradient, so their slots differ by phase and depend on the phases' times.
+    ``evaluate`` gives the slots of a term that splits by ``FORWARD_SHARE``."""
 
     name: str = "pipeline_slots"
     category: str = "bubble"
-    depends_on: tuple[str, ...] = ("pp", "vpp", "grad_accum")
+    depends_on: tuple[str, ...] = ("pp", "vpp", "grad_accum", "schedule")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        pp, vpp, grad_accum = _axes(grid, "pp", "vpp", "grad_accum")
-        return grad_accum + (pp - 1.0) / vpp
+        size = len(np.atleast_1d(grid["pp"]))
+        share = np.full(size, FORWARD_SHARE)
+        times = Phases(share, 1.0 - share, np.zeros(size), np.zeros(size))
+        slots = self.phase_slots(grid, ctx, times)
+        return slots.forward * share + slots.backward_input * (1.0 - share)
+
+    def phase_slots(self, grid: Grid, ctx: TermContext, times: Phases) -> Phases:
+        keys, where = _rows(grid, *_ratio(times))
+        table = np.array(
+            [
+                schedule_slots(
+                    PIPELINE_SCHEDULES[int(k[0])],
+                    int(k[1]),
+                    int(k[2]),
+                    int(k[3]),
+                    tuple(float(x) for x in k[4:]),
+                )
+                for k in keys
+            ]
+        )
+        rows = table.reshape(-1, 4)[where.ravel()]
+        return Phases(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
+
+    def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        """Where the slots are the same at every phase time (``schedule_slots.ratio_free``)."""
+        keys, where = _rows(grid)
+        free = np.array(
+            [ratio_free(PIPELINE_SCHEDULES[int(k[0])], *map(int, k[1:4])) for k in keys]
+        )
+        return free[where.ravel()]
+
+
+ONE_F_ONE_B = ("1f1b", "combined-1f1b")
+"""The loop-style schedules whose first rank's peak has the closed form
+``_one_f_one_b_first`` (``autopar.costs.schedule_slots._closed_in_flight``)."""
+
+
+def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The first rank's peak under 1F1B, in stages: ``min(pp, m)`` without interleaving, else
+    its warm-up forwards plus one, ``(vpp-1)*g + 2*(pp-1) + 1`` chunks of ``g = m //
+    max(1, m // pp)`` micro-batch groups (``pp`` under Megatron's ``m % pp == 0``), at most all
+    ``m*vpp`` (``_closed_in_flight`` at rank 0; Korthikanti 2022 §4.2.3 ``pp + (pp-1)/vpp``)."""
+    group = m // np.maximum(1, m // np.maximum(pp, 1))
+    chunks = np.minimum((vpp - 1) * group + 2 * (pp - 1) + 1, m * vpp)
+    return np.where(vpp == 1, np.minimum(pp, m), chunks / np.maximum(vpp, 1)).astype(np.float64)
+
+
+def in_flight_stage_units(schedule: str, pp: int, vpp: int, m: int) -> np.ndarray:
+    """Per rank: micro-batches of activations held at its peak, in stages (a chunk counts
+    ``1/vpp``; ``autopar.costs.schedule_slots.in_flight_chunks``)."""
+    return np.array([sum(r) for r in in_flight_chunks(schedule, pp, vpp, m)]) / vpp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InFlightMicrobatches:
-    """Micro-batches whose activations the first stage holds at its peak:
-    ``min(pp, grad_accum)``, times ``1 + (pp-1)/(pp*vpp)`` with interleaving (Korthikanti 2022
-    §4.2.3; Megatron ``theoretical_memory_usage.py``)."""
+    """Micro-batches whose activations the first rank holds at its peak, counted on the
+    schedule's own order (``autopar.costs.schedule_slots.in_flight_chunks``): ``min(pp,
+    grad_accum)`` for 1F1B, times ``1 + (pp-1)/(pp*vpp)`` interleaved (Korthikanti 2022 §4.2.3;
+    Megatron ``theoretical_memory_usage.py``), ``pp`` on every rank for ZB-H1 and ZB-V (Qi et
+    al. 2024 Table 3 "1x"), one chunk more on DualPipeV's (DeepSeek-V3 Table 2 "PP+1"), all
+    ``grad_accum`` for GPipe and Looped BFS. The activation terms scale a later rank's bytes by
+    its own count (``shapes.peak_in_flight_stage_bytes``)."""
 
     name: str = "in_flight_microbatches"
     category: str = "activations"
-    depends_on: tuple[str, ...] = ("pp", "vpp", "grad_accum")
+    depends_on: tuple[str, ...] = ("pp", "vpp", "grad_accum", "schedule")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        pp, vpp, grad_accum = _axes(grid, "pp", "vpp", "grad_accum")
-        base = np.minimum(pp, grad_accum)
-        interleaved = 1.0 + (pp - 1.0) / (pp * vpp)
-        return base * np.where(vpp > 1, interleaved, 1.0)
+        schedule, pp, vpp, m = (
+            np.asarray(grid[a], dtype=np.int64) for a in ("schedule", "pp", "vpp", "grad_accum")
+        )
+        plain = np.isin(schedule, [PIPELINE_SCHEDULES.index(s) for s in ONE_F_ONE_B])
+        out = np.where(plain, _one_f_one_b_first(pp, vpp, m), 0.0)
+        if plain.all():
+            return out
+        rows = ~plain
+        sub = {a: np.asarray(grid[a])[rows] for a in ("schedule", "pp", "vpp", "grad_accum")}
+        out[rows] = self._ordered(sub)
+        return out
+
+    def _ordered(self, grid: Grid) -> np.ndarray:
+        """The first rank's peak counted on the order (``in_flight_stage_units``)."""
+        keys, where = _rows(grid)
+        first = np.array(
+            [
+                in_flight_stage_units(
+                    PIPELINE_SCHEDULES[int(k[0])], int(k[1]), int(k[2]), int(k[3])
+                )[0]
+                for k in keys
+            ]
+        )
+        return first[where.ravel()]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +190,10 @@ class PpCommTime:
     """Split the boundary tensor over TP even without SP (Narayanan 2021 scatter/gather)."""
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        return self.phases(grid, ctx).total()
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases:
+        """The activation's transfers with the forward, the gradient's with the backward."""
         tp, pp, vpp, cp, mbs = _axes(grid, "tp", "pp", "vpp", "cp", "mbs")
         size = mbs * ctx.training.seq_len / cp * ctx.model.hidden_size * BYTES_BF16
         split = np.where((np.asarray(grid["sp"]) == 1) | self.scatter_gather, tp, 1.0)
@@ -96,4 +201,6 @@ class PpCommTime:
         one = ctx.comm.time_s("send_recv", size / split, num_ranks=2.0, num_nodes=nodes)
         overlap = ctx.training.stack.pp_comm_overlap
         exposed = np.where((vpp > 1) & overlap, PP_OVERLAP_EXPOSED, 1.0)
-        return np.where(pp > 1, 2.0 * vpp * one * exposed, 0.0)
+        one_way = np.where(pp > 1, vpp * one * exposed, 0.0)
+        zero = np.zeros(len(one_way))
+        return Phases(one_way, one_way, zero, zero)

@@ -19,6 +19,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autopar.base.axes import PIPELINE_SCHEDULES
+from autopar.costs.schedule_orders import chunk_stage
+from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.split import stage_split
 
@@ -254,9 +257,14 @@ def peak_in_flight_stage_bytes(
     per_kind_bytes: Callable[[str], np.ndarray | float],
     *,
     first_stage_extra: np.ndarray | float = 0.0,
+    schedule: np.ndarray | None = None,
+    vpp: np.ndarray | None = None,
+    grad_accum: np.ndarray | None = None,
 ) -> np.ndarray:
     """Activation bytes of one micro-batch on the stage whose activations in flight peak highest,
     scaled to the first stage's in-flight count (the ``in_flight`` term multiplies it back).
+    Rows of a schedule other than 1F1B (``schedule``, with ``vpp`` and ``grad_accum``) are
+    counted chunk by chunk (``_scheduled_peak``); the 1F1B ones as follows.
 
     Under 1F1B stage ``i`` of ``p`` holds ``p - i`` micro-batches at its peak (Narayanan et al.
     2021 §2.2; Megatron ``schedules.py`` warm-up count ``p - i - 1`` plus the one in flight), the
@@ -276,8 +284,17 @@ def peak_in_flight_stage_bytes(
         return cache[kind]
 
     extra = np.broadcast_to(np.asarray(first_stage_extra, dtype=np.float64), (len(pp),))
-    for value in np.unique(pp):
-        rows = pp == value
+    other = np.zeros(len(pp), dtype=bool)
+    if schedule is not None:
+        other = ~np.isin(np.asarray(schedule), [PIPELINE_SCHEDULES.index(n) for n in ONE_F_ONE_B])
+        out[other] = _scheduled_peak(
+            model,
+            [np.asarray(x)[other] for x in (schedule, pp, vpp, grad_accum)],
+            lambda kind: kind_bytes(kind)[other],
+            extra[other],
+        )
+    for value in np.unique(pp[~other]):
+        rows = (pp == value) & ~other
         stages = int(value)
         peak = np.zeros(int(rows.sum()))
         kinds_of = all_stage_kinds(model, stages)
@@ -287,6 +304,41 @@ def peak_in_flight_stage_bytes(
                 total = total + count * kind_bytes(kind)[rows]
             peak = np.maximum(peak, total * (stages - i) / stages)
         out[rows] = peak
+    return out
+
+
+ONE_F_ONE_B = ("1f1b", "combined-1f1b")
+"""The schedules whose peak keeps Korthikanti's stage-level count (``(p - i)/p`` of the first
+stage's), on which the memory of the published runs was validated."""
+
+
+def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extra: np.ndarray) -> np.ndarray:
+    """``max over ranks`` of the bytes a rank holds at its peak over the first rank's count in
+    stages: each chunk's layers (virtual stage ``c*p + r``, or ``r`` and ``2p-1-r`` in a V) times
+    the micro-batches it holds then (``autopar.costs.schedule_slots.in_flight_chunks``); the
+    embedding's ``extra`` with the first chunk of rank 0. Per distinct (schedule, pp, vpp,
+    grad_accum): ``held (ranks x stages) @ kinds (stages x kinds) @ bytes (kinds x rows)``."""
+    schedule, pp, vpp, grad_accum = columns
+    out = np.zeros(len(pp))
+    kinds = sorted({*model.layer_kinds, model.mtp_layer_kind})
+    per_kind = np.stack([np.broadcast_to(kind_bytes(k), (len(pp),)) for k in kinds])
+    keys = np.column_stack([schedule, pp, vpp, grad_accum]).astype(np.int64)
+    unique, where = np.unique(keys, axis=0, return_inverse=True)
+    for index, (code, p, v, m) in enumerate(unique.tolist()):
+        name = PIPELINE_SCHEDULES[code]
+        rows = where.ravel() == index
+        held = in_flight_chunks(name, p, v, m)
+        counts = np.array(
+            [[stage.get(k, 0) for k in kinds] for stage in all_stage_kinds(model, p * v)],
+            dtype=np.float64,
+        )
+        weights = np.zeros((p, p * v))
+        for rank, chunks in enumerate(held):
+            for chunk, count in enumerate(chunks):
+                weights[rank, chunk_stage(name, p, v, rank, chunk)] += count
+        totals = (weights @ counts) @ per_kind[:, rows]
+        totals[0] = totals[0] + extra[rows] * held[0][0]
+        out[rows] = totals.max(axis=0) / max(sum(held[0]) / v, 1e-30)
     return out
 
 

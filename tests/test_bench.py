@@ -26,6 +26,8 @@ from autopar.calibration.profile import fit_profile
 from autopar.calibration.profile_io import load_profile
 from autopar.costs.comm import COLLECTIVES
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 
 def test_sweep_sizes_are_multiples_of_ranks_and_bounded():
     options = CommBenchOptions(min_bytes=1000, max_bytes=64000, factor=4)

@@ -132,6 +132,7 @@ def test_distributed_optimizer_shards_over_dp_times_cp() -> None:
     """Megatron shards the optimizer over DP x CP; its estimator divides by DP only."""
     ctx = context(LLAMA3_70B, num_gpus=1024, gbs=1024, seq_len=8192)
     grid = {"tp": np.array([8]), "pp": np.array([4]), "cp": np.array([4]), "zero": np.array([1])}
+    grid["schedule"] = np.array([0])
     ours = DenseParamMemory(part="optimizer").evaluate(grid, ctx)[0]
     megatron = DenseParamMemory(part="optimizer", megatron_compatible=True).evaluate(grid, ctx)[0]
     assert megatron / ours == pytest.approx(4.0)
@@ -140,6 +141,7 @@ def test_distributed_optimizer_shards_over_dp_times_cp() -> None:
 def test_bytes_per_parameter_18_without_sharding() -> None:
     ctx = context(LLAMA3_70B, num_gpus=64, gbs=64, seq_len=8192)
     grid = {"tp": np.array([8]), "pp": np.array([8]), "cp": np.array([1]), "zero": np.array([0])}
+    grid["schedule"] = np.array([0])
     parts = [
         DenseParamMemory(part=p).evaluate(grid, ctx)[0]
         for p in ("weights", "gradients", "optimizer")
@@ -152,6 +154,7 @@ def test_in_flight_microbatches() -> None:
         "pp": np.array([1, 4, 4, 4]),
         "vpp": np.array([1, 1, 1, 5]),
         "grad_accum": np.array([8, 2, 32, 32]),
+        "schedule": np.zeros(4, dtype=np.int64),
     }
     in_flight = InFlightMicrobatches().evaluate(grid, None)
     assert in_flight == pytest.approx([1.0, 2.0, 4.0, 4.0 * (1 + 3 / 20)])

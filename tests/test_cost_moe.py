@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 
 from autopar.api import load_cost_model, make_context, make_problem
+from autopar.costs.estimate import estimate
 from autopar.costs.terms import grid_of, memory_bytes, step_time_s
 from autopar.inputs.loading import load_model
 from autopar.layout.plan import GRID_AXES, Layout
 from autopar.layout.space import build_space
 from cost_models import default_cost_model
-from cost_models.communication import DISPATCHERS, EpCommTime, TpCommTime, best_dispatcher
+from cost_models.communication import (
+    DISPATCHERS,
+    EP_OVERLAP_EXPOSED,
+    EpCommTime,
+    TpCommTime,
+    best_dispatcher,
+)
 from cost_models.compute import ExpertComputeTime, critical_stage
 from cost_models.flops import model_flop_per_sequence
 from cost_models.memory import LayerActivationMemory
@@ -99,11 +106,35 @@ def test_flex_dispatch_with_node_limited_routing_sends_less_across_nodes() -> No
 
 
 def test_overlap_switches_hide_expert_communication() -> None:
+    """The shared expert hides behind the dispatch; a paired step of Megatron's combined 1F1B
+    hides all but ``EP_OVERLAP_EXPOSED`` of both all-to-alls (its forward's and backward's):
+    with no pipeline (combined_1f1b_schedule_for_no_pipelining) ``m - 1`` of ``m`` forwards
+    and backwards run paired."""
     ctx = _ctx("deepseek-v3", 1024)
     grid = _grid(tp=2, pp=8, dp=64, ep=64)
     plain = EpCommTime().evaluate(grid, ctx)[0]
     assert EpCommTime(shared_expert_overlap=True).evaluate(grid, ctx)[0] < plain
-    assert EpCommTime(ep_overlap=True).evaluate(grid, ctx)[0] < plain
+    paired = _grid(tp=2, pp=8, dp=64, ep=64, vpp=2, pipeline_schedule="combined-1f1b")
+    phases = EpCommTime().phases(paired, ctx)
+    whole = phases.forward[0] + phases.backward_input[0]
+    assert phases.paired_hidden[0] == pytest.approx((1 - EP_OVERLAP_EXPOSED) * whole)
+    assert EpCommTime(ep_overlap=False).phases(paired, ctx).paired_hidden[0] == 0.0
+    # torchtitan's DualPipeV runs a pair's halves one after the other (OVERLAP_F_B, torch
+    # schedules.py L2889-2894): its pairs hide nothing, nor does 1F1B
+    for name in ("dualpipe-v", "1f1b"):
+        other = _grid(tp=2, pp=8, dp=64, ep=64, vpp=2, pipeline_schedule=name)
+        assert EpCommTime().phases(other, ctx).paired_hidden[0] == 0.0
+    m = 8
+    layouts = [
+        Layout(tp=2, pp=1, dp=512, ep=64, grad_accum=m, pipeline_schedule=name)
+        for name in ("1f1b", "combined-1f1b")
+    ]
+    one, combined = (estimate(layout, ctx, default_cost_model()) for layout in layouts)
+    hidden = EpCommTime().phases(grid_of(layouts[1:]), ctx).paired_hidden[0]
+    saved = one.time_s["ep_comm"] - combined.time_s["ep_comm"]
+    assert saved == pytest.approx((m - 1) * hidden, rel=1e-9)
+    assert one.step_time_s - combined.step_time_s == pytest.approx(saved, rel=1e-9)
+    assert combined.time_s["bubble"] == pytest.approx(one.time_s["bubble"], abs=1e-9)
 
 
 def test_capacity_factor_caps_the_load_imbalance() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autopar.base.axes import GRID_AXES
 from autopar.costs.comm import NIC_EFFICIENCY, NVLINK_EFFICIENCY, DatasheetCollectives
 from autopar.costs.estimate import estimate
 from autopar.costs.terms import TermContext
@@ -83,6 +84,7 @@ def test_slots_interleaving_divides_the_bubble() -> None:
         "pp": np.array([1, 8, 8]),
         "vpp": np.array([1, 1, 4]),
         "grad_accum": np.array([16, 16, 16]),
+        "schedule": np.zeros(3, dtype=np.int64),
     }
     assert PipelineSlots().evaluate(grid, None) == pytest.approx([16.0, 23.0, 16.0 + 7 / 4])
 
@@ -132,19 +134,16 @@ def test_terms_read_only_their_declared_axes() -> None:
     from autopar.costs.terms import MEMORY_CATEGORIES, TIME_CATEGORIES
 
     ctx = context(num_gpus=64, gbs=128)
-    values = {
+    # an axis not named here is at its first value, 1 (a new axis needs no edit)
+    values = {axis: 1 for axis in GRID_AXES} | {
         "tp": 2,
         "pp": 2,
         "dp": 8,
         "cp": 2,
-        "ep": 1,
-        "etp": 1,
         "vpp": 2,
-        "mbs": 1,
         "grad_accum": 8,
-        "recompute": 1,
         "zero": 1,
-        "sp": 1,
+        "schedule": 0,
     }
     model = default_cost_model()
     for term in model.all_terms():

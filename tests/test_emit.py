@@ -18,6 +18,8 @@ from autopar.layout.plan import Layout
 from autopar.outputs import emit
 from tests import consumers
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def dense():

@@ -20,6 +20,8 @@ from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
 from tests import consumers
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 PRESETS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/models").glob("*.yaml"))
 
 
@@ -423,6 +425,48 @@ def test_torchtitan_config_manager_reads_interleaved_70b():
     assert config.training.disable_cuda_graphs
     assert type(config.activation_checkpoint).__qualname__ == "SelectiveAC.Config"
     assert len(config.model_spec.model.layers) == problem.model.num_layers  # the same model
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "looped-bfs", "zb-h1", "zb-v", "dualpipe-v"])
+def test_torchtitan_runs_each_schedule_it_ships(schedule):
+    """torchtitan 0.3's parser takes the schedule's name, torch's ``get_schedule_class`` knows
+    it, and torchtitan's own split gives each rank the chunks autopar planned (one for the
+    single-stage schedules, two for the V ones, ``pipeline_parallel.py`` L204-264)."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
+    problem = autopar.make_problem(
+        model="llama-3.1-70b", gpus=256, seq_len=8192, global_batch=64, framework="torchtitan"
+    )
+    vpp = 1 if schedule in ("gpipe", "1f1b") else 2
+    lay = Layout(
+        tp=8, pp=4, dp=8, vpp=vpp, grad_accum=8, zero=3, sequence_parallel=True,
+        pipeline_schedule=schedule,
+    )  # fmt: skip
+    config = consumers.torchtitan_parse(emit.torchtitan_args(lay, problem))
+    par = config.parallelism
+    cls = get_schedule_class(par.pipeline_parallel_schedule)
+    assert issubclass(cls, PipelineScheduleSingle) == (vpp == 1)
+    layers = consumers.torchtitan_stage_layers(
+        problem.model.num_layers, emit.torchtitan_config(lay, problem)["parallelism"]
+    )
+    assert len(layers) == 4 * vpp and sum(layers) == problem.model.num_layers
+
+
+def test_megatron_and_bridge_take_the_combined_1f1b():
+    """Megatron's combined 1F1B: its two flags (and the Bridge's two CommOverlapConfig fields)
+    are ones the consumers have; torchtitan and DeepSpeed refuse it."""
+    problem = autopar.make_problem(model="qwen3-30b-a3b", gpus=64, seq_len=4096, global_batch=128)
+    lay = Layout(tp=1, pp=2, vpp=2, dp=32, ep=8, grad_accum=4, pipeline_schedule="combined-1f1b")
+    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
+    assert "--overlap-moe-expert-parallel-comm" in args and "--delay-wgrad-compute" in args
+    overrides = emit.bridge_overrides(lay, problem)
+    consumers.bridge_check(overrides)
+    assert overrides["comm_overlap"]["overlap_moe_expert_parallel_comm"] is True
+    dense = autopar.make_problem(model="llama-8b", gpus=64, seq_len=4096, global_batch=128)
+    plain = Layout(tp=1, pp=2, dp=32, grad_accum=4, pipeline_schedule="combined-1f1b")
+    for refused in (emit.torchtitan_args, emit.deepspeed_json):
+        with pytest.raises(InputError, match="combined-1f1b pipeline schedule"):
+            refused(plain, dense)
 
 
 def test_torchtitan_config_manager_reads_qwen3_moe_with_ep():

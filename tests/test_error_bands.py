@@ -19,6 +19,8 @@ from autopar.costs.error_bands import MIN_RUNS, error_band
 from autopar.outputs.schema import schema
 from tests.test_validate_published import validate_published, validated
 
+pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
+
 
 def test_the_residual_file_is_what_the_validation_gives_today() -> None:
     """The shipped bands are the current model's: rerun ``--write-bands`` after changing it."""

@@ -17,6 +17,8 @@ from cost_models.pipeline import first_stage_layers
 from cost_models.shapes import stage_bounds
 from tests import consumers
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 
 @pytest.mark.parametrize("layers", [24, 32, 61, 80, 96, 126])
 def test_every_split_holds_every_layer_and_the_fullest_stage_is_the_ceiling(layers: int) -> None:
@@ -175,3 +177,13 @@ def test_solver_may_interleave_an_uneven_pipeline() -> None:
     )
     assert result.status == "optimal"
     assert result.best.layout.vpp > 1
+
+
+def test_splits_hold_python_ints_whoever_asks_first() -> None:
+    """The rule asks with numpy integers, which share the cache key of Python ones: a split
+    cached from them held numpy integers, and torchtitan's TOML then quoted the layer counts
+    (``pipeline_parallel_last_stage_less_layers = "0"``) depending on the order of the calls."""
+    stage_split.cache_clear()
+    assert split_ok(61, np.array([4, 8]), np.array([1, 2])).tolist() == [True, True]
+    for split in (stage_split(61, 4), stage_split(61, np.int64(8)), stage_split(80, 2)):
+        assert split and all(type(n) is int for n in split)

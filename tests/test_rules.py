@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 
 import autopar
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.layout.rules import Rule, layout_rules
 
 BASE_ROW: dict[str, int] = {
     "tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1,
-    "grad_accum": 1, "recompute": 0, "zero": 0, "sp": 0,
+    "grad_accum": 1, "recompute": 0, "zero": 0, "sp": 0, "schedule": 0,
 }  # fmt: skip
+S = {name: i for i, name in enumerate(PIPELINE_SCHEDULES)}
 
 LLAMA_70B = {"model": "llama-70b", "gpus": 64}
 MIXTRAL = {"model": "mixtral-8x7b", "gpus": 64}
@@ -100,6 +102,69 @@ CASES: dict[tuple[str, str], tuple[dict[str, Any], dict[str, int], dict[str, int
     ("pins and limits", "tp == 2"): (PINNED, {"tp": 2}, {"tp": 4}),
     ("pins and limits", "pp <= 4"): (PINNED, {"pp": 4}, {"pp": 8}),
     ("pins and limits", "cp == 1"): (PINNED, {}, {"cp": 2}),
+    # FRAMEWORK_SCHEDULES: what each framework ships (get_schedule_class; engine.py L501)
+    ("pipeline schedule", "megatron ships"): (LLAMA_70B, {}, {"schedule": S["zb-v"]}),
+    ("pipeline schedule", "torchtitan ships"): (
+        TITAN,
+        {"schedule": S["zb-v"]},
+        {"schedule": S["combined-1f1b"]},
+    ),
+    ("pipeline schedule", "deepspeed ships"): (DEEPSPEED, {}, {"schedule": S["zb-h1"]}),
+    ("pipeline schedule", "pp == 1 runs no pipeline"): (
+        TITAN,
+        {"pp": 2, "schedule": S["zb-h1"]},
+        {"schedule": S["zb-h1"]},
+    ),
+    # torchtitan pipeline_parallel.py L245-257: single-stage 1 chunk, multi-stage >= 2
+    ("pipeline schedule", "gpipe runs one chunk"): (
+        TITAN,
+        {"pp": 2, "schedule": S["gpipe"]},
+        {"pp": 2, "vpp": 2, "schedule": S["gpipe"]},
+    ),
+    ("pipeline schedule", "looped-bfs and zb-h1"): (
+        TITAN,
+        {"pp": 2, "vpp": 2, "schedule": S["looped-bfs"]},
+        {"pp": 2, "schedule": S["looped-bfs"]},
+    ),
+    # schedules.py L3505-3509 / L3691-3695: ZBV and DualPipeV need exactly 2 stages per rank
+    ("pipeline schedule", "exactly two chunks"): (
+        TITAN,
+        {"pp": 4, "vpp": 2, "schedule": S["dualpipe-v"], "grad_accum": 8},
+        {"pp": 4, "vpp": 4, "schedule": S["zb-v"]},
+    ),
+    # Schedule1F1B: n_microbatches >= num_stages (L1231-1235)
+    ("pipeline schedule", "1F1B needs grad_accum >= pp"): (
+        TITAN,
+        {"pp": 4, "grad_accum": 4},
+        {"pp": 4, "grad_accum": 3},
+    ),
+    # m % max(1, m // pp): 10 micro-batches over 4 ranks are 2 rounds of 5; 9 are not
+    ("pipeline schedule", "Interleaved1F1B / InterleavedZeroBubble"): (
+        TITAN,
+        {"pp": 4, "vpp": 2, "grad_accum": 10, "schedule": S["zb-h1"]},
+        {"pp": 4, "vpp": 2, "grad_accum": 9},
+    ),
+    ("pipeline schedule", "DualPipeV needs grad_accum >= 2*pp"): (
+        TITAN,
+        {"pp": 4, "vpp": 2, "grad_accum": 8, "schedule": S["dualpipe-v"]},
+        {"pp": 4, "vpp": 2, "grad_accum": 7, "schedule": S["dualpipe-v"]},
+    ),
+    # transformer_config.py L3002-3046: --overlap-moe-expert-parallel-comm
+    ("pipeline schedule", "combined-1f1b needs expert layers"): (
+        LLAMA_70B,
+        {},
+        {"schedule": S["combined-1f1b"]},
+    ),
+    ("pipeline schedule", "needs ep > 1"): (
+        MIXTRAL,
+        {"pp": 2, "vpp": 2, "ep": 8, "schedule": S["combined-1f1b"]},
+        {"pp": 2, "ep": 8, "schedule": S["combined-1f1b"]},
+    ),
+    ("pipeline schedule", "full recompute"): (
+        MIXTRAL,
+        {"recompute": 1, "schedule": S["combined-1f1b"]},
+        {"recompute": 2, "schedule": S["combined-1f1b"]},
+    ),
 }
 
 PROBLEMS = (

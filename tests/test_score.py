@@ -160,3 +160,44 @@ def test_the_goodput_objective_and_a_bound_are_scored_as_cp_sat_solves_them() ->
     assert below.status == "infeasible"
     above = solve_space(space, ctx, cost_model, time_factor=factor, upper_bound_s=bound * 1.001)
     assert above.best.layout == scored.best.layout
+
+
+@pytest.mark.parametrize("seed", [3001, 3016, 3033, 3012])
+def test_schedules_are_scored_exactly_or_as_lower_bounds(seed: int) -> None:
+    """With every torchtitan schedule (issue 23): each layout's score is its simulated step
+    where ``Scored.exact`` says so, and at most it elsewhere (the bound the closing needs);
+    the memory is exact everywhere. 3016 and 3033 have bounds below the simulation."""
+    from tests.test_solver import random_schedule_problem
+
+    problem = random_schedule_problem(seed)
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    scores = score_space(space, ctx, cost_model, top=len(rows), front=True)
+    fits = memory <= ctx.cluster.usable_memory_bytes
+    assert scores.fitting == int(fits.sum()) and len(scores.best) == scores.fitting
+    simulated = {
+        tuple(sorted(r.items())): (t, m) for r, t, m in zip(rows, times, memory, strict=True)
+    }
+    loose = 0
+    for item in scores.best:
+        step, mem = simulated[tuple(sorted(item.row.items()))]
+        assert item.memory_bytes == pytest.approx(mem, rel=1e-12)
+        if item.exact:
+            assert item.step_s == pytest.approx(step, rel=1e-9)
+        else:
+            assert item.step_s <= step * (1 + 1e-12)
+            loose += item.step_s < step * (1 - 1e-9)
+    assert any(not item.exact for item in scores.best)
+    if seed in (3016, 3033):
+        assert loose
+
+
+def test_1f1b_alone_is_scored_as_before() -> None:
+    """The default schedules (1F1B, interleaved with VPP) are ratio-free and the same for every
+    phase: the plain composition, every score exact (main's answers)."""
+    problem = make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=256)
+    ctx, space = make_context(problem), build_space(problem)
+    scores = score_space(space, ctx, load_cost_model(None), top=20)
+    assert scores.best and all(item.exact for item in scores.best)
+    assert {item.row["schedule"] for item in scores.best} == {0}

@@ -17,6 +17,8 @@ from autopar.outputs import emit
 from autopar.outputs.emit.megatron_stages import recompute_flags
 from tests import consumers
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 MIXTRAL = (
     "--gpus", "16", "--model", "mixtral-8x7b", "--tp", "2", "--ep", "4", "--pp", "2",
     "--moe-dispatchers", "allgather",

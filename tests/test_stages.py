@@ -11,6 +11,7 @@ import pytest
 
 from autopar import api
 from autopar.api import make_context
+from autopar.base.axes import GRID_AXES
 from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.costs.plugin import load_cost_model
@@ -276,9 +277,7 @@ def brute_force_s(problem: Problem) -> float:
 def brute_force_rows(problem: Problem) -> np.ndarray:
     """Per outer layout, the best step time over every chunk split and per-stage recompute."""
     ctx, cm = make_context(problem), load_cost_model(None)
-    grid = per_stage_space(problem).pruned_grid(
-        ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "grad_accum", "recompute", "zero", "sp")
-    )
+    grid = per_stage_space(problem).pruned_grid(GRID_AXES)
     if not len(grid["pp"]):
         return np.array([])
     costs = probe_stage_costs(cm, ctx, grid)

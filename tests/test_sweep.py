@@ -17,8 +17,9 @@ from autopar.layout.results import SolveResult
 from autopar.sweeps.run import COLUMNS, SweepResult
 
 FRAME_COLUMNS = [
-    "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
-    "grad_accum", "recompute", "zero", "sequence_parallel", "step_time_s", "step_time_low_s",
+    "gpus", "gpu", "seq_len", "status", "tp", "pp", "dp", "cp", "ep", "etp", "vpp",
+    "pipeline_schedule", "mbs", "grad_accum", "recompute", "zero", "sequence_parallel",
+    "step_time_s", "step_time_low_s",
     "step_time_high_s", "error_band_pct", "error_band_runs", "tokens_per_s",
     "tokens_per_s_per_gpu", "mfu", "memory_gib", "days_to_train", "cost", "goodput",
     "checkpoint_interval_s", "interruptions_per_day", "days_to_train_failure_free",

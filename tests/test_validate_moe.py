@@ -10,6 +10,8 @@ from autopar.api import make_problem
 from autopar.layout.rules import layout_rules
 from tests.test_validate_published import validate_published, validated
 
+pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
+
 H100_MEMORY_GIB = 79.6
 
 

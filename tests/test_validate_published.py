@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/validate_published.py"
 
 

@@ -16,6 +16,12 @@ Glossary (names as torchtitan's mesh axes; flags as Megatron-LM's ``arguments.py
 - ``ep``: expert-parallel size, carved out of ``dp * cp`` for the expert layers (Megatron
   ``parallel_state.py``); ``etp``: tensor-parallel size inside the expert layers.
 - ``vpp``: virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B.
+- ``schedule``: the pipeline schedule (``Layout.pipeline_schedule``, ``PIPELINE_SCHEDULES``):
+  ``1f1b`` is 1F1B, interleaved when ``vpp > 1`` (Megatron, torchtitan ``1F1B`` /
+  ``Interleaved1F1B``, DeepSpeed); ``combined-1f1b`` Megatron's 1F1B with the MoE all-to-all of
+  one micro-batch hidden behind another's compute (``--overlap-moe-expert-parallel-comm``);
+  ``zb-h1``, ``zb-v``, ``dualpipe-v``, ``gpipe``, ``looped-bfs`` torchtitan's
+  ``InterleavedZeroBubble``, ``ZBVZeroBubble``, ``DualPipeV``, ``GPipe``, ``LoopedBFS``.
 - ``mbs``: micro-batch size in sequences.
 - ``grad_accum``: micro-batches per optimizer step on each DP rank
   (``global_batch = mbs * dp * grad_accum``).
@@ -38,6 +44,17 @@ from typing import Any, Literal, Protocol
 
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+PIPELINE_SCHEDULES: tuple[str, ...] = (
+    "1f1b",
+    "combined-1f1b",
+    "zb-h1",
+    "zb-v",
+    "dualpipe-v",
+    "gpipe",
+    "looped-bfs",
+)
+"""The pipeline schedules a framework autopar emits for ships, in tie-break order (the axis
+glossary above; which framework offers which: ``autopar.inputs.frameworks.FRAMEWORK_SCHEDULES``)."""
 
 Kind = Literal["size", "mode", "flag"]
 
@@ -188,6 +205,10 @@ def _recompute_domain(p: Problem) -> tuple[int, ...]:
     return tuple(sorted(RECOMPUTE_MODES.index(m) for m in p.options.recompute))
 
 
+def _schedule_domain(p: Problem) -> tuple[int, ...]:
+    return tuple(sorted(PIPELINE_SCHEDULES.index(s) for s in p.options.pipeline_schedules))
+
+
 AXES: tuple[Axis, ...] = (
     Axis(
         name="tp",
@@ -240,6 +261,20 @@ AXES: tuple[Axis, ...] = (
         default=1,
         domain=_vpp_domain,
         cap=VPP_CAP,
+        show="changed",
+    ),
+    Axis(
+        name="schedule",
+        title="schedule",
+        attr="pipeline_schedule",
+        label="schedule={value}",
+        description="Pipeline schedule: 1f1b (interleaved with vpp > 1), combined-1f1b, zb-h1, "
+        "zb-v, dualpipe-v, gpipe or looped-bfs.",
+        kind="mode",
+        choices=PIPELINE_SCHEDULES,
+        default="1f1b",
+        domain=_schedule_domain,
+        searchable=False,
         show="changed",
     ),
     Axis(
@@ -316,7 +351,8 @@ them with their totals."""
 
 def tie_key(row: dict[str, int]) -> tuple[int, ...]:
     """The documented secondary order among layouts of equal predicted step time: the free axes
-    in table order, each by its preference (smaller tp, pp, cp, ep, etp, vpp first; larger
-    micro-batch; less recompute; lower ZeRO stage), then the derived ones."""
+    in table order, each by its preference (smaller tp, pp, cp, ep, etp, vpp first; the
+    schedule in ``PIPELINE_SCHEDULES`` order; larger micro-batch; less recompute; lower ZeRO
+    stage), then the derived ones."""
     ordered = (*FREE_AXES, *(a for a in GRID_AXES if a not in FREE_AXES))
     return tuple(AXIS[a].prefer * int(row[a]) for a in ordered)

@@ -67,6 +67,14 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=SEARCH,
             ),
         ] = None,
+        pipeline_schedule: Annotated[
+            str | None,
+            typer.Option(
+                help="Allowed pipeline schedules, e.g. zb-v,dualpipe-v, or any (every one the "
+                "framework ships); default 1f1b (interleaved with VPP).",
+                rich_help_panel=SEARCH,
+            ),
+        ] = None,
         sequence_parallel: Annotated[
             bool | None,
             typer.Option(
@@ -139,6 +147,7 @@ def register(app: typer.Typer) -> None:
                 limits=limits,
                 recompute=recompute,
                 zero=zero,
+                pipeline_schedule=pipeline_schedule,
                 sequence_parallel=sequence_parallel,
                 interleaving=interleaving,
                 context_parallel=context_parallel,

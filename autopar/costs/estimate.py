@@ -12,6 +12,7 @@ from autopar.costs.terms import (
     TermContext,
     grid_of,
     memory_breakdown_bytes,
+    microbatch_time_s,
     step_time_s,
     time_breakdown_s,
 )
@@ -26,6 +27,8 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     grid = grid_of(layouts)
     step_s = step_time_s(cost_model, grid, ctx)
     times = time_breakdown_s(cost_model, grid, ctx)
+    pipeline = microbatch_time_s(cost_model, grid, ctx)
+    bubble = np.divide(times["bubble"], pipeline, out=np.zeros(len(pipeline)), where=pipeline > 0)
     memory = memory_breakdown_bytes(cost_model, grid, ctx)
     model_flop = cost_model.flops.model_flop(grid, ctx)
     hardware_flop = cost_model.flops.hardware_flop(grid, ctx)
@@ -52,6 +55,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
                 memory_bytes={k: float(v[i]) for k, v in memory.items()},
                 capacity_bytes=capacity,
                 time_s={k: float(v[i]) for k, v in times.items()},
+                bubble_fraction=float(bubble[i]),
                 inputs=inputs,
                 choices={name: str(values[i]) for name, values in decided.items()},
                 error_band=band,

@@ -35,6 +35,12 @@ from typing import Protocol
 
 import numpy as np
 
+from autopar.costs.schedule_orders import (
+    V_SHAPED,
+    pipeline_length,
+    rank_steps,
+)
+
 
 @functools.cache
 def schedule_chunks(num_microbatches: int, vpp: int, group: int) -> tuple[int, ...]:
@@ -203,3 +209,210 @@ class MegatronSchedule:
 
 MEGATRON = MegatronSchedule()
 """The schedule every per-stage plan runs today."""
+PHASES: tuple[str, ...] = ("F", "I", "W", "B")
+"""Operation phases (``autopar.costs.schedule_orders``): forward, input gradient, weight
+gradient, whole backward (``I + W``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Graph:
+    """One schedule's operations as arrays, per rank: the steps' phase and chunk of their first
+    and (for paired steps, else -1) second operation, and the step each waits on (-1: none)."""
+
+    steps: tuple[tuple[np.ndarray, ...], ...]
+    """Per rank ``(phase0, chunk0, phase1, chunk1)`` (int arrays) in run order."""
+    waits: tuple[tuple[list[int], ...], ...]
+    """Per rank, per step: the global ids of the (one or two) steps it waits on, -1 for none."""
+    offsets: tuple[int, ...]
+    """Global id of each rank's first step."""
+
+
+def _step_table(schedule: str, pp: int, vpp: int, m: int) -> list[np.ndarray]:
+    """Per rank, ``(steps, 2, 3)`` ints: each step's (phase code, stage, micro-batch) of its one
+    or two operations, ``-1`` where a step has one."""
+    out = []
+    for steps in rank_steps(schedule, pp, vpp, m):
+        table = np.full((len(steps), 2, 3), -1, dtype=np.int64)
+        for k, step in enumerate(steps):
+            for j, (phase, stage, b) in enumerate(step):
+                table[k, j] = (PHASES.index(phase), stage, b)
+        out.append(table)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule_graph(schedule: str, pp: int, vpp: int, m: int) -> _Graph:
+    """The dependencies of ``rank_steps`` (module docstring): ``F`` of a stage after ``F`` of
+    the stage before; ``I`` / ``B`` after the next stage's ``I`` / ``B``, or after the stage's
+    own ``F`` on the last stage of the pipeline; ``W`` after its ``I``, which the rank ran
+    before it (every order puts it later in the same rank's list). Operations are keyed
+    ``(phase*S + stage)*m + micro-batch``, so each wait is found by indexing."""
+    tables = _step_table(schedule, pp, vpp, m)
+    length = pipeline_length(schedule, pp, vpp)
+    stages = 2 * pp if schedule == "dualpipe" else pp * vpp
+    offsets = np.cumsum([0] + [len(t) for t in tables])[:-1]
+    flat = np.concatenate(tables) if tables else np.zeros((0, 2, 3), dtype=np.int64)
+    phase, stage, b = flat[..., 0], flat[..., 1], flat[..., 2]
+    owner = np.full(len(PHASES) * stages * m, -1, dtype=np.int64)
+    ok = phase >= 0
+    ids = np.broadcast_to(np.arange(len(flat))[:, None], phase.shape)
+    owner[((phase * stages + stage) * m + b)[ok]] = ids[ok]
+
+    def key(code: int, at: np.ndarray) -> np.ndarray:
+        return owner[(code * stages + at) * m + b]
+
+    first, last = stage % length == 0, stage % length == length - 1
+    nxt = np.minimum(stage + 1, stages - 1)
+    after_next = np.where(key(1, nxt) >= 0, key(1, nxt), key(3, nxt))
+    wait = np.select(
+        [
+            ~ok | (phase == 2),
+            (phase == 0) & first,
+            phase == 0,
+            last,
+        ],
+        [-1, -1, key(0, np.maximum(stage - 1, 0)), key(0, stage)],
+        default=after_next,
+    )
+    chunk = np.where(ok, _chunks(schedule, pp, stage), -1)
+    steps, waits = [], []
+    for rank, start in enumerate(offsets):
+        rows = slice(int(start), int(start) + len(tables[rank]))
+        steps.append((phase[rows, 0], chunk[rows, 0], phase[rows, 1], chunk[rows, 1]))
+        waits.append(tuple(wait[rows].tolist()))
+    return _Graph(steps=tuple(steps), waits=tuple(waits), offsets=tuple(int(o) for o in offsets))
+
+
+def _chunks(schedule: str, pp: int, stage: np.ndarray) -> np.ndarray:
+    """``chunk_of`` over an array of stages."""
+    if schedule in V_SHAPED:
+        return (stage >= pp).astype(np.int64)
+    return stage // pp
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """One simulated step of a schedule."""
+
+    step_s: float
+    """Finish time of the last operation."""
+    critical: tuple[int, int, int, int]
+    """On the longest path: forwards, input-gradient and weight-gradient backwards (a whole
+    backward counts once in each), and paired steps; empty counts unless asked for."""
+    spans: tuple[tuple[float, float], ...] = ()
+    """Each rank's first start and last finish: with no synchronisation between steps (Qi et
+    al. 2024 §5, optimizer post-validation) a rank's next step starts at its own finish, so
+    its span, not the whole step, is what repeats."""
+
+
+def _durations(graph: _Graph, forward, input_grad, weight_grad, pair_hidden) -> list[list[float]]:
+    """Each rank's step durations from per-(rank, chunk) phase times."""
+    out = []
+    for rank, (p0, c0, p1, c1) in enumerate(graph.steps):
+        table = np.stack(
+            [forward[rank], input_grad[rank], weight_grad[rank]]
+            + [input_grad[rank] + weight_grad[rank]]
+        )
+        paired = p1 >= 0
+        second = np.where(paired, table[np.maximum(p1, 0), np.maximum(c1, 0)], 0.0)
+        hidden = np.where(paired, pair_hidden[rank, np.maximum(c1, 0)], 0.0)
+        out.append((table[p0, c0] + second - hidden).tolist())
+    return out
+
+
+def local_chunks(schedule: str, vpp: int) -> int:
+    """Chunks a rank holds: ``vpp``, or two (one per direction) in DualPipe."""
+    return 2 if schedule == "dualpipe" else vpp
+
+
+def _as_grid(value, pp: int, vpp: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (pp, vpp))
+
+
+def simulate(
+    schedule: str,
+    pp: int,
+    vpp: int,
+    num_microbatches: int,
+    forward_s,
+    input_grad_s,
+    weight_grad_s,
+    *,
+    pair_hidden_s=0.0,
+    critical: bool = False,
+) -> Simulation:
+    """Simulate one step of ``schedule``: each rank runs its steps in order, a step starting
+    when its rank is free and what it waits on is done (the longest path through the graph,
+    one pass over the steps). Times are one micro-batch's, per chunk: a scalar (every chunk
+    alike) or ``(pp, vpp)``; a whole backward takes ``input_grad + weight_grad``; a paired step
+    takes the sum of its two operations less ``pair_hidden_s`` of the backward's chunk (the
+    communication the pairing hides). With ``critical`` the longest path's operations are
+    counted (``Simulation.critical``)."""
+    m = int(num_microbatches)
+    graph = _schedule_graph(schedule, pp, vpp, m)
+    chunks = local_chunks(schedule, vpp)
+    forward, input_grad, weight_grad, hidden = (
+        _as_grid(x, pp, chunks) for x in (forward_s, input_grad_s, weight_grad_s, pair_hidden_s)
+    )
+    durations = _durations(graph, forward, input_grad, weight_grad, hidden)
+    total = graph.offsets[-1] + len(durations[-1])
+    done = [-1.0] * total
+    came = [-1] * total if critical else None
+    pos, free, last = [0] * pp, [0.0] * pp, [-1] * pp
+    remaining = total
+    while remaining:
+        progressed = 0
+        for rank in range(pp):
+            waits, dur, base = graph.waits[rank], durations[rank], graph.offsets[rank]
+            k, t, n, prev = pos[rank], free[rank], len(dur), last[rank]
+            while k < n:
+                start, origin = t, prev
+                for d in waits[k]:
+                    if d < 0:
+                        continue
+                    ready = done[d]
+                    if ready < 0.0:
+                        break
+                    if ready > start:
+                        start, origin = ready, d
+                else:
+                    t = start + dur[k]
+                    done[base + k] = t
+                    if came is not None:
+                        came[base + k] = origin
+                    prev = base + k
+                    k += 1
+                    continue
+                break
+            progressed += k - pos[rank]
+            pos[rank], free[rank], last[rank] = k, t, prev
+        if not progressed:
+            raise AssertionError(f"{schedule} deadlocked")
+        remaining -= progressed
+    step = max(free)
+    counts = _critical_counts(graph, came, done, step) if came is not None else (0, 0, 0, 0)
+    spans = tuple(
+        (done[base] - dur[0], end) if dur else (0.0, 0.0)
+        for base, dur, end in zip(graph.offsets, durations, free, strict=True)
+    )
+    return Simulation(step_s=step, critical=counts, spans=spans)
+
+
+def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: float):
+    """The operations on the longest path, walked back from the last step to finish."""
+    rank_of = np.searchsorted(np.asarray(graph.offsets), np.arange(len(done)), side="right") - 1
+    i = int(np.argmax(done))
+    counts = [0, 0, 0, 0]
+    while i >= 0:
+        rank = int(rank_of[i])
+        k = i - graph.offsets[rank]
+        p0, _, p1, _ = (a[k] for a in graph.steps[rank])
+        for phase in (p0, p1):
+            if phase == 3:
+                counts[1] += 1
+                counts[2] += 1
+            elif phase >= 0:
+                counts[int(phase)] += 1
+        counts[3] += int(p1 >= 0)
+        i = came[i]
+    return tuple(counts)

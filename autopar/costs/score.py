@@ -15,6 +15,11 @@ The result keeps what a search answers with: the best layouts in the documented 
 to the microsecond, then ``autopar.base.axes.tie_key``), the layouts within a band of the best,
 and the front of least memory against step time (what comes closest to fitting). Rows are
 processed in chunks, the deadline checked between them.
+
+A schedule whose longest path depends on the phase times (zero bubble, V: ``_Phased``) is
+scored with the path found at reference phase times (the terms' median phases), whose length
+at a layout's own times is at most its simulated step (``schedule_slots.schedule_slots``): a lower
+bound, ``Scored.exact`` False; the search simulates those (``autopar.search.exact``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,20 @@ import numpy as np
 
 from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
-from autopar.costs.terms import CostModel, CostTerm, TermContext
+from autopar.costs.terms import (
+    FORWARD_SHARE,
+    CostModel,
+    CostTerm,
+    PhasedSlots,
+    PhasedTerm,
+    Phases,
+    TermContext,
+    slot_phases,
+    slots_ratio_free,
+    term_axes,
+    term_phases,
+    uniform_slots,
+)
 from autopar.layout.space import DERIVED, Space
 
 FOLD_AXIS = "vpp"
@@ -44,6 +62,9 @@ class Scored:
     row: dict[str, int]
     step_s: float
     memory_bytes: float
+    exact: bool = True
+    """False where ``step_s`` is a lower bound: a schedule whose slots depend on the phase
+    times, taken at reference times (module docstring); the caller simulates such layouts."""
 
     @property
     def step_us(self) -> int:
@@ -124,11 +145,19 @@ def score_space(
     count = len(next(iter(rows.values()))) if rows else 0
     if not count or not len(fold):
         return Scores(layouts=0, fitting=0, best=())
+    allowed = None
+    if len(space.domains.get("schedule", ())) > 1:  # 1F1B where a schedule dominates it
+        rows, allowed = _with_a_cell(space, rows, fold)
+        count = len(next(iter(rows.values())))
     tables: dict[str, _Table] = {}
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
+        keys: dict[str, dict[str, np.ndarray]] = {}
+        shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for term in terms:  # the deadline checked before each evaluation
-            tables[term.name] = _table(space, ctx, term, rows, fold, deadline)
+            keys[term.name] = _keys(space, term, rows, fold, shared)
+            tables[term.name] = _table(space, ctx, term, keys[term.name], deadline)
+        phased = _phased_tables(space, ctx, cost_model, keys, tables, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     step = max(1, CHUNK_CELLS // len(fold))
@@ -142,7 +171,11 @@ def score_space(
                 complete = False
                 break
         chunk = {a: v[start : start + step] for a, v in rows.items()}
-        times, memory, valid = _chunk_figures(space, cost_model, tables, chunk, fold)
+        times, memory, valid, exact = _chunk_figures(
+            space, cost_model, tables, chunk, fold, phased, allowed
+        )
+        if allowed is not None:
+            valid &= allowed[start : start + step]
         if time_factor is not None:
             cache: dict[str, np.ndarray] = {}
             times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
@@ -151,9 +184,10 @@ def score_space(
             fits &= np.round(times * US_PER_S) <= int(upper_bound_s * US_PER_S)
         acc.layouts += int(valid.sum())
         acc.fitting += int(fits.sum())
-        _reduce(acc, chunk, fold, times, memory, valid, fits, top=top, band=band, front=front)
+        figures = (times, memory, exact)
+        _reduce(acc, chunk, fold, figures, valid, fits, top=top, band=band, front=front)
         if by_axis:
-            _reduce_by_axis(acc, chunk, fold, times, memory, valid, fits)
+            _reduce_by_axis(acc, chunk, fold, figures, valid, fits)
     return Scores(
         layouts=acc.layouts,
         fitting=acc.fitting,
@@ -198,11 +232,16 @@ def _codes(space: Space, grid: dict[str, np.ndarray], axes: tuple[str, ...], cac
     return code
 
 
-def _table(space: Space, ctx: TermContext, term, rows, fold, deadline=None) -> _Table:
-    axes = space.key_axes(term.depends_on)
-    sub = _keys(space, term, rows, fold)
+def _table(space: Space, ctx: TermContext, term, sub, deadline=None) -> _Table:
+    """``term`` on its keys ``sub`` (``_keys``)."""
     size = len(next(iter(sub.values()))) if sub else 1
     values = _evaluated(term, sub, ctx, size, deadline)
+    return _table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values)
+
+
+def _table_of(space: Space, axes: tuple[str, ...], sub, values: np.ndarray) -> _Table:
+    """A table of ``values`` on the keys ``sub`` over ``axes``."""
+    values = np.asarray(values, dtype=np.float64)
     if not axes:
         return _Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
     ordered = (*[a for a in axes if a != FOLD_AXIS], *[a for a in axes if a == FOLD_AXIS])
@@ -216,13 +255,28 @@ def _table(space: Space, ctx: TermContext, term, rows, fold, deadline=None) -> _
     return _Table(axes=ordered, codes=codes[order], values=values[order])
 
 
-def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray):
+def _scaled(table: _Table, factor: float) -> _Table:
+    """``table`` with every value times ``factor``."""
+    dense = None if table.dense is None else table.dense * factor
+    return _Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
+
+
+def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray, cache=None):
     """The term's keys that some row of the space has: its axes' distinct combinations among
     ``rows`` (with the derived columns they fix), crossed with the virtual-stage counts when it
     reads them, less the cells its rules over ``vpp`` forbid; the same keys as
     ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
-    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows)."""
-    free = space.free_axes(term.depends_on)
+    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows).
+    Terms over the same axes share their keys (``cache``, by axes)."""
+    free = tuple(space.free_axes(term_axes(term, space.domains)))
+    if cache is None:
+        return _axes_keys(space, free, rows, fold)
+    if free not in cache:
+        cache[free] = _axes_keys(space, free, rows, fold)
+    return cache[free]
+
+
+def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: np.ndarray):
     outer = [a for a in free if a != FOLD_AXIS]
     if not free:
         return {}
@@ -279,8 +333,11 @@ def _gather(space: Space, table: _Table, chunk, fold: np.ndarray, cache: dict):
     return out if folded else out[:, None]
 
 
-def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold):
-    """Step time, memory and validity of every (row, vpp) cell of a chunk."""
+def _chunk_figures(
+    space: Space, cost_model: CostModel, tables, chunk, fold, phased=None, allowed=None
+):
+    """Step time, memory, validity and (with ``phased``, else ``None``) exactness of every
+    (row, vpp) cell of a chunk."""
 
     cache: dict[str, np.ndarray] = {}
 
@@ -290,19 +347,48 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold):
             out = out + _gather(space, tables[term.name], chunk, fold, cache)
         return out
 
-    slots = _gather(space, tables[cost_model.slots.name], chunk, fold, cache)
-    in_flight = _gather(space, tables[cost_model.in_flight.name], chunk, fold, cache)
-    times = total(cost_model.step_terms) + slots * total(cost_model.microbatch_terms)
+    def gather(table: _Table) -> np.ndarray:
+        return _gather(space, table, chunk, fold, cache)
+
+    in_flight = gather(tables[cost_model.in_flight.name])
+    exact = None
+    if phased is None:
+        slots = gather(tables[cost_model.slots.name])
+        micro = slots * total(cost_model.microbatch_terms)
+    else:
+        micro, exact = phased.figures(gather, total(cost_model.microbatch_terms))
+    times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
     )
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
     valid = np.isfinite(times) & np.isfinite(memory)
-    for rule in space.rules:
-        if FOLD_AXIS in rule.axes:
-            valid &= _rule_cells(space, rule, chunk, fold, cache)
-    return times, memory, valid
+    if allowed is None:  # else the rules over vpp were checked by _with_a_cell
+        for rule in space.rules:
+            if FOLD_AXIS in rule.axes:
+                valid &= _rule_cells(space, rule, chunk, fold, cache)
+    if exact is not None:
+        exact = np.broadcast_to(exact, times.shape)
+    return times, memory, valid, exact
+
+
+def _with_a_cell(space: Space, rows, fold: np.ndarray):
+    """The rows with a (row, vpp) cell the rules over ``vpp`` allow, and those cells (a row the
+    rules refuse at every vpp, 1F1B where the combined 1F1B dominates it, is not scored)."""
+    count = len(next(iter(rows.values())))
+    allowed = np.ones((count, len(fold)), dtype=bool)
+    step = max(1, CHUNK_CELLS // len(fold))
+    for start in range(0, count, step):
+        chunk = {a: v[start : start + step] for a, v in rows.items()}
+        cache: dict[str, np.ndarray] = {}
+        for rule in space.rules:
+            if FOLD_AXIS in rule.axes:
+                allowed[start : start + step] &= _rule_cells(space, rule, chunk, fold, cache)
+    keep = allowed.any(axis=1)
+    if keep.all():
+        return rows, allowed
+    return {a: v[keep] for a, v in rows.items()}, allowed[keep]
 
 
 def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.ndarray:
@@ -321,13 +407,22 @@ def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.
     return ok[inverse.ravel()]
 
 
-def _scored(chunk, fold, times, memory, cells: np.ndarray) -> list[Scored]:
+def _scored(chunk, fold, figures, cells: np.ndarray) -> list[Scored]:
+    times, memory, exact = figures
     rows, cols = np.divmod(cells, len(fold))
     out = []
     for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
         row = {a: int(chunk[a][r]) for a in GRID_AXES if a != FOLD_AXIS}
         row[FOLD_AXIS] = int(fold[c])
-        out.append(Scored(row=row, step_s=float(times[r, c]), memory_bytes=float(memory[r, c])))
+        sure = True if exact is None else bool(exact[r, c])
+        out.append(
+            Scored(
+                row=row,
+                step_s=float(times[r, c]),
+                memory_bytes=float(memory[r, c]),
+                exact=sure,
+            )
+        )
     return out
 
 
@@ -335,7 +430,8 @@ def _order(item: Scored) -> tuple:
     return (item.step_us, tie_key(item.row))
 
 
-def _reduce(acc: _Acc, chunk, fold, times, memory, valid, fits, *, top, band, front) -> None:
+def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -> None:
+    times, memory = figures[0], figures[1]
     flat_t = np.where(fits, times, np.inf).ravel()
     if np.isfinite(flat_t).any():
         best_so_far = acc.best[0].step_s if acc.best else np.inf
@@ -343,20 +439,20 @@ def _reduce(acc: _Acc, chunk, fold, times, memory, valid, fits, *, top, band, fr
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
         picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
-        acc.best = sorted(acc.best + _scored(chunk, fold, times, memory, picked), key=_order)
+        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=_order)
         acc.best = _keep_top(acc.best, top)
         if band > 0:
             limit = min(best_so_far, float(flat_t.min())) * (1 + band)
             near = np.flatnonzero(flat_t <= limit)
             acc.band = [s for s in acc.band if s.step_s <= limit]
-            acc.band += _scored(chunk, fold, times, memory, near)
+            acc.band += _scored(chunk, fold, figures, near)
     if front:
         flat_m = np.where(valid, memory, np.inf).ravel()
         cells = np.flatnonzero(np.isfinite(flat_m))
         order = cells[np.lexsort((flat_m[cells], np.where(valid, times, np.inf).ravel()[cells]))]
         least = np.minimum.accumulate(flat_m[order])
         keep = order[np.concatenate([[True], least[1:] < least[:-1]])] if len(order) else order
-        acc.front = _front(acc.front + _scored(chunk, fold, times, memory, keep))
+        acc.front = _front(acc.front + _scored(chunk, fold, figures, keep))
 
 
 def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
@@ -368,9 +464,10 @@ def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
     return rank
 
 
-def _reduce_by_axis(acc: _Acc, chunk, fold, times, memory, valid, fits) -> None:
+def _reduce_by_axis(acc: _Acc, chunk, fold, figures, valid, fits) -> None:
     """The fastest fitting cell (whole microseconds, then ``tie_key``) and the least memory of
     every value of every free axis in this chunk, merged into ``acc``."""
+    times, memory = figures[0], figures[1]
     n = len(chunk["tp"])
     us = np.where(fits, np.round(times * US_PER_S), np.inf)
     mem = np.where(valid, memory, np.inf)
@@ -390,10 +487,10 @@ def _reduce_by_axis(acc: _Acc, chunk, fold, times, memory, valid, fits) -> None:
             cells = [(int(order[i]), int(col[order[i]])) for i in first]
             least = [mem[column == v].min() for v in values]
         for value, (r, c), low in zip(values.tolist(), cells, least, strict=True):
-            _merge_axis(acc, axis, value, chunk, fold, times, memory, (r, c), us[r, c], float(low))
+            _merge_axis(acc, axis, value, chunk, fold, figures, (r, c), us[r, c], float(low))
 
 
-def _merge_axis(acc: _Acc, axis, value, chunk, fold, times, memory, cell, cell_us, low) -> None:
+def _merge_axis(acc: _Acc, axis, value, chunk, fold, figures, cell, cell_us, low) -> None:
     if not np.isfinite(low):  # no layout the rules allow has this value (here)
         return
     lows = acc.least_by_axis.setdefault(axis, {})
@@ -401,7 +498,7 @@ def _merge_axis(acc: _Acc, axis, value, chunk, fold, times, memory, cell, cell_u
     if not np.isfinite(cell_us):
         return
     r, c = cell
-    (item,) = _scored(chunk, fold, times, memory, np.array([r * len(fold) + c]))
+    (item,) = _scored(chunk, fold, figures, np.array([r * len(fold) + c]))
     bests = acc.by_axis.setdefault(axis, {})
     if value not in bests or _order(item) < _order(bests[value]):
         bests[value] = item
@@ -429,3 +526,74 @@ def _front(items: list[Scored]) -> tuple[Scored, ...]:
         if not out or item.memory_bytes < out[-1].memory_bytes:
             out.append(item)
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Phased:
+    """A space whose schedules split the micro-batch by phase (module docstring): the forward
+    slots at the reference times, the other phases' as differences, and exactness."""
+
+    forward: _Table
+    others: tuple[tuple[_Table, tuple[_Table, ...], float], ...]
+    """Per phase beyond the forward: (slots less the forward's, or the paired slots; the terms'
+    nonzero parts of it; +1, or -1 for what the pairs hide)."""
+    exact: _Table
+
+    def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's micro-batch part, ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``
+        (``terms.weighted`` with ``total = F + I + W``), and whether it is exact."""
+        forward = gather(self.forward)
+        micro = forward * total
+        for slots, parts, sign in self.others:
+            micro = micro + sign * gather(slots) * sum(gather(t) for t in parts)
+        micro = np.where(np.isinf(forward), np.inf, micro)
+        return micro, gather(self.exact) > 0.5
+
+
+def _phased_tables(
+    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, deadline
+):
+    """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
+    ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
+    ``keys_of``: each term's keys by name (``_keys``); ``totals``: their tables."""
+    slots = cost_model.slots
+    if not isinstance(slots, PhasedSlots):
+        return None
+    sub = keys_of[slots.name]
+    size = len(next(iter(sub.values()))) if sub else 1
+    free = slots_ratio_free(slots, sub, ctx, size)
+    nominal = Phases(*(np.full(size, x) for x in (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)))
+    if free.all() and uniform_slots(slot_phases(slots, sub, ctx, nominal)).all():
+        return None
+    parts: list[list[_Table]] = [[], [], []]
+    medians = np.zeros(4)
+    for term in cost_model.microbatch_terms:
+        keys = keys_of[term.name]
+        n = len(next(iter(keys.values()))) if keys else 1
+        check_deadline(deadline)
+        if not isinstance(term, PhasedTerm):  # FORWARD_SHARE of its total (term_phases)
+            total = totals[term.name]
+            value = float(np.median(total.values)) if len(total.values) else 0.0
+            medians += [FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, 0.0, 0.0]
+            parts[0].append(_scaled(total, 1.0 - FORWARD_SHARE))
+            continue
+        phases = term_phases(term, keys, ctx, n)
+        medians += [float(np.median(part)) if n else 0.0 for part in phases]
+        axes = space.key_axes(term_axes(term, space.domains))
+        for i, part in enumerate(phases[1:]):
+            if np.any(part != 0):
+                parts[i].append(_table_of(space, axes, keys, part))
+    at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
+    axes = space.key_axes(term_axes(slots, space.domains))
+    with np.errstate(invalid="ignore"):
+        steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
+    others = []
+    for step, terms, sign in zip(steps, parts, (1.0, 1.0, -1.0), strict=True):
+        step = np.where(np.isfinite(step), step, 0.0)
+        if terms and np.any(step != 0):
+            others.append((_table_of(space, axes, sub, step), tuple(terms), sign))
+    return _Phased(
+        forward=_table_of(space, axes, sub, at.forward),
+        others=tuple(others),
+        exact=_table_of(space, axes, sub, free.astype(np.float64)),
+    )

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, TermContext
+from autopar.costs.terms import CostModel, TermContext, scheduled_microbatch_s
 
 NUM_RECOMPUTE_MODES = 3
 """Grid codes of ``recompute``: 0 none, 1 selective, 2 full (``autopar.base.axes``)."""
@@ -125,12 +125,19 @@ def _probe_model(model, kind: str, num_layers: int):
     return dataclasses.replace(model, **changes)
 
 
-def _sum_by(terms, grid, ctx, size, placement_of) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(sum of all terms, sum per placement)."""
+def _sum_by(
+    terms, grid, ctx, size, placement_of, slots=None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(sum of all terms, sum per placement); with ``slots``, each micro-batch term as the
+    layout's schedule runs it on average (``scheduled_microbatch_s``: the combined 1F1B's
+    pairs hide part of the expert all-to-all)."""
     total = np.zeros(size)
     by: dict[str, np.ndarray] = {}
     for term in terms:
-        value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+        if slots is None:
+            value = _value(term, grid, ctx, size)
+        else:
+            value = scheduled_microbatch_s(term, slots, grid, ctx, size)
         total = total + value
         where = placement_of(term)
         by[where] = by.get(where, np.zeros(size)) + value
@@ -171,8 +178,9 @@ def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict
         ("activation_bytes", cost_model.microbatch_memory_terms),
         ("static_bytes", static_terms),
     ):
-        v1, by1 = _sum_by(terms, g, probes[0], n, _place)
-        v2, by2 = _sum_by(terms, g, probes[1], n, _place)
+        slots = cost_model.slots if label == "time_s" and "schedule" in g else None
+        v1, by1 = _sum_by(terms, g, probes[0], n, _place, slots)
+        v2, by2 = _sum_by(terms, g, probes[1], n, _place, slots)
         parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
     return parts
 

@@ -17,6 +17,15 @@ where ``slots`` (micro-batch slots on the critical path: ``grad_accum + (pp-1)/v
 loaded rank holds, Korthikanti et al. 2022 §4.2.3) are themselves terms of the cost model. This
 is the only structure the solver knows: it tabulates every term over its own axes and multiplies
 two sums, so the CP-SAT objective *is* the cost model (DESIGN §3).
+
+Schedules that split the backward (zero bubble: Qi et al. 2024) fill their bubble with some
+phases and not others, so ``slots`` may have one value per phase (``PhasedSlots``) and a
+micro-batch term may say how its time splits into forward, input-gradient and weight-gradient
+backward (``PhasedTerm``; a term that does not say is a third forward, two thirds input
+gradient). The micro-batch part is then ``sum over terms of sum over phases slots_phase *
+phase`` (``weighted``), the per-phase slots taken at the layout's own phase times
+(``microbatch_time_s``); the solver takes them at reference times (``autopar.search.cpsat``), a
+lower bound of the same sum (``autopar.costs.schedule_slots.schedule_slots``).
 """
 
 from __future__ import annotations
@@ -27,11 +36,11 @@ import functools
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from autopar.base.axes import AXIS, GRID_AXES
+from autopar.base.axes import AXIS, GRID_AXES, PIPELINE_SCHEDULES
 from autopar.base.errors import InputError
 from autopar.costs.comm import CollectiveModel, DatasheetCollectives
 from autopar.inputs.specs import ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
@@ -94,6 +103,141 @@ class ResourceTerm(Protocol):
     depends_on: tuple[str, ...]
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray: ...
+
+
+class Phases(NamedTuple):
+    """One micro-batch's time of a term by pipeline phase, or (``PhasedSlots``) the slots of
+    each phase: forward, backward for the inputs' gradient, backward for the weights' gradient,
+    and what a paired step hides (a schedule that issues one micro-batch's forward with
+    another's backward hides some communication: Megatron's combined 1F1B)."""
+
+    forward: np.ndarray
+    backward_input: np.ndarray
+    backward_weight: np.ndarray
+    paired_hidden: np.ndarray
+
+    def total(self) -> np.ndarray:
+        return self.forward + self.backward_input + self.backward_weight
+
+
+FORWARD_SHARE = 1.0 / 3.0
+"""Forward's share of a term that gives no phases: the backward is twice the forward
+(Narayanan et al. 2021 §3.5); none of it is counted as weight gradient."""
+
+
+@runtime_checkable
+class NarrowedTerm(Protocol):
+    """A term that reads fewer of its axes in some spaces: ``depends_on_in`` gives those it
+    reads given the axes' domains (codes), a subset of ``depends_on`` on which its values are
+    the same (a schedule's activations when only 1F1B is searched)."""
+
+    def depends_on_in(self, domains: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]: ...
+
+
+def term_axes(term: CostTerm, domains: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """The axes ``term`` reads in a space with these domains (``NarrowedTerm``)."""
+    if isinstance(term, NarrowedTerm):
+        return tuple(term.depends_on_in(domains))
+    return tuple(term.depends_on)
+
+
+def schedules_in(domains: Mapping[str, tuple[int, ...]]) -> frozenset[str]:
+    """The pipeline schedules a space's domains allow (1F1B when it has no schedule axis)."""
+    return frozenset(PIPELINE_SCHEDULES[c] for c in domains.get("schedule", (0,)))
+
+
+@runtime_checkable
+class PhasedTerm(Protocol):
+    """A micro-batch term that splits its time into ``Phases`` (summing to ``evaluate``)."""
+
+    def phases(self, grid: Grid, ctx: TermContext) -> Phases: ...
+
+
+@runtime_checkable
+class PhasedSlots(Protocol):
+    """A slots term with one value per phase, at given phase times (``Phases`` of the whole
+    micro-batch, for every row)."""
+
+    def phase_slots(self, grid: Grid, ctx: TermContext, times: Phases) -> Phases: ...
+
+    def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
+        """Where ``phase_slots`` are the same at every phase time (then the slots taken at any
+        reference times are the layout's own: ``autopar.costs.score`` needs no closing)."""
+        ...
+
+
+def slots_ratio_free(slots: CostTerm, grid: Grid, ctx: TermContext, size: int) -> np.ndarray:
+    """``PhasedSlots.ratio_free``; everywhere for slots with one value for every phase."""
+    if isinstance(slots, PhasedSlots):
+        return np.broadcast_to(np.asarray(slots.ratio_free(grid, ctx), dtype=bool), (size,))
+    return np.ones(size, dtype=bool)
+
+
+def scheduled_microbatch_s(
+    term: CostTerm, slots: CostTerm, grid: Grid, ctx: TermContext, size: int
+) -> np.ndarray:
+    """One micro-batch's time of ``term`` as the layout's schedule runs it on average over the
+    slots: ``evaluate`` less the share of its paired-step hiding that the schedule's paired
+    slots give (``slots.paired_hidden / slots.forward`` of ``Phases.paired_hidden``): for
+    figures that charge each stage one time per micro-batch (the per-stage plans,
+    ``autopar.costs.stage_costs``); with equal stages ``slots * this`` is the term's part of
+    ``microbatch_time_s`` wherever every phase has the same slots (the combined 1F1B)."""
+    value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+    if not isinstance(term, PhasedTerm) or not isinstance(slots, PhasedSlots):
+        return value
+    parts = term_phases(term, grid, ctx, size)
+    if not np.any(parts.paired_hidden):
+        return value
+    at = slot_phases(slots, grid, ctx, parts)
+    usable = np.isfinite(at.forward) & (at.forward > 0)
+    share = np.divide(at.paired_hidden, at.forward, out=np.zeros(size), where=usable)
+    return value - share * parts.paired_hidden
+
+
+def uniform_slots(slots: Phases) -> np.ndarray:
+    """Rows whose slots are one value for every phase with nothing hidden (1F1B): there the
+    micro-batch part is ``slots * sum of the terms`` (``microbatch_time_s``)."""
+    same = (slots.forward == slots.backward_input) & (slots.forward == slots.backward_weight)
+    return same & (slots.paired_hidden == 0)
+
+
+def term_phases(term: CostTerm, grid: Grid, ctx: TermContext, size: int) -> Phases:
+    """``term``'s phases, broadcast to ``size`` rows (``FORWARD_SHARE`` when it gives none)."""
+    if isinstance(term, PhasedTerm):
+        parts = term.phases(grid, ctx)
+        return Phases(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (size,)) for x in parts))
+    value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
+    zero = np.zeros(size)
+    return Phases(FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, zero, zero)
+
+
+def slot_phases(slots: CostTerm, grid: Grid, ctx: TermContext, times: Phases) -> Phases:
+    """The slots of each phase at ``times``: ``PhasedSlots.phase_slots``, or ``slots`` for
+    every phase and nothing hidden."""
+    size = len(times.forward)
+    if isinstance(slots, PhasedSlots):
+        parts = slots.phase_slots(grid, ctx, times)
+        return Phases(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (size,)) for x in parts))
+    value = np.broadcast_to(np.asarray(slots.evaluate(grid, ctx), dtype=np.float64), (size,))
+    return Phases(value, value, value, np.zeros(size))
+
+
+def weighted(slots: Phases, phases: Phases) -> np.ndarray:
+    """``sum over phases slots * time``, less what the paired steps hide; ``inf`` where a slot
+    is (a schedule with no order for that shape)."""
+    with np.errstate(invalid="ignore"):
+        value = (
+            slots.forward * phases.forward
+            + slots.backward_input * phases.backward_input
+            + slots.backward_weight * phases.backward_weight
+            - slots.paired_hidden * phases.paired_hidden
+        )
+    return np.where(np.isinf(slots.forward), np.inf, value)
+
+
+def sum_phases(parts: list[Phases], size: int) -> Phases:
+    zero = np.zeros(size)
+    return Phases(*(sum((p[i] for p in parts), zero) for i in range(4)))
 
 
 @runtime_checkable
@@ -327,12 +471,24 @@ def _by_category(
         out[term.category] = out.get(term.category, np.zeros(size)) + value
 
 
+def microbatch_phases(cost_model: CostModel, grid: Grid, ctx: TermContext) -> list[Phases]:
+    size = len(next(iter(grid.values())))
+    return [term_phases(t, grid, ctx, size) for t in cost_model.microbatch_terms]
+
+
+def microbatch_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+    """The pipeline part of the step: the micro-batch terms weighted by the slots of their
+    phases, the slots taken at the layout's own phase times (module docstring)."""
+    size = len(next(iter(grid.values())))
+    phases = sum_phases(microbatch_phases(cost_model, grid, ctx), size)
+    slots = slot_phases(cost_model.slots, grid, ctx, phases)
+    plain = slots.forward * _sum(cost_model.microbatch_terms, grid, ctx, size)
+    return np.where(uniform_slots(slots), plain, weighted(slots, phases))
+
+
 def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
     size = len(next(iter(grid.values())))
-    slots = cost_model.slots.evaluate(grid, ctx)
-    return _sum(cost_model.step_terms, grid, ctx, size) + slots * _sum(
-        cost_model.microbatch_terms, grid, ctx, size
-    )
+    return _sum(cost_model.step_terms, grid, ctx, size) + microbatch_time_s(cost_model, grid, ctx)
 
 
 def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -344,17 +500,21 @@ def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndar
 
 
 def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dict[str, np.ndarray]:
-    """Seconds per category (``TIME_CATEGORIES``, then any other category a term names); the
-    pipeline bubble is ``(slots - grad_accum)`` micro-batch times."""
+    """Seconds per category (``TIME_CATEGORIES``, then any other category a term names): each
+    micro-batch term ``grad_accum`` times, less what the schedule's paired steps hide of it; the
+    pipeline bubble is what the schedule adds to that."""
     size = len(next(iter(grid.values())))
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in TIME_CATEGORIES}
-    slots = np.broadcast_to(cost_model.slots.evaluate(grid, ctx), (size,))
     grad_accum = np.asarray(grid["grad_accum"], dtype=np.float64)
     _by_category(cost_model.step_terms, grid, ctx, size, np.ones(size), out)
-    _by_category(cost_model.microbatch_terms, grid, ctx, size, grad_accum, out)
-    out["bubble"] = out["bubble"] + (slots - grad_accum) * _sum(
-        cost_model.microbatch_terms, grid, ctx, size
-    )
+    phases = microbatch_phases(cost_model, grid, ctx)
+    slots = slot_phases(cost_model.slots, grid, ctx, sum_phases(phases, size))
+    counted = np.zeros(size)
+    for term, part in zip(cost_model.microbatch_terms, phases, strict=True):
+        value = grad_accum * part.total() - slots.paired_hidden * part.paired_hidden
+        out[term.category] = out.get(term.category, np.zeros(size)) + value
+        counted = counted + value
+    out["bubble"] = out["bubble"] + sum(weighted(slots, p) for p in phases) - counted
     return out
 
 

@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
 from autopar.inputs import limits as bounds
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.inputs.loading import load_cluster, load_model, load_stack
 from autopar.inputs.reliability import reliability_from_values
 from autopar.inputs.specs import (
@@ -54,6 +55,7 @@ FIELD_FLAGS: dict[str, str] = {
     "grad_precision": "--grad-precision",
     "zero": "--zero",
     "recompute": "--recompute",
+    "pipeline_schedule": "--pipeline-schedule",
 }
 
 
@@ -106,6 +108,9 @@ class SearchRequest:
     """Allowed recompute modes (``none,selective,full`` or ``any``; default all)."""
     zero: str | Sequence[int] | None = None
     """Allowed ZeRO stages (``0,1`` ... or ``any``; default per framework)."""
+    pipeline_schedule: str | Sequence[str] | None = None
+    """Allowed pipeline schedules (``1f1b,zb-v`` ... or ``any``: every one the framework ships;
+    default ``default_schedules``)."""
     sequence_parallel: bool | None = None
     interleaving: bool = True
     """Allow interleaved 1F1B (``--interleaving/--no-interleaving``)."""
@@ -258,7 +263,7 @@ def build_problem(options: ProblemOptions) -> Problem:
                 "or none",
                 source="--cpu-offload-layers",
             )
-        search_options = _search_options(search)
+        search_options = _search_options(search, spec_stack)
     except InputError as err:
         flag = FIELD_FLAGS.get(err.field or "", f"--{(err.field or 'options').replace('_', '-')}")
         field = err.field if err.source else None  # a file's key stays named; a flag is the key
@@ -289,12 +294,13 @@ def _run_number(value: object, flag: str, maximum: float) -> float | None:
     return bounds.check_number(value, source=flag, maximum=maximum)
 
 
-def _search_options(search: SearchRequest) -> SearchOptions:
+def _search_options(search: SearchRequest, stack: StackSpec) -> SearchOptions:
     framework = search.framework
     return SearchOptions(
         framework=framework,
         recompute=_modes(search.recompute, RECOMPUTE_MODES, "recompute", RECOMPUTE_MODES),
         zero_stages=_modes(search.zero, ZERO_STAGES, "zero", default_zero(framework)),
+        pipeline_schedules=_schedules(search.pipeline_schedule, framework, stack),
         sequence_parallel=search.sequence_parallel,
         allow_interleaving=search.interleaving,
         allow_cp=search.context_parallel,
@@ -329,6 +335,25 @@ def _modes(value: str | Sequence[str] | None, allowed: tuple, name: str, default
             )
         out.append(parsed)
     return tuple(out)
+
+
+def _schedules(value: str | Sequence[str] | None, framework: str, stack: StackSpec) -> tuple:
+    """``--pipeline-schedule``: names, or ``any`` for every schedule the framework ships
+    (``FRAMEWORK_SCHEDULES``; one it does not ship is refused by ``SearchOptions``)."""
+    if value is None:
+        return default_schedules(framework, stack)
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, list | tuple) and "any" in [str(i).strip() for i in items]:
+        return tuple(name for name, _ in FRAMEWORK_SCHEDULES.get(framework, ()))
+    return _modes(value, PIPELINE_SCHEDULES, "pipeline-schedule", ())
+
+
+def default_schedules(framework: str, stack: StackSpec) -> tuple[str, ...]:
+    """Without ``--pipeline-schedule``: 1F1B (interleaved with VPP), as every framework runs by
+    default (torchtitan ``pipeline_parallel_schedule = "1F1B"``, configs.py L216), and
+    Megatron's combined 1F1B as well when the stack runs it (``ep_comm_overlap``)."""
+    combined = framework == "megatron" and stack.ep_comm_overlap
+    return ("1f1b", "combined-1f1b") if combined else ("1f1b",)
 
 
 def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int) -> int:

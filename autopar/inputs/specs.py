@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autopar.base.axes import RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
+from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.inputs.reliability import ReliabilitySpec
 from autopar.inputs.stack import StackSpec
 
@@ -627,6 +628,9 @@ class SearchOptions:
     allow_interleaving: bool = True
     allow_cp: bool = True
     allow_ep: bool = True
+    pipeline_schedules: tuple[str, ...] = ("1f1b",)
+    """Allowed pipeline schedules (``autopar.base.axes.PIPELINE_SCHEDULES``), each one the
+    framework ships (``FRAMEWORK_SCHEDULES``)."""
     uneven_pipeline: bool = True
     """Allow splits where ``pp*vpp`` does not divide the layers (the default: every framework
     autopar plans for splits them; ``autopar.layout.split`` says how Megatron is told).
@@ -658,10 +662,29 @@ class SearchOptions:
                 raise InputError(f"must be among 0, 1, 2, 3, got {excerpt(stage)}", field="zero")
         if not self.zero_stages:
             raise InputError("at least one ZeRO stage must be allowed", field="zero")
+        self._check_schedules()
         for dim, value in (*self.pins, *self.maxima):
             if dim not in SEARCH_AXES:
                 raise InputError(f"unknown layout dimension {excerpt(dim)}", field=dim)
             _positive(value, dim)
+
+    def _check_schedules(self) -> None:
+        offered = dict(FRAMEWORK_SCHEDULES[self.framework])
+        for name in self.pipeline_schedules:
+            if name not in PIPELINE_SCHEDULES:
+                raise InputError(
+                    f"must be among {', '.join(PIPELINE_SCHEDULES)} or 'any', got {excerpt(name)}",
+                    field="pipeline_schedule",
+                )
+            if name not in offered:
+                ships = ", ".join(offered)
+                raise InputError(
+                    f"{self.framework} does not run the {name} schedule (it ships {ships}: "
+                    f"{'; '.join(f'{k}: {v}' for k, v in offered.items())})",
+                    field="pipeline_schedule",
+                )
+        if not self.pipeline_schedules:
+            raise InputError("at least one schedule must be allowed", field="pipeline_schedule")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

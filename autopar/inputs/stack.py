@@ -127,8 +127,9 @@ class StackSpec:
     )
     ep_comm_overlap: bool = switch(
         False,
-        help="Expert all-to-all overlapped with the other micro-batch's compute (Megatron "
-        "--overlap-moe-expert-parallel-comm, 1F1B A2A overlap).",
+        help="The stack may run Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm: "
+        "one micro-batch's expert all-to-all behind another's compute): the default "
+        "--pipeline-schedule then includes combined-1f1b.",
         label="ep overlap",
     )
     fp8_recipe: str = switch(

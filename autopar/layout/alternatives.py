@@ -84,6 +84,8 @@ class Alternatives:
     layouts: int | None
     """How many layouts the enumeration scored."""
     time_s: float
+    """What finding them added to the solve (little when the search's own scoring by step time
+    is read: ``autopar.search.alternatives.find_alternatives``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

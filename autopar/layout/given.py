@@ -13,6 +13,7 @@ from autopar.inputs.problem import AXIS_MAXIMA
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Layout
 from autopar.layout.rules import sequence_parallel_on
+from autopar.layout.schedule_rules import SEARCH_FAMILY
 from autopar.layout.space import build_space, derive
 from autopar.layout.stages import (
     PIPELINE_PLANS,
@@ -62,7 +63,8 @@ def layout_of(problem: Problem, *, pipeline_plan: str = "uniform", **values: Any
         **{AXIS[a].layout_attr: derived[a] for a in PRODUCTS},
         sequence_parallel=bool(sequence_parallel_on(problem, chosen["tp"])),
     )
-    skip = ("pins and limits", *(("layers vs PP",) if pipeline_plan == "per-stage" else ()))
+    per_stage = ("layers vs PP",) if pipeline_plan == "per-stage" else ()
+    skip = ("pins and limits", SEARCH_FAMILY, *per_stage)
     broken = space.broken_rule(layout.grid_row(), skip=skip)
     if broken is not None:
         family, _, rule = broken.partition(": ")

@@ -121,6 +121,9 @@ class Estimate:
     time_s: dict[str, float]
     """``compute``, ``bubble``, ``tp_comm``, ``pp_comm``, ``dp_comm``, ``cp_comm``, ``ep_comm``,
     ``optimizer`` (and ``other`` if a cost model adds one)."""
+    bubble_fraction: float = 0.0
+    """Share of the pipeline part of the step (the micro-batch terms as the layout's schedule
+    runs them) that is bubble."""
     inputs: dict[str, Any] | None = None
     """The assumptions behind the estimate (``autopar.inputs.echo``), echoed in every output."""
     choices: dict[str, str] = field(default_factory=dict)
@@ -162,6 +165,7 @@ class Estimate:
             "memory_bytes": dict(self.memory_bytes),
             "capacity_bytes": self.capacity_bytes,
             "time_s": dict(self.time_s),
+            "bubble_fraction": self.bubble_fraction,
             "layout": self.layout.to_dict(),
             "choices": dict(self.choices),
             **({"error_band": dict(self.error_band)} if self.error_band is not None else {}),

@@ -12,38 +12,15 @@ model states them as tables of the allowed factorisations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 
 from autopar.base.axes import RECOMPUTE_MODES
 from autopar.inputs.specs import Problem
+from autopar.layout.rule import Grid, Rule, RuleKind
+from autopar.layout.schedule_rules import schedule_rules
 from autopar.layout.split import split_ok
 
-Grid = Mapping[str, np.ndarray]
-RuleKind = Literal["framework", "default", "user"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Rule:
-    family: str
-    """Rule family reported when explaining infeasibility."""
-    text: str
-    """The rule as a user reads it."""
-    axes: tuple[str, ...]
-    check: Callable[[Grid], np.ndarray]
-    """Returns a boolean array: True where the rule holds."""
-    source: str
-    kind: RuleKind = "framework"
-    """``framework``: the framework raises on a layout that breaks it (``source`` cites where);
-    ``default``: an autopar default (advice, or what the cost model assumes), which ``lift``
-    names the flag to lift when there is one; ``user``: the user's pin, limit or option."""
-    lift: str | None = None
-    """The autopar flag that lifts the rule, as the user types it (``--no-tp-within-node``)."""
-    brief: str = ""
-    """The restriction in a few words, for what a proof covers (``text`` when empty)."""
+__all__ = ["Grid", "Rule", "RuleKind", "layout_rules"]
 
 
 def _divides(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
@@ -504,6 +481,7 @@ def layout_rules(problem: Problem) -> tuple[Rule, ...]:
         *_offload_rules(problem),
         *_graph_rules(problem),
         *_schedule_rules(problem),
+        *schedule_rules(problem),
         *_placement_rules(problem),
         *_option_rules(problem),
     )

@@ -38,6 +38,8 @@ import numpy as np
 @functools.lru_cache(maxsize=4096)
 def stage_split(num_layers: int, pp: int, *, mtp_layers: int = 0) -> tuple[int, ...]:
     """Decoder layers of each of the ``pp`` stages (module docstring)."""
+    # numpy integers share the cache key of Python ones: the cached split holds Python ints
+    num_layers, pp, mtp_layers = int(num_layers), int(pp), int(mtp_layers)
     if pp <= 1:
         return (num_layers,)
     if num_layers % pp == 0:
@@ -191,7 +193,7 @@ def split_ok(
     ok = np.array(
         [
             _pair_ok(num_layers, p, v, mtp_layers, ends_only)
-            for p, v in zip(*map(list, pairs), strict=True)
+            for p, v in zip(*(a.tolist() for a in pairs), strict=True)
         ]
     )
     return ok[inverse.ravel()].reshape(pp.shape)

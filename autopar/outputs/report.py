@@ -37,6 +37,7 @@ def estimate_text(estimate: Estimate) -> str:
         f"step time    {estimate.step_time_s:.3f} s{band}   tokens/s {estimate.tokens_per_s:,.0f}"
         f"   ({estimate.tokens_per_s / estimate.layout.num_gpus:,.0f} per GPU)",
         f"utilisation  MFU {estimate.mfu:.1%}   HFU {estimate.hfu:.1%}",
+        *_schedule_lines(estimate),
         *goodput_lines(estimate),
         "",
         f"memory per GPU (most loaded rank)        {'fits' if estimate.fits else 'DOES NOT FIT'}",
@@ -59,6 +60,20 @@ def estimate_text(estimate: Estimate) -> str:
     if estimate.per_stage is not None:
         lines += ["", stages_text(estimate.per_stage, step_time_s=estimate.step_time_s)]
     return "\n".join(lines)
+
+
+def schedule_name(layout) -> str:
+    """The layout's pipeline schedule as the report names it (``1f1b`` with virtual stages is
+    interleaved 1F1B)."""
+    name = layout.pipeline_schedule
+    return f"interleaved {name}" if name == "1f1b" and layout.vpp > 1 else name
+
+
+def _schedule_lines(estimate: Estimate) -> list[str]:
+    if estimate.layout.pp == 1 and estimate.layout.pipeline_schedule == "1f1b":
+        return []
+    share = estimate.bubble_fraction
+    return [f"pipeline     {schedule_name(estimate.layout)}, bubble {share:.1%} of the pipeline"]
 
 
 def _bytes_text(value: float) -> str:

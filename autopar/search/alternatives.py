@@ -25,11 +25,15 @@ from autopar.layout.space import Space
 from autopar.search.solver import solve_space
 
 
-def _scores(space: Space, ctx: TermContext, cm: CostModel, deadline: float) -> Scores | None:
-    """Every layout of ``space`` scored, each axis value's best kept; None when the deadline
-    ends it first."""
+def _scores(
+    space: Space, ctx: TermContext, cm: CostModel, deadline: float, scored: Scores | None = None
+) -> Scores | None:
+    """Every layout of ``space`` scored, each axis value's best kept (``scored``, when the
+    search already scored them so); None when the deadline ends it first."""
     if time.perf_counter() >= deadline:
         return None
+    if scored is not None and scored.complete and scored.by_axis:
+        return scored
     scores = score_space(space, ctx, cm, by_axis=True, deadline=deadline)
     return scores if scores.complete else None
 
@@ -110,11 +114,14 @@ def find_alternatives(
     *,
     deadline: float,
     num_workers: int | None = None,
+    scores: Scores | None = None,
 ) -> Alternatives:
     """For each axis of ``space`` with more than one value, the fastest fitting layout whose
-    value of that axis differs from ``chosen``'s (module docstring: how, and at what cost)."""
+    value of that axis differs from ``chosen``'s (module docstring: how, and at what cost).
+    ``scores``: the search's own scoring of ``space`` by step time with ``by_axis``
+    (``autopar.search.solver.solve_scored``), read instead of scoring it again."""
     start = time.perf_counter()
-    scores = _scores(space, ctx, cost_model, deadline)
+    scores = _scores(space, ctx, cost_model, deadline, scores)
     if scores is not None:
         items = _by_enumeration(scores, space, ctx, cost_model, chosen)
         method, count = "enumeration", scores.layouts

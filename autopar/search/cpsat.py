@@ -24,7 +24,15 @@ from ortools.sat.python import cp_model
 
 from autopar.base.axes import GRID_AXES
 from autopar.base.deadline import check_deadline
-from autopar.costs.terms import CostModel, CostTerm, TermContext
+from autopar.costs.terms import (
+    CostModel,
+    CostTerm,
+    Phases,
+    TermContext,
+    slot_phases,
+    term_phases,
+    weighted,
+)
 from autopar.layout.space import Space
 
 SEED = 20240607
@@ -211,6 +219,31 @@ def _term_part(term, ctx: TermContext, times=None) -> _Part:
     )
 
 
+def _slotted_part(term, ctx: TermContext, slots, reference: Phases) -> _Part:
+    """``term`` weighted by the slots of its phases (``autopar.costs.terms.weighted``), the
+    slots taken at the ``reference`` phase times: a lower bound of the layout's own, equal to it
+    wherever the schedule's longest path is the reference's (``schedule_slots``)."""
+
+    def values(g: dict[str, np.ndarray]) -> np.ndarray:
+        size = len(next(iter(g.values()))) if g else 1
+        at = Phases(*(np.full(size, float(x)) for x in reference))
+        return weighted(slot_phases(slots, g, ctx, at), term_phases(term, g, ctx, size))
+
+    return _Part(f"{slots.name}*{term.name}", (*term.depends_on, *slots.depends_on), values)
+
+
+def reference_phases(grids: _Grids, terms, ctx: TermContext) -> Phases:
+    """The phase times the solver takes the schedules' slots at: the sum over the micro-batch
+    terms of each one's median over its own rows (``_slotted_part``)."""
+    parts = []
+    for term in terms:
+        grid = grids.grid(tuple(term.depends_on))
+        size = len(next(iter(grid.values()))) if grid else 1
+        phases = term_phases(term, grid, ctx, size)
+        parts.append([float(np.median(x)) if size else 0.0 for x in phases])
+    return Phases(*(float(sum(p[i] for p in parts)) for i in range(4)))
+
+
 def _scaled(part: _Part, factor: CostTerm, ctx: TermContext) -> _Part:
     """``factor * part`` over the union of their axes."""
     return _Part(
@@ -267,6 +300,36 @@ def layout_model(space: Space, *, deadline: float | None = None) -> tuple[cp_mod
     vm = VarMap(axes={}, objective=0, memory_kib=0, capacity_kib=0, deadline=deadline)
     _add_layout(model, space, vm, explain=False)
     return model, vm
+
+
+FOLDED: tuple[str, ...] = ("schedule",)
+"""Axes the single fused table keeps only the best value of, per value of its other axes: the
+pipeline schedule changes the slots and the memory of a layout but no rule or table outside
+this one, so for each outer layout only its fastest fitting schedule can be optimal (by the
+objective; ``autopar.search.solver`` re-ranks a layout's schedules by their simulation). The
+table shrinks by the schedules' count (Llama-3 70B on torchtitan: 16,649 rows to 6,311)."""
+
+
+def _fold(
+    g: dict[str, np.ndarray], values: np.ndarray, folded: list[str], keys: tuple[str, ...]
+) -> np.ndarray:
+    """``values`` with every row but the least of its group (same values of ``keys`` other
+    than ``folded``; ties to the smallest folded value) set to ``inf`` (``FOLDED``)."""
+    others = [a for a in keys if a not in folded]
+    if not folded or not len(values):
+        return values
+    columns = [np.asarray(g[a]) for a in (*reversed(folded), *reversed(others))]
+    order = np.lexsort([*columns[: len(folded)], values, *columns[len(folded) :]])
+    group = np.column_stack([np.asarray(g[a]) for a in others]) if others else None
+    first = np.ones(len(order), dtype=bool)
+    if group is not None:
+        sorted_group = group[order]
+        first[1:] = np.any(sorted_group[1:] != sorted_group[:-1], axis=1)
+    else:
+        first[1:] = False
+    keep = np.zeros(len(values), dtype=bool)
+    keep[order[first]] = True
+    return np.where(keep, values, np.inf)
 
 
 def _add_layout(model: cp_model.CpModel, space: Space, vm: VarMap, *, explain: bool) -> None:
@@ -343,13 +406,16 @@ def _add_cost(
     small, the capacity becomes a row filter of that single table ("resource terms become
     allowed-row tables", DESIGN §3); returns whether it did.
     """
+    grids = _Grids(space, vm.deadline)
     time_parts = [_term_part(t, ctx) for t in cost_model.step_terms]
-    time_parts += [_term_part(t, ctx, cost_model.slots) for t in cost_model.microbatch_terms]
+    reference = reference_phases(grids, cost_model.microbatch_terms, ctx)
+    time_parts += [
+        _slotted_part(t, ctx, cost_model.slots, reference) for t in cost_model.microbatch_terms
+    ]
     memory_parts = [_term_part(t, ctx) for t in cost_model.static_memory_terms]
     memory_parts += [
         _term_part(t, ctx, cost_model.in_flight) for t in cost_model.microbatch_memory_terms
     ]
-    grids = _Grids(space, vm.deadline)
     times = _merge(grids, _fold_constants(grids, time_parts), max_rows=MERGE_MAX_ROWS)
     if time_factor is not None:
         times = [_scaled(part, time_factor, ctx) for part in times]
@@ -359,11 +425,13 @@ def _add_cost(
         if grids.rows(axes) <= max(MERGE_MAX_ROWS, grids.rows(times[0].axes)):
             capacity_bytes = vm.capacity_kib * BYTES_PER_KIB
             time_of, memory_of = times[0].values_of, memories[0].values_of
-            fused = _Part(
-                "step_time_within_memory",
-                axes,
-                lambda g: np.where(memory_of(g) <= capacity_bytes, time_of(g), np.inf),
-            )
+            folded = [a for a in FOLDED if a in space.key_axes(axes)]
+
+            def within(g: dict[str, np.ndarray]) -> np.ndarray:
+                values = np.where(memory_of(g) <= capacity_bytes, time_of(g), np.inf)
+                return _fold(g, values, folded, space.key_axes(axes))
+
+            fused = _Part("step_time_within_memory", axes, within)
             vm.objective = _table(
                 model, grids, vm, part=fused, scale=US_PER_S, ceil=False, hint=True
             )

@@ -37,12 +37,14 @@ from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.bridge_model import model_details
 from autopar.outputs.emit.common import (
+    MEGATRON_SCHEDULES,
     check_graphs_and_offload,
     checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
     refuse,
+    refuse_schedule,
     selective_modules,
     split_of,
     unsupported_layers,
@@ -123,6 +125,8 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
 
 
 def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, Any]:
+    if lay.pipeline_schedule not in MEGATRON_SCHEDULES:
+        raise refuse_schedule("megatron-bridge", lay, "megatron")
     fields: dict[str, Any] = {
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,
@@ -205,7 +209,9 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
     if lay.vpp > 1:
         overlap["overlap_p2p_comm"] = stack.pp_comm_overlap
     if model.is_moe and lay.ep > 1:
-        overlap["overlap_moe_expert_parallel_comm"] = stack.ep_comm_overlap
+        combined = lay.pipeline_schedule == "combined-1f1b"  # Megatron's combined 1F1B
+        overlap["overlap_moe_expert_parallel_comm"] = combined
+        overlap["delay_wgrad_compute"] = combined
     fields: dict[str, Any] = {
         "hidden_dropout": 0.1 if stack.dropout else 0.0,
         "attention_dropout": 0.1 if stack.dropout else 0.0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autopar.base.errors import InputError
+from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Estimate, Layout
@@ -54,6 +55,30 @@ def refuse_stage_plan(fmt: str) -> InputError:
         "use --format megatron, json or table, or --pipeline-plan uniform",
         source=f"--format {fmt}",
         field="pipeline plan",
+    )
+
+
+MEGATRON_SCHEDULES: frozenset[str] = frozenset(dict(FRAMEWORK_SCHEDULES["megatron"]))
+SCHEDULE_FORMATS: dict[str, str] = {
+    "megatron": "megatron or megatron-bridge",
+    "torchtitan": "torchtitan",
+    "deepspeed": "deepspeed",
+}
+
+
+def schedule_formats(schedule: str) -> str:
+    """The ``--format`` values that run ``schedule`` (``FRAMEWORK_SCHEDULES``)."""
+    ships = [f for f, names in FRAMEWORK_SCHEDULES.items() if schedule in dict(names)]
+    return " or ".join(SCHEDULE_FORMATS[f] for f in ships)
+
+
+def refuse_schedule(fmt: str, lay: Layout, framework: str) -> InputError:
+    """The refusal of a schedule the format's framework does not ship."""
+    offered = ", ".join(dict(FRAMEWORK_SCHEDULES[framework]))
+    return refuse(
+        fmt,
+        f"the {lay.pipeline_schedule} pipeline schedule ({framework} runs {offered})",
+        f"use --format {schedule_formats(lay.pipeline_schedule)}",
     )
 
 

@@ -24,12 +24,15 @@ from autopar.outputs.emit.common import (
     layout_of,
     refuse,
     refuse_megatron_only,
+    refuse_schedule,
 )
 
 DEEPSPEED_TARGET = "DeepSpeed 0.19.8"
 
 
 def _check(lay: Layout) -> None:
+    if lay.pipeline_schedule != "1f1b":  # engine.py L501 builds only schedule.TrainSchedule
+        raise refuse_schedule("deepspeed", lay, "deepspeed")
     cannot = [
         (lay.vpp > 1, f"an interleaved pipeline (vpp={lay.vpp}): DeepSpeed's pipe engine is 1F1B"),
         (lay.ep > 1, f"expert parallelism (ep={lay.ep})"),

@@ -17,12 +17,14 @@ from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
 from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
 from autopar.outputs.emit.common import (
+    MEGATRON_SCHEDULES,
     check_graphs_and_offload,
     checkpoint_interval_of,
     dispatcher_of,
     ffn_pattern,
     layout_of,
     refuse,
+    refuse_schedule,
     selective_modules,
     split_of,
     stage_plan_of,
@@ -304,7 +306,14 @@ def _pipeline(model: ModelSpec, lay: Layout) -> list[Flag]:
     interleaving as layers per virtual stage when even, else as virtual stages per rank
     (arguments.py:954-956 asks for it with uneven splits; the layout sets it itself,
     arguments.py:941-949)."""
+    if lay.pipeline_schedule not in MEGATRON_SCHEDULES:
+        raise refuse_schedule("megatron", lay, "megatron")
     flags: list[Flag] = [("--pipeline-model-parallel-size", str(lay.pp))]
+    if lay.pipeline_schedule == "combined-1f1b":
+        # the combined 1F1B (schedules.py L1485); its wgrad delay (model_parallel_config.py
+        # L348) needs it (transformer_config.py L3074-3077) and overlaps the wgrad with the
+        # other micro-batch's all-to-all
+        flags += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
     if lay.pp == 1:
         return flags
     split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
@@ -430,8 +439,7 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
         flags.append(("--tp-comm-overlap", None))
     if lay.vpp > 1 and not stack.pp_comm_overlap and lay.pp > 2:
         flags.append(("--no-overlap-p2p-communication", None))  # Megatron overlaps by default
-    if stack.ep_comm_overlap and model.is_moe and lay.ep > 1:
-        flags.append(("--overlap-moe-expert-parallel-comm", None))
+    # --overlap-moe-expert-parallel-comm comes with the combined 1F1B schedule (_pipeline)
     if stack.moe_fused_mlp and model.is_moe:  # transformer_config.py L525
         flags.append(("--use-transformer-engine-op-fuser", None))
     if stack.cross_entropy_fusion:

@@ -29,9 +29,21 @@ from autopar.outputs.emit.common import (
     layout_of,
     refuse,
     refuse_megatron_only,
+    refuse_schedule,
     virtual_stage_layers,
 )
 
+TORCHTITAN_SCHEDULES: dict[str, str] = {
+    "1f1b": "1F1B",
+    "zb-h1": "InterleavedZeroBubble",
+    "zb-v": "ZBVZeroBubble",
+    "dualpipe-v": "DualPipeV",
+    "gpipe": "GPipe",
+    "looped-bfs": "LoopedBFS",
+}
+"""``parallelism.pipeline_parallel_schedule`` of each autopar schedule (the names torch's
+``get_schedule_class`` maps, schedules.py L3878-3904; ``1f1b`` is ``Interleaved1F1B`` with
+virtual stages)."""
 TORCHTITAN_TARGET = "torchtitan 0.3.0"
 TORCHTITAN_02_TARGET = "torchtitan 0.2.2"
 
@@ -216,8 +228,13 @@ def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
             f"the uneven split {sizes} (only the first and last virtual stage may be shorter)",
             "use --format megatron",
         )
+    name = TORCHTITAN_SCHEDULES.get(lay.pipeline_schedule)
+    if name is None:
+        raise refuse_schedule(fmt, lay, "torchtitan")
+    if name == "1F1B" and lay.vpp > 1:
+        name = "Interleaved1F1B"
     return {
-        "pipeline_parallel_schedule": "Interleaved1F1B" if lay.vpp > 1 else "1F1B",
+        "pipeline_parallel_schedule": name,
         "pipeline_parallel_microbatch_size": lay.mbs,
         "pipeline_parallel_layers_per_stage": per_stage,
         "pipeline_parallel_first_stage_less_layers": per_stage - sizes[0],

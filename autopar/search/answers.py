@@ -1,0 +1,40 @@
+"""What a search of the uniform space answers with, shared by scoring (``autopar.search.solver``)
+and CP-SAT's proof (``autopar.search.prove``): the goal, the layouts of grid rows, and the
+result when no layout is found."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from autopar.costs.terms import CostTerm
+from autopar.layout.plan import Layout
+from autopar.layout.results import Proof, SolveResult
+
+
+def layouts_from_rows(rows: list[dict[str, int]]) -> list[Layout]:
+    return [Layout.from_grid_row(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """What the search minimises: the step time, or with ``time_factor`` the step time times it
+    (the expected time per useful step, ``autopar.costs.goodput``); with ``upper_bound_s``, only
+    layouts whose objective is at most that."""
+
+    time_factor: CostTerm | None = None
+    upper_bound_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return "step-time" if self.time_factor is None else "goodput"
+
+
+def no_solution(status: str, start: float, workers: int, proof: Proof | None) -> SolveResult:
+    return SolveResult(
+        status=status,
+        solve_time_s=time.perf_counter() - start,
+        layouts=(),
+        num_workers=workers,
+        proof=proof,
+    )
