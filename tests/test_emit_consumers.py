@@ -462,7 +462,9 @@ def test_megatron_and_bridge_take_the_combined_1f1b():
     overrides = emit.bridge_overrides(lay, problem)
     consumers.bridge_check(overrides)
     assert overrides["comm_overlap"]["overlap_moe_expert_parallel_comm"] is True
-    dense = autopar.make_problem(model="llama-8b", gpus=64, seq_len=4096, global_batch=128)
+    # Llama-3.1: torchtitan's llama3_8b config is Llama-3.1's (RoPE scaled x8); Llama-3 8B is
+    # refused for that before the schedule is looked at
+    dense = autopar.make_problem(model="llama-3.1-8b", gpus=64, seq_len=4096, global_batch=128)
     plain = Layout(tp=1, pp=2, dp=32, grad_accum=4, pipeline_schedule="combined-1f1b")
     for refused in (emit.torchtitan_args, emit.deepspeed_json):
         with pytest.raises(InputError, match="combined-1f1b pipeline schedule"):
