@@ -84,12 +84,12 @@ FUSED_LOSS_FORWARD_BYTES_PER_LOGIT = 4.0
 
 def mlp_up_width(model: ModelSpec, ffn: int) -> int:
     """Output width of the first MLP GEMM: gate and up for SwiGLU."""
-    return (2 if model.mlp_kind == "swiglu" else 1) * ffn
+    return (2 if model.gated_mlp else 1) * ffn
 
 
 def mlp_activation_bytes(model: ModelSpec, ffn_elements: np.ndarray) -> np.ndarray:
     """Forward elementwise bytes of the activation function over ``ffn_elements`` outputs."""
-    reads = 2.0 if model.mlp_kind == "swiglu" else 1.0
+    reads = 2.0 if model.gated_mlp else 1.0
     return BYTES_BF16 * (reads + 1.0) * ffn_elements
 
 

@@ -59,7 +59,7 @@ def attention_params(model: ModelSpec) -> int:
 def mlp_params(model: ModelSpec, ffn: int) -> int:
     """One MLP of inner size ``ffn`` (2 or 3 matrices) with its biases (no norm)."""
     h = model.hidden_size
-    up = (2 if model.mlp_kind == "swiglu" else 1) * ffn
+    up = (2 if model.gated_mlp else 1) * ffn
     biases = (up + h) if model.linear_bias else 0
     return h * up + ffn * h + biases
 

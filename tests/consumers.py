@@ -1,19 +1,18 @@
-"""The emitted configs as their consumers read them: real classes where they install on a CPU-only
-Python 3.11 machine, vendored field lists (``tests/data/consumers/``, made by ``vendor.py``
-there) where they do not.
+"""The emitted configs as their consumers read them, at the consumers' current releases (dev
+extras, Python 3.12), with vendored field lists (``tests/data/consumers/``) only where a release
+cannot be installed beside the current one.
 
-- Megatron-LM ``pretrain_gpt.py``: its parser's flags, arities and choices (vendored, main
-  d98e8a6), then megatron-core's own ``TransformerConfig`` (PyPI 0.16.1) built from the flags the
-  way ``core_transformer_config_from_args`` does (``megatron/training/arguments.py``), so its
-  ``__post_init__`` checks run.
-- Megatron-Bridge: ``model.*`` through megatron-core's ``TransformerConfig``, ``ddp.*`` through
-  ``DistributedDataParallelConfig``, ``optimizer.*`` / ``dataset.*`` against megatron-core's
-  ``OptimizerConfig`` / ``GPTDatasetConfig`` fields, the rest against the vendored field lists.
-- torchtitan 0.3.0: ``ParallelismConfig`` / ``TrainingConfig`` (``__post_init__``), its pipeline
-  stage arithmetic (``_get_pipeline_metadata``, ``_generate_llm_fqn_per_model_part``) and, for a
-  few, its own ``ConfigManager``. torchtitan 0.2.2: vendored fields and the same arithmetic (the
-  function is unchanged between the two releases except for the output module's name).
-- DeepSpeed: ``DeepSpeedConfig``.
+- Megatron-LM ``pretrain_gpt.py``: ``megatron_lm_config`` runs Megatron-LM's own ``parse_args``,
+  ``validate_args`` and ``core_transformer_config_from_args`` (shipped in the megatron-core
+  0.19.2 wheel); ``megatron_parse`` / ``megatron_transformer_config`` check flags against the
+  vendored flag list of Megatron-LM main d98e8a6 and build megatron-core's ``TransformerConfig``.
+- Megatron-Bridge 0.6.2: itself, once per session, in ``tests/bridge_probe.py``; elsewhere
+  ``bridge_check``: ``model.*`` through megatron-core's ``TransformerConfig`` and the other
+  sections against the fields of Bridge's classes read from its installed source.
+- torchtitan 0.3.0: ``ParallelismConfig`` / ``TrainingConfig`` (``__post_init__``), its device
+  mesh (``ParallelDims.build_mesh`` on a fake process group), its pipeline stage arithmetic and
+  its ``ConfigManager``. torchtitan 0.2.2: vendored fields and the same arithmetic.
+- DeepSpeed 0.19.8: ``DeepSpeedConfig`` and its pipeline topology class.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,57 @@ def megatron_transformer_config(line: str):
     return transformer_config(**kwargs)
 
 
+def megatron_lm_config(line: str, world_size: int):
+    """Megatron-LM's own path from ``pretrain_gpt.py`` arguments to the model config, as the
+    megatron-core 0.19.2 wheel ships it (``megatron/training/arguments.py``): ``parse_args``,
+    ``validate_args`` (with ``WORLD_SIZE``), ``core_transformer_config_from_args``. Returns
+    ``(args, TransformerConfig)``. Run as on a Hopper machine with Transformer Engine: the device
+    probe answers 9 (compute capability 9.0), TE version probes "recent enough", the fused-RoPE
+    kernel exists (the checks that need CUDA; no model is built)."""
+    import contextlib
+    import io
+    import os
+    import sys
+
+    import torch
+    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.transformer import transformer_config as module
+    from megatron.training import arguments
+
+    saved = (
+        sys.argv,
+        dict(os.environ),
+        module.is_te_min_version,
+        rope_utils.fused_apply_rotary_pos_emb,
+        arguments.get_device_arch_version,
+        torch.cuda.is_available,
+        torch.cuda.get_device_capability,
+    )
+    sys.argv = ["pretrain_gpt.py", *shlex.split(line)]
+    os.environ.update(
+        WORLD_SIZE=str(world_size), RANK="0", LOCAL_RANK="0", CUDA_DEVICE_MAX_CONNECTIONS="1"
+    )
+    module.is_te_min_version = lambda *a, **k: True
+    rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
+    arguments.get_device_arch_version = lambda: 9
+    torch.cuda.is_available = lambda: True
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # validate_args prints every argument
+            args = arguments.parse_args()
+            arguments.validate_args(args)
+            return args, arguments.core_transformer_config_from_args(args)
+    finally:
+        sys.argv = saved[0]
+        os.environ.clear()
+        os.environ.update(saved[1])
+        module.is_te_min_version = saved[2]
+        rope_utils.fused_apply_rotary_pos_emb = saved[3]
+        arguments.get_device_arch_version = saved[4]
+        torch.cuda.is_available = saved[5]
+        torch.cuda.get_device_capability = saved[6]
+
+
 def megatron_chunk_layers(config) -> list[int]:
     """Decoder layers of every virtual stage (virtual-stage order) of a megatron-core
     ``TransformerConfig``, by megatron-core's own code: ``get_num_layers_to_build`` for its split
@@ -164,35 +215,73 @@ def transformer_config(**kwargs: Any):
     original = module.is_te_min_version
     module.is_te_min_version = lambda *a, **k: True
     cls = module.MLATransformerConfig if kwargs.get("multi_latent_attention") else None
+    cls = cls or module.TransformerConfig
+    # GPTModel's own arguments (rotary_base, rope scaling) are not TransformerConfig fields:
+    # pretrain_gpt.py passes them to GPTModel; the tests check them on the parsed flags
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
-        return (cls or module.TransformerConfig)(**kwargs)
+        return cls(**kwargs)
     finally:
         module.is_te_min_version = original
 
 
+@functools.cache
+def bridge_source_fields() -> dict[str, set[str]]:
+    """Field names of Megatron-Bridge 0.6.2's own config classes, read from the installed
+    package's source with ``ast`` (importing Bridge costs ~20 CPU-s; ``tests/test_bridge.py``
+    runs Bridge itself once per session): each class's own annotated fields, and the keys of
+    ``ACTIVATION_FUNC_MAP`` and the registered mixed-precision recipes."""
+    import ast
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("megatron.bridge").submodule_search_locations[0])
+    wanted = {
+        "models/gpt_provider.py": ("GPTModelProvider",),
+        "training/config.py": ("ConfigContainer", "GPTDatasetConfig", "TrainingConfig",
+                               "CheckpointConfig"),
+        "training/comm_overlap.py": ("CommOverlapConfig",),
+    }  # fmt: skip
+    out: dict[str, set[str]] = {}
+    for path, classes in wanted.items():
+        tree = ast.parse((root / path).read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                out[node.name] = {
+                    item.target.id
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                }
+    activations = (root / "utils/activation_map.py").read_text(encoding="utf-8")
+    out["activations"] = set(re.findall(r'^\s+"([a-z_0-9]+)":', activations, re.M))
+    recipes = (root / "training/mixed_precision.py").read_text(encoding="utf-8")
+    out["mixed_precision"] = set(re.findall(r"@register\s+def (\w+)\(", recipes))
+    return out
+
+
 def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
-    """Megatron-Bridge overrides, section by section, against the classes that hold them."""
+    """Megatron-Bridge 0.6.2 overrides, section by section, against the classes that hold them:
+    ``model.*`` through megatron-core's ``TransformerConfig`` (its ``__post_init__`` checks) plus
+    ``GPTModelProvider``'s own fields, ``ddp.*`` through ``DistributedDataParallelConfig``, the
+    rest against Bridge's class fields (``bridge_source_fields``)."""
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig
-
-    bridge = vendored("megatron-bridge-0.3.1-config.json")
-    container = set(bridge["classes"]["ConfigContainer"])
-    assert set(overrides) <= container, set(overrides) - container
-    model = dict(overrides["model"])
     from megatron.core.transformer.transformer_config import MLATransformerConfig
 
+    bridge = bridge_source_fields()
+    assert set(overrides) <= bridge["ConfigContainer"], set(overrides) - bridge["ConfigContainer"]
+    model = dict(overrides["model"])
     core = {f.name for f in dataclasses.fields(MLATransformerConfig)}
-    provider_only = set(bridge["gpt_model_provider_own_fields"]) - core
+    provider_only = bridge["GPTModelProvider"] - core
     extra = {k: model.pop(k) for k in list(model) if k in provider_only}
-    assert set(extra) <= {
-        "seq_length",
-        "vocab_size",
-        "share_embeddings_and_output_weights",
-        "position_embedding_type",
-    }
-    # what the mixed-precision recipe sets on the model (training/mixed_precision.py bf16_mixed,
-    # bf16_with_fp8_delayed_scaling_mixed), as ConfigContainer.validate -> setup() does
+    unknown = set(model) - core - {"activation_func"}
+    assert not unknown, unknown
+    if "activation_func" in model:
+        assert model["activation_func"] in bridge["activations"], model["activation_func"]
+        import torch.nn.functional as F  # the callable Bridge resolves the name to, for the checks
+
+        model["activation_func"] = F.silu
     import torch
 
     recipe = overrides["mixed_precision"][""]
@@ -212,18 +301,26 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
         from megatron.core.transformer.enums import AttnBackend
 
         model["attention_backend"] = AttnBackend[model["attention_backend"]]
+    model.pop("pipeline_model_parallel_layout", None)  # null: the split flags decide
     transformer_config(**model)  # MLATransformerConfig when multi_latent_attention
+    assert set(extra) >= {"seq_length", "vocab_size"}, extra  # GPTModelProvider's own
     DistributedDataParallelConfig(**overrides["ddp"])
-    for section, cls in (("optimizer", OptimizerConfig), ("dataset", GPTDatasetConfig)):
-        names = {f.name for f in dataclasses.fields(cls)}
-        assert set(overrides.get(section, {})) <= names, (section, overrides[section])
-    for section, cls in (
-        ("train", "TrainingConfig"),
-        ("checkpoint", "CheckpointConfig"),
-        ("comm_overlap", "CommOverlapConfig"),
-    ):
-        assert set(overrides.get(section, {})) <= set(bridge["classes"][cls]), section
-    assert overrides["mixed_precision"][""] in bridge["mixed_precision_recipes"]
+    names = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    assert set(overrides.get("optimizer", {})) <= names, overrides["optimizer"]
+    dataset = bridge["GPTDatasetConfig"] | {f.name for f in dataclasses.fields(GPTDatasetConfig)}
+    assert set(overrides.get("dataset", {})) <= dataset, overrides["dataset"]
+    assert "seq_length" in overrides["dataset"]  # 0.6 re-syncs the model from it
+    for section, cls in (("train", "TrainingConfig"), ("checkpoint", "CheckpointConfig")):
+        from megatron.training import config as training_config
+
+        inherited = {f.name for f in dataclasses.fields(getattr(training_config, cls))}
+        assert set(overrides.get(section, {})) <= bridge[cls] | inherited, section
+    overlap = overrides["comm_overlap"]
+    assert overlap == {"": None} or (
+        overlap["_target_"].endswith(".CommOverlapConfig")
+        and set(overlap) - {"_target_"} <= bridge["CommOverlapConfig"]
+    ), overlap
+    assert recipe in bridge["mixed_precision"], recipe
 
 
 def torchtitan_stage_layers(num_layers: int, parallelism: dict[str, Any]) -> list[int]:
@@ -245,6 +342,25 @@ def torchtitan_stage_layers(num_layers: int, parallelism: dict[str, Any]) -> lis
     return [sum(name.startswith("layers.") for name in part) for part in parts]
 
 
+def torchtitan_mesh(parallelism: dict[str, Any], world_size: int) -> None:
+    """torchtitan 0.3's own ``ParallelDims.build_mesh`` for the emitted parallelism, on a fake
+    process group of ``world_size`` ranks (no GPU): raises where the device mesh cannot be built
+    (a zero-sized expert mesh, a world the degrees do not cover)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torchtitan.config.configs import ParallelismConfig
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    try:
+        config = ParallelismConfig(**parallelism)
+        ParallelDims.from_config(config, world_size).build_mesh()
+    finally:
+        dist.destroy_process_group()
+
+
 def torchtitan_parse(args: list[str]):
     """torchtitan 0.3's own ``ConfigManager`` on the emitted arguments."""
     from torchtitan.config.manager import ConfigManager
@@ -264,15 +380,19 @@ def _leaves(tree: Any, path: str = ""):
         yield path, tree
 
 
-def torchtitan_architecture(model) -> dict[str, int]:
+def torchtitan_architecture(model) -> dict[str, Any]:
     """A torchtitan 0.3 decoder config (``model_spec.model``) in autopar's ``ModelSpec`` terms
     (the names of ``autopar.outputs.emit.torchtitan.ARCH_FIELDS``): its layer list, attention and
     MoE sub-configs as torchtitan builds them."""
-    found: dict[str, set[int]] = {}
+    found: dict[str, set[Any]] = {}
     for path, value in _leaves(model.to_dict()):
-        if path.startswith(".mtp_layers") or not isinstance(value, int):
+        if path.startswith(".mtp_layers"):
             continue
         name = path.rsplit(".", 1)[-1]
+        if ".rope." in path and name in ("theta", "scaling", "rope_factor", "scaling_factor"):
+            found.setdefault(f"rope_{name}", set()).add(value)
+        if not isinstance(value, int):
+            continue
         if name == "hidden_dim" and "experts" in path:
             name = "expert_hidden_dim"
         found.setdefault(name, set()).add(value)
@@ -294,7 +414,24 @@ def torchtitan_architecture(model) -> dict[str, int]:
         "experts_per_token": one("top_k") if experts else 0,
         "moe_ffn_hidden_size": one("expert_hidden_dim") if experts else 0,
         "num_mtp_layers": len(getattr(model, "mtp_layers", None) or []),
+        **_torchtitan_rope(one),
     }
+
+
+# torchtitan RoPEConfig.scaling -> autopar RopeSpec.scaling, and the field holding its factor
+_TT_SCALING = {
+    "none": ("none", None),
+    "llama": ("llama3", "scaling_factor"),
+    "yarn": ("yarn", "rope_factor"),
+}
+
+
+def _torchtitan_rope(one) -> dict[str, Any]:
+    """The RoPE of every layer of a torchtitan model (``RoPE.Config``): base, scaling kind, and
+    the factor that kind reads (``scaling_factor`` for Llama-3.1's, ``rope_factor`` for YaRN)."""
+    scaling, factor_field = _TT_SCALING[one("rope_scaling")]
+    factor = float(one(f"rope_{factor_field}")) if factor_field else 1.0
+    return {"rope_theta": float(one("rope_theta")), "rope_scaling": scaling, "rope_factor": factor}
 
 
 def deepspeed_config(config: dict[str, Any], dp: int):

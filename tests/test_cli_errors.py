@@ -325,7 +325,11 @@ def test_infeasible_explanation_in_every_format(runner, fmt) -> None:
     )
     assert result.exit_code == 1, result.output
     assert "GPU count" in result.stdout and "would fit" in result.stdout
-    assert result.stderr.startswith("autopar: infeasible:") and result.stderr.count("\n") == 1
+    *implied, last = result.stderr.splitlines()
+    assert last.startswith("autopar: infeasible:")
+    # a launch format says which framework's rules and stack it implied (one line)
+    assert len(implied) == (fmt in ("torchtitan", "deepspeed"))
+    assert all("(implied by --format" in line for line in implied)
 
 
 def test_sweep_keeps_good_points_and_reports_the_bad_one() -> None:

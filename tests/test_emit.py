@@ -108,7 +108,11 @@ def test_torchtitan_02_interleaved_ddp(dense):
     # with PP, local_batch_size is one DP rank's batch per step, split into micro-batches
     assert config["training"] == {"local_batch_size": 16, "global_batch_size": 64, "seq_len": 4096}
     assert config["activation_checkpoint"]["mode"] == "none"
-    assert config["model"] == {"name": "llama3", "flavor": "70B"}
+    # torchtitan's 70B flavor is Llama-3.1's (RoPE scaled x8): Llama-3 70B is not named
+    assert "model" not in config
+    llama31 = autopar.make_problem(model="llama-3.1-70b", gpus=64, seq_len=4096, global_batch=64)
+    config31 = tomllib.loads(emit.torchtitan_toml(INTERLEAVED_DDP, llama31))
+    assert config31["model"] == {"name": "llama3", "flavor": "70B"}
 
 
 def test_torchtitan_02_fsdp_selective(dense):
@@ -184,10 +188,14 @@ def test_deepspeed_fields(dense):
     assert config["bf16"] == {"enabled": True}
     assert config["tensor_parallel"] == {"autotp_size": 4}
     assert config["pipeline"] == {"activation_checkpoint_interval": 1}  # never "stages"
+    assert config["communication_data_type"] == "fp32"  # as planned, not DeepSpeed's bf16
     assert emit.deepspeed_notes(lay, dense) == (
-        "DeepSpeed 0.19.8 config for llama-3-70b (JSON has no comments).",
+        "DeepSpeed 0.19.8 config for llama-3-70b (JSON has no comments): "
+        "TP 4 x PP 4 x DP 4 = 64 GPUs.",
         "DeepSpeed: the config has no pipeline size; build the model as "
-        "PipelineModule(layers, num_stages=4).",
+        "PipelineModule(layers, topology=PipeModelDataParallelTopology(num_pp=4, num_mp=4, "
+        "num_dp=4)) (the topology sets num_stages: runtime/pipe/module.py, "
+        "runtime/pipe/topology.py).",
     )
 
 
@@ -242,7 +250,7 @@ def test_bf16_gradients_reach_the_framework_configs():
         emit.bridge_overrides(plain, problem)  # the Bridge recipe would reduce in FP32
     fp32 = autopar.make_problem(model="llama-70b", gpus=64, seq_len=4096, global_batch=64)
     assert "--grad-reduce-in-bf16" not in emit.megatron_args(INTERLEAVED, fp32)
-    assert "communication_data_type" not in emit.deepspeed_json(plain, fp32)
+    assert emit.deepspeed_json(plain, fp32)["communication_data_type"] == "fp32"
 
 
 @pytest.mark.parametrize(
@@ -376,10 +384,38 @@ def test_megatron_p2p_overlap_follows_the_stack(dense):
     assert "--tp-comm-overlap" in emit.megatron_args(INTERLEAVED, nemo)
 
 
-def test_fused_expert_mlp_is_megatrons_op_fuser_and_bridge_031_refuses_it():
+def test_torchtitan_refuses_ep_whose_expert_mesh_torchtitan_cannot_build():
+    """mixtral-8x7b on 64 GPUs, DDP, EP 8: torchtitan's expert mesh would be
+    dp_shard*cp*tp // ep = 1 // 8 = 0 ranks (0.2.2 built it and failed at start); both emitters
+    refuse, and torchtitan 0.3's own ParallelDims cannot build that mesh."""
+    problem = autopar.make_problem(
+        model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=64, framework="torchtitan"
+    )
+    ddp = Layout(tp=1, pp=1, dp=64, ep=8, zero=0)
+    for fmt, emitter in (("torchtitan-0.2", emit.torchtitan_config), ("torchtitan", None)):
+        with pytest.raises(InputError, match=f"--format {fmt}.*ep=8.*dp_shard\\*cp\\*tp = 1"):
+            (emitter or emit.torchtitan_args)(ddp, problem)
+    parallelism = dict(
+        data_parallel_replicate_degree=64,
+        data_parallel_shard_degree=1,
+        tensor_parallel_degree=1,
+        pipeline_parallel_degree=1,
+        context_parallel_degree=1,
+        expert_parallel_degree=8,
+    )
+    with pytest.raises(ValueError, match="is 0"):
+        consumers.torchtitan_mesh(parallelism, 64)
+    fsdp = Layout(tp=1, pp=1, dp=64, ep=8, zero=3)  # EP borrows FSDP ranks: accepted and buildable
+    assert emit.torchtitan_config(fsdp, problem)["parallelism"]["data_parallel_shard_degree"] == 64
+    consumers.torchtitan_mesh(
+        parallelism | {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 64}, 64
+    )
+
+
+def test_fused_expert_mlp_is_megatrons_op_fuser_and_bridges_field():
     """``moe_fused_mlp``: Megatron ``--use-transformer-engine-op-fuser`` (transformer_config.py
-    L525; its parser knows it), only for MoE models; Megatron-Bridge 0.3.1's megatron-core has no
-    such field, so its emitter refuses instead of dropping it."""
+    L525; its parser knows it), only for MoE models; Megatron-Bridge 0.6.2 sets the
+    ``TransformerConfig`` field of the same name (megatron-core 0.19.2 has it; 0.3.1 had not)."""
     moe = autopar.make_problem(
         model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256, moe_fused_mlp=True
     )
@@ -387,5 +423,7 @@ def test_fused_expert_mlp_is_megatrons_op_fuser_and_bridge_031_refuses_it():
     assert "--use-transformer-engine-op-fuser" in _args(emit.megatron_args(lay, moe))
     off = autopar.make_problem(model="mixtral-8x7b", gpus=64, seq_len=4096, global_batch=256)
     assert "--use-transformer-engine-op-fuser" not in _args(emit.megatron_args(lay, off))
-    with pytest.raises(InputError, match="fused grouped MLP"):
-        emit.FORMATS["megatron-bridge"].text(lay, moe)
+    model = emit.bridge_overrides(lay, moe)["model"]
+    assert model["use_transformer_engine_op_fuser"] is True
+    consumers.bridge_check(emit.bridge_overrides(lay, moe))
+    assert "use_transformer_engine_op_fuser" not in emit.bridge_overrides(lay, off)["model"]

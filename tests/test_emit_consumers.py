@@ -6,6 +6,7 @@ consumer is checked."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -232,6 +233,8 @@ def _torchtitan(lay: Layout, problem) -> None:
     )
     assert ("--training.disable-cuda-graphs" in args) == (lay.pp > 1 or lay.ep > 1)
     _stages_match(lay, problem, parallelism)
+    mesh = {k: v for k, v in parallelism.items() if k.endswith("_degree")}
+    consumers.torchtitan_mesh(mesh, lay.num_gpus)  # torchtitan builds the device mesh
 
 
 def _torchtitan_02(lay: Layout, problem) -> None:
@@ -252,8 +255,24 @@ def _deepspeed(lay: Layout, problem) -> None:
     assert config.train_batch_size == problem.training.global_batch_sequences
     assert config.zero_optimization_stage == lay.zero
     assert config.pipeline["stages"] == "auto"  # DeepSpeed's default: the size is in code
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[problem.training.grad_precision]
+    assert config.communication_data_type == dtype
     notes = emit.deepspeed_notes(lay, problem)
-    assert any(f"num_stages={lay.pp}" in n for n in notes) == (lay.pp > 1)
+    assert f"TP {lay.tp} x PP {lay.pp} x DP {lay.dp}" in notes[0]
+    topology = [n for n in notes if "PipeModelDataParallelTopology(" in n]
+    assert bool(topology) == (lay.pp > 1)
+    if topology:  # DeepSpeed's own topology class, built from the note's numbers
+        from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+        sizes = dict(re.findall(r"(num_pp|num_mp|num_dp)=(\d+)", topology[0]))
+        topo = PipeModelDataParallelTopology(**{k: int(v) for k, v in sizes.items()})
+        assert (topo.get_dim("pipe"), topo.get_dim("model"), topo.get_dim("data")) == (
+            lay.pp,
+            lay.tp,
+            lay.dp,
+        )
 
 
 CHECKS = {
@@ -269,6 +288,29 @@ def test_every_format_is_checked():
     assert set(CHECKS) == set(emit.EMITTERS)
 
 
+def _mla_yarn_unflagged(model) -> bool:
+    """MLA YaRN whose beta_fast / beta_slow / original length differ from
+    MLATransformerConfig's defaults: Megatron-LM has no flag for them (Kimi-K2's beta_fast 1)."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    if not (model.is_mla and model.rope.scaling == "yarn"):
+        return False
+    defaults = {f.name: f.default for f in dataclasses.fields(MLATransformerConfig)}
+    rope = model.rope
+    ours = (rope.beta_fast, rope.beta_slow, rope.original_max_position_embeddings)
+    theirs = tuple(
+        defaults[k] for k in ("beta_fast", "beta_slow", "original_max_position_embeddings")
+    )
+    return ours != theirs
+
+
+def _expert_mesh_ok(lay: Layout, *, etp: int) -> bool:
+    """torchtitan's expert mesh: efsdp = dp_shard*cp*tp // (etp*ep) must cover the world
+    (0.2.2 distributed/parallel_dims.py:138; 0.3 is checked by building its mesh)."""
+    shard = lay.dp if lay.zero >= 2 else 1
+    return lay.ep == 1 or (shard * lay.cp * lay.tp) % (etp * lay.ep) == 0
+
+
 def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
     stack = problem.training.stack
     if _blackwell_refusal(fmt, lay, problem):
@@ -280,7 +322,7 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
     unwritten = bool(emit.common.unsupported_layers(model))  # sliding, Mamba, sinks
     biased_etp = model.is_moe and model.linear_bias and lay.etp > 1
     if fmt == "megatron":
-        return tp_overlap_without_sp or unwritten or biased_etp
+        return tp_overlap_without_sp or unwritten or biased_etp or _mla_yarn_unflagged(model)
     if fmt == "megatron-bridge":
         return bf16_grads or tp_overlap_without_sp or unwritten or biased_etp
     if fmt.startswith("torchtitan") and bf16_grads:
@@ -297,13 +339,14 @@ def _expected_refusal(fmt: str, lay: Layout, problem) -> bool:
         )
     if fmt == "torchtitan-0.2":
         return bool(
-            lay.zero == 1
+            not _expert_mesh_ok(lay, etp=lay.etp)
+            or lay.zero == 1
             or (lay.etp > 1 and lay.etp != lay.tp)
             or (lay.tp > 1 and not lay.sequence_parallel)
         )
     if fmt == "torchtitan":
         known = emit.torchtitan.torchtitan_model(problem.model)
-        ep_ok = lay.ep == 1 or lay.zero >= 2 or (lay.cp * lay.tp) % lay.ep == 0
+        ep_ok = _expert_mesh_ok(lay, etp=1)
         unknown = known is None or bool(known.refuse_03)
         return unknown or fp8 or lay.zero == 1 or lay.etp > 1 or not ep_ok
     return False
@@ -346,7 +389,7 @@ def test_presets_accepted_or_refused(name):
                 outcomes[fmt, label, precision, stack, extra] = outcome
                 assert outcome == expected, (fmt, label, precision, stack, extra)
     default = [outcomes["megatron", label, "bf16", None, ()] for label in layouts(model)]
-    if not emit.common.unsupported_layers(model):
+    if not emit.common.unsupported_layers(model) and not _mla_yarn_unflagged(model):
         assert default.count("accepted") >= len(default) - 1  # at most the biased-ETP layout
 
 
@@ -419,7 +462,9 @@ def test_megatron_and_bridge_take_the_combined_1f1b():
     overrides = emit.bridge_overrides(lay, problem)
     consumers.bridge_check(overrides)
     assert overrides["comm_overlap"]["overlap_moe_expert_parallel_comm"] is True
-    dense = autopar.make_problem(model="llama-8b", gpus=64, seq_len=4096, global_batch=128)
+    # Llama-3.1: torchtitan's llama3_8b config is Llama-3.1's (RoPE scaled x8); Llama-3 8B is
+    # refused for that before the schedule is looked at
+    dense = autopar.make_problem(model="llama-3.1-8b", gpus=64, seq_len=4096, global_batch=128)
     plain = Layout(tp=1, pp=2, dp=32, grad_accum=4, pipeline_schedule="combined-1f1b")
     for refused in (emit.torchtitan_args, emit.deepspeed_json):
         with pytest.raises(InputError, match="combined-1f1b pipeline schedule"):
@@ -504,8 +549,12 @@ def test_torchtitan_covers_every_flavor_of_a_preset():
                 if arch not in table:  # qwen3 235B-A22B: a flavor, no config function
                     path = Path(registry.__file__).parent / "config_registry.py"
                     assert f'"{flavor}"' not in path.read_text(encoding="utf-8"), flavor
-    # the check above saw a flavor without a function, and the multimodal Kimi-K2.5
-    assert {("qwen3", "235B-A22B"), ("kimi_k2_7", "Kimi-K2.5")} <= set(matched)
+    # The RoPE tells apart what the shapes did not: torchtitan's llama3 flavors are Llama-3.1's
+    # (scaled x8: Llama-3 matches none), its qwen3 235B-A22B has base 5e6 (the 2507 release;
+    # the preset's public config has 1e6), Kimi-K2.5's YaRN factor is 64 (Kimi-K2: 32)
+    assert ("qwen3", "235B-A22B") not in matched
+    assert matched.get(("llama3", "70B")) == "llama-3.1-70b"
+    assert ("kimi_k2_7", "Kimi-K2.5") not in matched
 
 
 def _tt_layout(model: ModelSpec) -> Layout:
@@ -598,17 +647,15 @@ def test_checkpoint_settings_reach_each_consumer() -> None:
     Megatron-LM's parser, Megatron-Bridge's CheckpointConfig, torchtitan 0.3's ConfigManager."""
     import autopar
 
-    options = dict(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True)
+    # Llama-3.1: torchtitan's llama3_8b config is Llama-3.1's (RoPE scaled x8)
+    options = dict(model="llama-3.1-8b", gpus=64, global_batch=256, async_checkpoint=True)
     est = autopar.evaluate(**options, tp=1, pp=1, zero=3, framework="torchtitan")
     problem = autopar.make_problem(**options, framework="torchtitan")
     interval = est.goodput.checkpoint_interval_steps
     args = consumers.megatron_parse(emit.megatron_args(est, problem))
     assert args["--save-interval"] == [str(interval)]
     assert "--async-save" in args and "--use-persistent-ckpt-worker" in args
-    overrides = emit.bridge_overrides(
-        autopar.evaluate(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
-        autopar.make_problem(model="llama-8b", gpus=64, global_batch=256, async_checkpoint=True),
-    )
+    overrides = emit.bridge_overrides(autopar.evaluate(**options), autopar.make_problem(**options))
     assert overrides["checkpoint"]["async_save"] is True
     consumers.bridge_check(overrides)
     config = consumers.torchtitan_parse(emit.torchtitan_args(est, problem))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shlex
 import tomllib
 
@@ -114,11 +115,12 @@ def test_solve_megatron_bridge(solved):
     result = solved["megatron-bridge"]
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
-    assert "Megatron-Bridge 0.3.1" in lines[0]
+    assert "Megatron-Bridge 0.6.2" in lines[0] and "stack megatron-bridge-0.6" in lines[0]
+    assert "model.hidden_dropout=0.0" in lines[1:]  # Bridge's recipes, not Megatron-LM's 0.1
     assert "model.virtual_pipeline_model_parallel_size=2" in lines[1:]
 
 
-SOLVE_TT = "solve --model llama-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2"
+SOLVE_TT = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --pp 4 --vpp 2"
 
 
 def test_solve_torchtitan_03():
@@ -157,7 +159,9 @@ def test_solve_deepspeed_notes_the_pipeline_on_stderr():
         and "pipeline" not in config
         or ("stages" not in config["pipeline"])
     )
-    assert "PipelineModule(layers, num_stages=4)" in result.stderr
+    assert re.search(
+        r"PipeModelDataParallelTopology\(num_pp=4, num_mp=\d+, num_dp=\d+\)", result.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -165,7 +169,7 @@ def test_solve_deepspeed_notes_the_pipeline_on_stderr():
     [
         ("megatron", ()),
         ("megatron-bridge", ()),
-        ("torchtitan", ("--zero", "3", "--framework", "torchtitan")),
+        ("torchtitan", ("--model", "llama-3.1-70b", "--zero", "3", "--framework", "torchtitan")),
         ("torchtitan-0.2", ("--zero", "0")),
         ("deepspeed", ("--no-sequence-parallel",)),
     ],
@@ -179,8 +183,10 @@ def test_evaluate_framework_formats(fmt, extra):
 @pytest.mark.parametrize(
     "fmt, extra, what",
     [
-        ("deepspeed", ("--vpp", "2"), "interleaved pipeline"),
-        ("torchtitan", ("--zero", "1"), "ZeRO-1"),
+        # the format implies its framework, whose rules refuse the layout first
+        ("deepspeed", ("--vpp", "2"), "breaks DeepSpeed: no context parallelism or interleaved"),
+        ("torchtitan", ("--zero", "1"), "breaks torchtitan: FSDP shards gradients too"),
+        # the framework runs it, the format has no config for the model
         ("torchtitan", ("--model", "gpt3-175b", "--zero", "3"), "no config for it"),
     ],
 )
@@ -188,7 +194,7 @@ def test_format_that_cannot_express_the_layout_exits_2(fmt, extra, what):
     result = run(EVALUATE, *extra, "--format", fmt)
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
-    assert what in line and "use --format" in line
+    assert what in line
 
 
 def test_solve_table_default(solved):
@@ -212,7 +218,67 @@ def test_unknown_format_is_bad_input():
 def test_deepspeed_with_context_parallel_is_bad_input():
     result = run(EVALUATE, "--cp", "2", "--format", "deepspeed")
     assert result.exit_code == 2
-    assert "cannot express context parallelism" in result.output
+    assert "breaks DeepSpeed: no context parallelism" in result.output
+
+
+@pytest.mark.parametrize(
+    "fmt, framework, stack",
+    [
+        ("torchtitan", "torchtitan", "torchtitan-0.3"),
+        ("torchtitan-0.2", "torchtitan", "torchtitan-0.3"),
+        ("deepspeed", "deepspeed", "deepspeed-0.19"),
+        ("megatron-bridge", "megatron", "megatron-bridge-0.6"),
+    ],
+)
+def test_a_launch_format_implies_its_framework_and_stack(fmt, framework, stack):
+    """`solve --format torchtitan` used to exit 2 asking for --framework: the format now solves
+    under its framework's rules and stack, says so, and a conflicting --framework is exit 2."""
+    args = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --time-limit 20"
+    result = run(args, "--no-sequence-parallel", "--format", fmt)
+    assert result.exit_code == 0, result.output
+    implied = [line for line in result.stderr.splitlines() if "implied by --format" in line]
+    named = f"framework {framework}, " if framework != "megatron" else ""
+    assert implied == [f"autopar: {named}stack {stack} (implied by --format {fmt})"]
+    explicit = run(args, "--no-sequence-parallel", "--format", fmt, "--framework", framework)
+    assert explicit.exit_code == 0 and f"framework {framework}," not in explicit.stderr
+    own = run(args, "--no-sequence-parallel", "--format", fmt, "--framework", framework,
+              "--stack", "megatron-lm")  # fmt: skip
+    assert own.exit_code == 0 and "implied by --format" not in own.stderr
+    other = "deepspeed" if framework != "deepspeed" else "torchtitan"
+    conflict = run(args, "--format", fmt, "--framework", other)
+    assert conflict.exit_code == 2
+    assert f"conflicts with --format {fmt}" in conflict.stderr.strip().splitlines()[-1]
+
+
+def test_several_formats_imply_one_framework_or_exit_2(tmp_path):
+    """One solve serves every format asked for (``json,torchtitan``), so the launch formats among
+    them must agree on the framework and stack they imply: torchtitan's rules for both files,
+    said once; torchtitan with deepspeed cannot be one plan, exit 2 naming both formats."""
+    args = "solve --model llama-3.1-70b --gpus 64 --seq-len 4096 --global-batch 64 --time-limit 20"
+    plan, launch = tmp_path / "plan.json", tmp_path / "launch.sh"
+    result = run(args, "--no-sequence-parallel", "--format", "json,torchtitan",
+                 "--output", f"{plan},{launch}")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    implied = [line for line in result.stderr.splitlines() if "implied by --format" in line]
+    assert implied == ["autopar: framework torchtitan, stack torchtitan-0.3 (implied by --format "
+                       "torchtitan)"]  # fmt: skip
+    best = json.loads(plan.read_text())["layouts"][0]["layout"]
+    assert f"--parallelism.tensor_parallel_degree {best['tp']}" in launch.read_text()
+    both = run(args, "--format", "torchtitan,deepspeed", "--output", f"{plan},{launch}")
+    assert both.exit_code == 2
+    line = both.stderr.strip().splitlines()[-1]
+    assert "--format torchtitan and deepspeed" in line and "different frameworks" in line
+
+
+def test_the_implied_stack_changes_the_plan_as_the_framework_runs_it():
+    """DeepSpeed reduces in bf16 unless told otherwise and overlaps nothing at ZeRO 0-1: its
+    implied stack says so, and the emitted config carries the planned reduction dtype."""
+    args = "solve --model llama-8b --gpus 8 --seq-len 4096 --global-batch 64 --time-limit 20"
+    result = run(args, "--no-sequence-parallel", "--format", "deepspeed")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["communication_data_type"] == "bf16"
+    fp32 = run(args, "--no-sequence-parallel", "--format", "deepspeed", "--grad-precision", "fp32")
+    assert json.loads(fp32.stdout)["communication_data_type"] == "fp32"
 
 
 def test_render_api_with_problem():

@@ -11,9 +11,14 @@ from autopar.cli import options as o
 from autopar.cli.errors import guarded
 from autopar.cli.failure_options import with_failure_options
 from autopar.cli.help import EXAMPLES, LAYOUT, SEARCH, GroupedCommand
-from autopar.cli.output import emit
 from autopar.cli.progress import working
-from autopar.cli.render import WHY_FORMATS, format_targets, framework_notes, render_estimate
+from autopar.cli.render import (
+    WHY_FORMATS,
+    format_targets,
+    implied_by_format,
+    render_estimate,
+    write_formats,
+)
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 
 
@@ -34,7 +39,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron",
+        framework: o.Framework = None,
         stack_options: dict | None = None,
         failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
@@ -67,6 +72,9 @@ def register(app: typer.Typer) -> None:
 
         started = time.perf_counter()  # --time-limit covers the whole command
         targets = format_targets(format, output)
+        framework, stack_options, implied = implied_by_format(
+            [fmt for fmt, _ in targets], framework, stack_options
+        )
         api.check_solve_options(top=1, time_limit=time_limit, num_workers=None)
         with working("evaluating"):  # a spinner on a terminal once it runs past 1 s
             problem = api.make_problem(
@@ -89,10 +97,10 @@ def register(app: typer.Typer) -> None:
             if searched:
                 left = max(0.0, time_limit - (time.perf_counter() - started))
                 optimum = api.optimum_of(problem, result, time_limit=left, cost_model=cost_model)
-        for fmt, path in targets:
-            text = render_estimate(
+        texts = [
+            render_estimate(
                 result, fmt, problem=problem, optimum=optimum, optimum_searched=searched
             )
-            emit(text, path)
-            for note in framework_notes(result, fmt, problem):
-                typer.echo(note, err=True)
+            for fmt, _ in targets
+        ]
+        write_formats(targets, texts, result, problem, implied)

@@ -81,9 +81,12 @@ Stack = Annotated[
     ),
 ]
 Framework = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--framework", help="megatron, torchtitan or deepspeed rules.", rich_help_panel=SEARCH
+        "--framework",
+        help="megatron, torchtitan or deepspeed rules (default: the framework --format "
+        "launches, else megatron).",
+        rich_help_panel=SEARCH,
     ),
 ]
 CostModelOpt = Annotated[

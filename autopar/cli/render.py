@@ -13,8 +13,10 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import typer
+
 from autopar.base.errors import InputError, excerpt
-from autopar.cli.output import to_json
+from autopar.cli.output import emit, to_json
 from autopar.inputs.specs import Problem
 from autopar.layout.alternatives import Optimum
 from autopar.layout.plan import Estimate
@@ -41,6 +43,48 @@ def _check(fmt: str, formats: Sequence[str] = FORMATS) -> None:
 def check_format(fmt: str) -> None:
     """Before any work: ``--format`` is one this command renders."""
     _check(fmt)
+
+
+def implied_by_format(
+    formats: Sequence[str], framework: str | None, stack_options: dict[str, Any]
+) -> tuple[str, dict[str, Any], str | None]:
+    """The framework and stack options to solve with for the ``--format`` list (one problem
+    solved once for all of them, ``format_targets``), and the note saying what the formats
+    implied. A launch format plans under its framework's rules (``autopar.outputs.emit.FORMATS``)
+    and, unless ``--stack`` names one, its stack preset's defaults; an explicit ``--framework``
+    that differs, or two formats that imply different frameworks or stacks, are bad input."""
+    specs = [(fmt, emitters.FORMATS[fmt]) for fmt in formats if fmt in emitters.FORMATS]
+    if not specs:
+        return framework or "megatron", stack_options, None
+    fmt, spec = specs[0]
+    for other, other_spec in specs[1:]:
+        if other_spec.framework != spec.framework or (
+            stack_options.get("stack") is None
+            and None not in (spec.stack, other_spec.stack)
+            and other_spec.stack != spec.stack
+        ):
+            raise InputError(
+                f"--format {fmt} and {other} are launched by different frameworks or stacks "
+                f"({spec.framework} {spec.stack or 'default'}, {other_spec.framework} "
+                f"{other_spec.stack or 'default'}); one solve cannot plan for both: ask for "
+                "them in separate calls",
+                source="--format",
+            )
+    if framework is not None and framework != spec.framework:
+        raise InputError(
+            f"{excerpt(framework)} conflicts with --format {fmt}, which is launched by "
+            f"{spec.framework}; drop --framework or use --framework {spec.framework}",
+            source="--framework",
+        )
+    implied = []
+    if framework is None and spec.framework != "megatron":
+        implied.append(f"framework {spec.framework}")
+    stack_fmt, stack = next(((f, s.stack) for f, s in specs if s.stack is not None), (fmt, None))
+    if stack is not None and stack_options.get("stack") is None:
+        stack_options = {**stack_options, "stack": stack}
+        implied.append(f"stack {stack}")
+    note = f"{', '.join(implied)} (implied by --format {stack_fmt})" if implied else None
+    return spec.framework, stack_options, note
 
 
 def format_targets(fmt: str, output: str | None) -> list[tuple[str, str | None]]:
@@ -78,10 +122,28 @@ def _framework_text(estimate: Estimate, fmt: str, problem: Problem | None) -> st
 
 def framework_notes(estimate: Estimate | None, fmt: str, problem: Problem | None) -> list[str]:
     """What the launch script must do that ``fmt``'s output cannot say (the CLI writes these to
-    stderr): empty for other formats or without a layout."""
+    stderr, after what the formats implied, ``implied_by_format``); empty for other formats or
+    without a layout."""
     if fmt not in emitters.EMITTERS or problem is None or estimate is None:
         return []
     return [f"autopar: {note}" for note in emitters.FORMATS[fmt].notes(estimate, problem)]
+
+
+def write_formats(
+    targets: Sequence[tuple[str, str | None]],
+    texts: Sequence[str],
+    estimate: Estimate | None,
+    problem: Problem | None,
+    implied: str | None,
+) -> None:
+    """Every rendered format to its file (``format_targets``), after the line saying what the
+    formats implied and followed by each launcher's notes, on stderr."""
+    if implied:
+        typer.echo(f"autopar: {implied}", err=True)
+    for (fmt, path), text in zip(targets, texts, strict=True):
+        emit(text, path)
+        for note in framework_notes(estimate, fmt, problem):
+            typer.echo(note, err=True)
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:

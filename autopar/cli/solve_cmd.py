@@ -19,9 +19,15 @@ from autopar.cli.fallbacks_view import (
     solve_with_fallbacks,
 )
 from autopar.cli.help import EXAMPLES, OUTPUT, SEARCH, GroupedCommand
-from autopar.cli.output import emit
 from autopar.cli.progress import working
-from autopar.cli.render import LAUNCHERS, WHY_FORMATS, format_targets, framework_notes, render_solve
+from autopar.cli.render import (
+    LAUNCHERS,
+    WHY_FORMATS,
+    format_targets,
+    implied_by_format,
+    render_solve,
+    write_formats,
+)
 from autopar.inputs.problem import DEFAULT_SEQ_LEN
 from autopar.layout.results import Explanation
 
@@ -43,7 +49,7 @@ def register(app: typer.Typer) -> None:
         global_batch_tokens: o.GlobalBatchTokens = None,
         seq_len: o.SeqLen = DEFAULT_SEQ_LEN,
         precision: o.Precision = "bf16",
-        framework: o.Framework = "megatron",
+        framework: o.Framework = None,
         stack_options: dict | None = None,
         failure_options: dict | None = None,
         cost_model: o.CostModelOpt = None,
@@ -126,6 +132,9 @@ def register(app: typer.Typer) -> None:
 
         started = time.perf_counter()  # --time-limit covers the whole command
         targets = format_targets(format, output)
+        framework, stack_options, implied = implied_by_format(
+            [fmt for fmt, _ in targets], framework, stack_options
+        )
         api.check_solve_options(top=top, time_limit=time_limit, num_workers=num_workers)
         api.check_objective(objective, pipeline_plan)
         for fmt, _ in targets:
@@ -175,10 +184,7 @@ def register(app: typer.Typer) -> None:
             else:
                 texts = [render_solve(result, fmt, problem=problem) for fmt in formats]
         best = result.best if result.layouts else None
-        for (fmt, path), text in zip(targets, texts, strict=True):
-            emit(text, path)
-            for note in framework_notes(best, fmt, problem):
-                typer.echo(note, err=True)
+        write_formats(targets, texts, best, problem, implied)
         if code:
             raise typer.Exit(EXIT_INFEASIBLE)
         if result.status in ("infeasible", "unknown"):

@@ -21,7 +21,7 @@ def parameter_count(model: ModelSpec) -> int:
     norm = (2 if model.layernorm else 1) * h
 
     def mlp(ffn: int) -> int:
-        up = (2 if model.mlp_kind == "swiglu" else 1) * ffn
+        up = (2 if model.gated_mlp else 1) * ffn
         return h * up + ffn * h + ((up + h) if model.linear_bias else 0)
 
     attention = h * (q + 2 * kv) + q * h + ((q + 2 * kv + h) if model.linear_bias else 0)

@@ -1,6 +1,6 @@
 """Hugging Face model families whose ``config.json`` keys change the layer structure.
 
-``autopar.inputs.loading`` reads the keys every decoder shares (``MODEL_KEYS``); this module reads
+``autopar.inputs.hf_config`` reads the keys every decoder shares (``MODEL_KEYS``); this module reads
 the keys of the families below, as the Hub publishes them, and turns them into ``ModelSpec`` fields:
 ``layer_types`` (one ``"mixer/ffn"`` per layer), multi-latent attention, multi-token prediction,
 sliding / chunked attention, Mamba-2 mixers, node-limited routing.
@@ -166,7 +166,7 @@ def _refuse(data: Mapping[str, Any], family: str, key: str, rule: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the hook loading.py calls
+# the hook hf_config.py calls
 
 
 def unwrap(data: Mapping[str, Any]) -> dict[str, Any]:

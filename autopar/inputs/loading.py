@@ -1,9 +1,8 @@
 """Input files and presets -> frozen specs. The only module that reads input files.
 
-Model files use Hugging Face ``config.json`` key names (DESIGN §1), so a downloaded config loads
-unchanged; autopar-only keys (``mlp_kind``, ``position_embedding_type``, ``normalization``,
-``add_bias_linear``, ``name``, ``aliases``) fill what HF leaves implicit. Every problem raises
-``InputError`` naming the file, the field and the rule.
+Model files are Hugging Face ``config.json`` files (or presets in their terms), mapped to a
+``ModelSpec`` by ``autopar.inputs.hf_config``; GPU, cluster and stack files are read here. Every
+problem raises ``InputError`` naming the file, the field and the rule.
 """
 
 from __future__ import annotations
@@ -20,110 +19,15 @@ from typing import Any
 import yaml
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs import hf_families
-from autopar.inputs.limits import MAX_GPUS, check_int, range_rule
-from autopar.inputs.names import model_name
-from autopar.inputs.names import string_value as _string
+from autopar.inputs.fields import integer, unknown_key
+from autopar.inputs.hf_config import model_from_mapping
+from autopar.inputs.limits import MAX_GPUS, check_int
+from autopar.inputs.names import string_value
 from autopar.inputs.reliability import RELIABILITY_KEYS, reliability_from_values
 from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.inputs.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
 
-MODEL_KEYS: dict[str, str] = {
-    # HF key -> ModelSpec field
-    "num_hidden_layers": "num_layers",
-    "hidden_size": "hidden_size",
-    "num_attention_heads": "num_attention_heads",
-    "num_key_value_heads": "num_kv_heads",
-    "intermediate_size": "ffn_hidden_size",
-    "vocab_size": "vocab_size",
-    "head_dim": "head_dim",
-    "tie_word_embeddings": "tied_embeddings",
-    "max_position_embeddings": "max_position_embeddings",
-    "num_local_experts": "num_experts",
-    "num_experts": "num_experts",
-    "num_experts_per_tok": "experts_per_token",
-    "moe_intermediate_size": "moe_ffn_hidden_size",
-    "shared_expert_intermediate_size": "shared_expert_ffn_hidden_size",
-    "decoder_sparse_step": "moe_layer_freq",
-}
-# GPT-2 style names (HF GPT2Config) for the same quantities.
-GPT2_ALIASES: dict[str, str] = {
-    "n_layer": "num_hidden_layers",
-    "n_embd": "hidden_size",
-    "n_head": "num_attention_heads",
-    "n_inner": "intermediate_size",
-    "n_positions": "max_position_embeddings",
-}
-AUTOPAR_MODEL_KEYS: tuple[str, ...] = (
-    "name",
-    "_name_or_path",
-    "aliases",
-    "model_type",
-    "architectures",
-    "hidden_act",
-    "mlp_kind",
-    "position_embedding_type",
-    "normalization",
-    "add_bias_linear",
-    "source",
-)
-REQUIRED_MODEL_KEYS: tuple[str, ...] = (
-    "num_hidden_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "vocab_size",
-)
-# model_type values whose MLP is gated (SwiGLU) in transformers' modeling code.
-GATED_MODEL_TYPES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "gemma",
-        "gemma2",
-        "deepseek_v2",
-        "deepseek_v3",
-        "olmo",
-        "olmo2",
-        "granite",
-        "phi3",
-        "internlm2",
-        "yi",
-    }
-)
-UNGATED_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu",
-    "gelu_fast": "gelu",
-    "gelu_pytorch_tanh": "gelu",
-    "relu": "gelu",
-    "relu2": "squared_relu",
-}
-
-MODEL_RANGES: dict[str, tuple[int, int]] = {
-    # HF key -> (smallest, largest) accepted value, checked before any arithmetic. The maxima
-    # are far beyond any published model (Llama-3.1 405B: 126 layers, hidden 16384, vocab 128k;
-    # DeepSeek-V3: 256 experts) and keep every table autopar builds small.
-    "num_hidden_layers": (1, 16_384),
-    "hidden_size": (1, 1 << 20),
-    "num_attention_heads": (1, 1 << 16),
-    "num_key_value_heads": (1, 1 << 16),
-    "intermediate_size": (1, 1 << 22),
-    "vocab_size": (1, 1 << 24),
-    "head_dim": (0, 1 << 16),
-    "max_position_embeddings": (0, 1 << 31),
-    "num_local_experts": (0, 1 << 16),
-    "num_experts": (0, 1 << 16),
-    "num_experts_per_tok": (0, 1 << 16),
-    "moe_intermediate_size": (0, 1 << 22),
-    "shared_expert_intermediate_size": (0, 1 << 22),
-    "decoder_sparse_step": (1, 16_384),
-}
 MAX_GPUS_PER_NODE = MAX_GPUS
 GPU_NUMBER_MAX: dict[str, float] = {
     # key -> largest accepted value (all must be positive and finite): 1000x today's parts.
@@ -221,44 +125,6 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     return load_mapping(path)
 
 
-def _unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
-    family_error = hf_families.unmodelled_key_error(key)
-    if family_error is not None:
-        return family_error  # a family's key: never suggest a key with another meaning
-    close = difflib.get_close_matches(key[:100], known, n=1, cutoff=0.75)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return InputError(f"unknown key{hint}", field=excerpt(key, 60).strip("'"))
-
-
-def _integer(
-    data: Mapping[str, Any],
-    key: str,
-    *,
-    default: int | None = None,
-    minimum: int = 1,
-    maximum: int = 1 << 31,
-) -> int:
-    """An integral value (``4096`` or ``4096.0``) in ``minimum..maximum``, checked before it is
-    used in any arithmetic."""
-    if key not in data or data[key] is None:
-        if default is None:
-            raise InputError("required key is missing", field=key)
-        return default
-    value = data[key]
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"must be an integer, got {excerpt(value)}", field=key)
-    if not minimum <= value <= maximum:
-        raise InputError(f"{range_rule(minimum, maximum)}, got {excerpt(value)}", field=key)
-    return value
-
-
-def _model_integer(data: Mapping[str, Any], key: str, *, default: int | None = None) -> int:
-    low, high = MODEL_RANGES[key]
-    return _integer(data, key, default=default, minimum=low, maximum=high)
-
-
 def _number(data: Mapping[str, Any], key: str, *, minimum: float = 0.0) -> float:
     """A finite number above ``minimum`` and at most ``GPU_NUMBER_MAX[key]``."""
     value = data.get(key)
@@ -275,130 +141,8 @@ def _number(data: Mapping[str, Any], key: str, *, minimum: float = 0.0) -> float
     return float(value)
 
 
-def _boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {excerpt(value)}", field=key)
-    return value
-
-
-def _choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str) or value not in choices:
-        raise InputError(f"must be one of {', '.join(choices)}, got {excerpt(value)}", field=key)
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
 # models
-
-
-def _is_hf_config(data: Mapping[str, Any]) -> bool:
-    return any(key in data for key in ("architectures", "transformers_version", "torch_dtype"))
-
-
-def _architecture_key(key: str, data: Mapping[str, Any]) -> bool:
-    """A family's architecture key set to something in a config of another family."""
-    return key in hf_families.ARCHITECTURE_KEYS and data[key] not in (None, False, 0)
-
-
-def _check_model_keys(data: Mapping[str, Any]) -> None:
-    """Unknown keys: an error in autopar files; in a downloaded HF config only near-misses of a
-    key autopar reads are errors (HF configs carry many keys autopar does not need)."""
-    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS, *hf_families.family_keys(data)]
-    lenient = _is_hf_config(data)
-    for key in data:
-        if key in known:
-            continue
-        if (
-            not lenient
-            or _architecture_key(key, data)
-            or difflib.get_close_matches(key, known, n=1, cutoff=0.85)
-        ):
-            raise _unknown_key(key, known)
-
-
-def _mlp_kind(data: Mapping[str, Any]) -> str:
-    if "mlp_kind" in data:
-        return _choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")
-    act_key = "hidden_act" if "hidden_act" in data else "activation_function"
-    act = _string(data, act_key, "silu")
-    if _string(data, "model_type", "") in GATED_MODEL_TYPES or act in ("silu", "swish", "swiglu"):
-        return "swiglu"
-    if act in UNGATED_ACTIVATIONS:
-        return UNGATED_ACTIVATIONS[act]
-    raise InputError(
-        f"cannot tell the MLP kind from {act_key} {excerpt(act)}; set mlp_kind to swiglu, gelu "
-        "or squared_relu",
-        field="mlp_kind",
-    )
-
-
-def model_from_mapping(data: Mapping[str, Any], *, name: str) -> ModelSpec:
-    """A ``ModelSpec`` from HF-style keys (see ``MODEL_KEYS``). Errors name the key as the file
-    wrote it (``n_layer`` in a GPT-2 config, ``num_hidden_layers`` in a Llama one)."""
-    written = {GPT2_ALIASES.get(key, key): key for key in data}
-    data = hf_families.unwrap({GPT2_ALIASES.get(key, key): v for key, v in data.items()})
-    try:
-        return _model_spec(data, name=name)
-    except InputError as err:
-        if err.field in written.values():  # already the key as the file wrote it
-            raise
-        hf_key = next((k for k, f in MODEL_KEYS.items() if f == err.field and k in data), None)
-        hf_key = hf_key or next((k for k, f in MODEL_KEYS.items() if f == err.field), err.field)
-        raise err.with_field(written.get(hf_key, hf_key)) from None
-
-
-def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
-    _check_model_keys(data)
-    for key in REQUIRED_MODEL_KEYS:
-        if data.get(key) is None:
-            raise InputError("required key is missing", field=key)
-    hidden = _model_integer(data, "hidden_size")
-    heads = _model_integer(data, "num_attention_heads")
-    mlp_kind = _mlp_kind(data)
-    fields: dict[str, Any] = {
-        "name": model_name(data, name),
-        "num_layers": _model_integer(data, "num_hidden_layers"),
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_kv_heads": _model_integer(data, "num_key_value_heads", default=heads),
-        "ffn_hidden_size": _model_integer(data, "intermediate_size", default=4 * hidden),
-        "vocab_size": _model_integer(data, "vocab_size"),
-        "head_dim": _model_integer(data, "head_dim", default=0),
-        "mlp_kind": mlp_kind,
-        # transformers' PretrainedConfig defaults tie_word_embeddings to True.
-        "tied_embeddings": _boolean(data, "tie_word_embeddings", True),
-        "max_position_embeddings": _model_integer(data, "max_position_embeddings", default=0),
-        "learned_position_embeddings": _choice(
-            data, "position_embedding_type", ("rope", "learned_absolute"), "rope"
-        )
-        == "learned_absolute",
-        "layernorm": _choice(
-            data,
-            "normalization",
-            ("rmsnorm", "layernorm"),
-            "layernorm" if mlp_kind == "gelu" else "rmsnorm",
-        )
-        == "layernorm",
-        "linear_bias": _boolean(data, "add_bias_linear", False),
-        "num_experts": _model_integer(
-            data, "num_local_experts", default=_model_integer(data, "num_experts", default=0)
-        ),
-        "experts_per_token": _model_integer(data, "num_experts_per_tok", default=0),
-        "moe_ffn_hidden_size": _model_integer(data, "moe_intermediate_size", default=0),
-        "shared_expert_ffn_hidden_size": _model_integer(
-            data, "shared_expert_intermediate_size", default=0
-        ),
-        "moe_layer_freq": _model_integer(data, "decoder_sparse_step", default=1),
-    }
-    if fields["head_dim"] == hidden // heads:
-        fields["head_dim"] = 0
-    if not fields["num_experts"]:
-        fields["experts_per_token"] = 0
-    return ModelSpec(**hf_families.family_fields(data, fields))
 
 
 def _preset_dir(kind: str) -> Path:
@@ -474,15 +218,15 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
 def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
     for key in data:
         if key not in GPU_KEYS:
-            raise _unknown_key(key, list(GPU_KEYS))
+            raise unknown_key(key, list(GPU_KEYS))
     for key in GPU_KEYS[3:]:
         if key not in data and key not in GPU_OPTIONAL_KEYS:
             raise InputError("required key is missing", field=key)
     fp8 = data["peak_fp8_tflop_per_s"]
     try:
         return GpuSpec(
-            name=_string(data, "name", name),
-            description=_string(data, "description", ""),
+            name=string_value(data, "name", name),
+            description=string_value(data, "description", ""),
             memory_bytes=int(round(_number(data, "memory_gib") * GIB)),
             peak_bf16_flop_per_s=_number(data, "peak_bf16_tflop_per_s") * 1e12,
             peak_fp8_flop_per_s=None
@@ -491,14 +235,14 @@ def gpu_from_mapping(data: Mapping[str, Any], *, name: str) -> GpuSpec:
             hbm_bytes_per_s=_number(data, "hbm_tb_per_s") * 1e12,
             nvlink_bytes_per_s=_number(data, "nvlink_gb_per_s") * 1e9,
             nic_bytes_per_s=_number(data, "nic_gb_per_s") * 1e9,
-            gpus_per_node=_integer(data, "gpus_per_node", maximum=MAX_GPUS_PER_NODE),
-            generation=_string(data, "generation", "").strip().lower(),
+            gpus_per_node=integer(data, "gpus_per_node", maximum=MAX_GPUS_PER_NODE),
+            generation=string_value(data, "generation", "").strip().lower(),
             **{
                 field: _number(data, key) * scale
                 for key, (field, scale) in GPU_OPTIONAL_NUMBERS.items()
                 if data.get(key) is not None
             },
-            gpus_per_server=_integer(data, "gpus_per_server", maximum=MAX_GPUS_PER_NODE)
+            gpus_per_server=integer(data, "gpus_per_server", maximum=MAX_GPUS_PER_NODE)
             if data.get("gpus_per_server") is not None
             else None,
         )
@@ -525,7 +269,7 @@ def load_gpu(name_or_path: str | GpuSpec) -> GpuSpec:
 def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> ClusterSpec:
     for key in data:
         if key not in CLUSTER_KEYS:
-            raise _unknown_key(key, list(CLUSTER_KEYS))
+            raise unknown_key(key, list(CLUSTER_KEYS))
     gpu_ref = data.get("gpu")
     if not isinstance(gpu_ref, str | dict):
         raise InputError("must name a GPU preset or hold the GPU keys", field="gpu")
@@ -533,7 +277,7 @@ def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> Cluster
         gpu_data, gpu_path = _gpu_mapping(gpu_ref)
         gpu_name = gpu_path.stem
     else:
-        gpu_data, gpu_name = dict(gpu_ref), _string(gpu_ref, "name", "custom")
+        gpu_data, gpu_name = dict(gpu_ref), string_value(gpu_ref, "name", "custom")
     overrides = {k: data[k] for k in GPU_KEYS[3:] if k in data}
     gpu = gpu_from_mapping({**gpu_data, **overrides}, name=gpu_name)
     profile = data.get("comm_profile")
@@ -550,7 +294,7 @@ def _cluster_from_mapping(data: Mapping[str, Any], *, base_dir: Path) -> Cluster
         )
     kwargs: dict[str, Any] = {
         "gpu": gpu,
-        "gpus_per_node": _integer(
+        "gpus_per_node": integer(
             data, "gpus_per_node", default=gpu.gpus_per_node, maximum=MAX_GPUS_PER_NODE
         ),
         "comm_profile_path": str(base_dir / profile) if profile else None,

@@ -13,53 +13,75 @@ from typing import Literal
 
 from autopar.base.axes import PIPELINE_SCHEDULES, RECOMPUTE_MODES, SEARCH_AXES, ZERO_STAGES
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs.checks import non_negative as _non_negative
+from autopar.inputs.checks import positive as _positive
+from autopar.inputs.checks import positive_number as _positive_number
 from autopar.inputs.frameworks import FRAMEWORK_SCHEDULES
-from autopar.inputs.reliability import ReliabilitySpec
+from autopar.inputs.hardware import GENERATION_FORMATS as GENERATION_FORMATS
+from autopar.inputs.hardware import GIB as GIB
+from autopar.inputs.hardware import ClusterSpec as ClusterSpec
+from autopar.inputs.hardware import GpuSpec as GpuSpec
 from autopar.inputs.stack import StackSpec
 
-MlpKind = Literal["swiglu", "gelu", "squared_relu"]
+MlpKind = Literal["swiglu", "geglu", "gelu", "squared_relu"]
 Precision = Literal["bf16", "fp8", "nvfp4"]
 Framework = Literal["megatron", "torchtitan", "deepspeed"]
 
-MLP_KINDS: tuple[str, ...] = ("swiglu", "gelu", "squared_relu")
+MLP_KINDS: tuple[str, ...] = ("swiglu", "geglu", "gelu", "squared_relu")
+GATED_MLPS: tuple[str, ...] = ("swiglu", "geglu")
+"""Gated MLPs: three matrices (gate, up, down); the others have two."""
+ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh", "relu", "relu2")
+"""The MLP's activation function: SiLU, erf GELU, tanh-approximated GELU (HF ``gelu_new`` /
+``gelu_pytorch_tanh``), ReLU, squared ReLU."""
+DEFAULT_ACTIVATION = {
+    "swiglu": "silu",
+    "geglu": "gelu_tanh",
+    "gelu": "gelu",
+    "squared_relu": "relu2",
+}
+ROPE_SCALINGS: tuple[str, ...] = ("none", "llama3", "yarn", "linear")
+ROUTER_SCORES: tuple[str, ...] = ("softmax", "sigmoid")
 LAYER_MIXERS: tuple[str, ...] = ("attention", "sliding", "mla", "mamba", "none")
 """Token mixers: full (GQA) attention, sliding-window / chunked attention, multi-latent
 attention, a Mamba-2 mixer, or none (Nemotron-H's MLP-only and MoE-only layers)."""
 LAYER_FFNS: tuple[str, ...] = ("dense", "moe", "none")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "nvfp4")
-GENERATION_FORMATS: dict[str, tuple[str, ...]] = {
-    "ampere": (),
-    "hopper": (),
-    "blackwell": ("mxfp8", "nvfp4"),
-    "blackwell-ultra": ("mxfp8", "nvfp4"),
-    "cdna3": (),
-    "cdna4": ("mxfp8",),
-}
-"""GPU generation -> the block-scaled formats its tensor cores run. MXFP8 and NVFP4 need compute
-capability 10.0 (Transformer Engine ``pytorch/quantization.py`` ``_compute_mxfp8_support`` and
-``_compute_nvfp4_support``, L162-175: "Device compute capability 10.0 or higher required");
-AMD CDNA 4 (MI350 series) runs the OCP MX formats (E8M0 scales per 32 elements: MXFP8, MXFP6,
-MXFP4; AMD CDNA 4 white paper), not NVFP4's E4M3 scales per 16 elements. A GPU file may name
-its ``generation``; without one no block-scaled format is assumed."""
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed")
-GIB = 1024**3
 
 
-def _positive(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"must be a positive integer, got {excerpt(value)}", field=name)
-    if value < 1:
-        raise InputError(f"must be a positive integer, got {value}", field=name)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RopeSpec:
+    """Rotary position embedding as the model was trained with it (HF ``rope_theta``,
+    ``rope_scaling``, ``partial_rotary_factor``; transformers ``modeling_rope_utils.py``)."""
 
+    theta: float = 10000.0
+    """The base (HF ``rope_theta``; Megatron ``--rotary-base``; 10000 is both defaults)."""
+    scaling: str = "none"
+    """``none``, ``llama3`` (Llama 3.1 frequency bands), ``yarn``, ``linear`` (position
+    interpolation)."""
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    truncate: bool = True
+    """YaRN: round the correction range to integers (HF ``truncate``, default true)."""
+    percent: float = 1.0
+    """Share of each head's dimensions rotated (HF ``partial_rotary_factor``)."""
+    local_theta: float = 0.0
+    """Base of the sliding-window layers when it differs (Gemma 3 ``rope_local_base_freq``)."""
 
-def _non_negative(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"must be a non-negative integer, got {excerpt(value)}", field=name)
-
-
-def _positive_number(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
+    def __post_init__(self) -> None:
+        for name in ("theta", "factor", "percent"):
+            _positive_number(getattr(self, name), f"rope.{name}")
+        if self.scaling not in ROPE_SCALINGS:
+            raise InputError(
+                f"must be one of {', '.join(ROPE_SCALINGS)}, got {excerpt(self.scaling)}",
+                field="rope_scaling",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +159,44 @@ class ModelSpec:
     mamba_num_groups: int = 1
     mamba_conv_kernel: int = 4
     mamba_chunk_size: int = 128
+    rope: RopeSpec = field(default_factory=RopeSpec)
+    """Rotary embedding base and scaling (unused with learned positions or no positions)."""
+    activation: str = ""
+    """The MLP activation (``ACTIVATIONS``); empty means ``mlp_kind``'s own (silu for swiglu)."""
+    norm_epsilon: float = 1e-5
+    """RMSNorm / LayerNorm epsilon (HF ``rms_norm_eps``; Megatron ``--norm-epsilon``)."""
+    qkv_bias: bool = False
+    """Biases on the q, k, v projections only (Qwen2; Megatron ``--add-qkv-bias``)."""
+    qk_layernorm: bool = False
+    """RMSNorm on each head's queries and keys (Qwen3, Gemma 3; Megatron ``--qk-layernorm``)."""
+    qk_l2_norm: bool = False
+    """Weightless L2 norm on queries and keys (Llama 4 ``use_qk_norm``; ``--qk-l2-norm``)."""
+    moe_router_score_function: str = "softmax"
+    """Router scores (HF ``scoring_func``; ``--moe-router-score-function``)."""
+    moe_router_expert_bias: bool = False
+    """A per-expert bias added to the scores for top-k selection only (DeepSeek-V3
+    ``topk_method: noaux_tc``; ``--moe-router-enable-expert-bias``)."""
+    moe_router_topk_scaling_factor: float = 1.0
+    """Routed outputs times this (HF ``routed_scaling_factor``)."""
+    moe_router_pre_softmax: bool = False
+    """Top-k of the softmax over all experts, not renormalised (HF ``norm_topk_prob: false``;
+    ``--moe-router-pre-softmax``)."""
+    moe_router_load_balancing: str = "aux_loss"
+    """``aux_loss`` or ``seq_aux_loss`` (DeepSeek ``seq_aux``)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate on the shared expert's output (Qwen1.5/2-MoE;
+    ``--moe-shared-expert-gate``)."""
+    attn_logit_softcapping: float = 0.0
+    """Attention scores through ``cap * tanh(s / cap)`` (Gemma 2); 0 when off."""
+    final_logit_softcapping: float = 0.0
+    """The output logits likewise (Gemma 2); 0 when off."""
+    query_pre_attn_scalar: float = 0.0
+    """Scores scaled by ``1/sqrt(this)`` instead of ``1/sqrt(head_dim)`` (Gemma); 0 = head_dim."""
+    gemma_norms: bool = False
+    """Gemma's extra norms: post-attention and post-MLP RMSNorms, embeddings scaled by
+    ``sqrt(hidden)``."""
+    norm_zero_centered: bool = False
+    """Norm weights applied as ``1 + w`` (Gemma, Nemotron LayerNorm1P; ``--apply-layernorm-1p``)."""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
@@ -176,6 +236,26 @@ class ModelSpec:
                 field="num_experts_per_tok",
             )
         self._check_layer_types()
+        self._check_details()
+
+    def _check_details(self) -> None:
+        if self.activation and self.activation not in ACTIVATIONS:
+            raise InputError(
+                f"must be one of {', '.join(ACTIVATIONS)}, got {excerpt(self.activation)}",
+                field="hidden_act",
+            )
+        _positive_number(self.norm_epsilon, "rms_norm_eps")
+        _positive_number(self.moe_router_topk_scaling_factor, "routed_scaling_factor")
+        if self.moe_router_score_function not in ROUTER_SCORES:
+            raise InputError(
+                f"must be one of {', '.join(ROUTER_SCORES)}, got "
+                f"{excerpt(self.moe_router_score_function)}",
+                field="scoring_func",
+            )
+        for name in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InputError(f"must be a positive number, got {excerpt(value)}", field=name)
 
     def _check_layer_types(self) -> None:
         for name in (
@@ -224,6 +304,16 @@ class ModelSpec:
             )
         if any(k.startswith("sliding/") for k in kinds) and not self.attention_window:
             raise InputError("sliding layers need a window size", field="layer_types")
+
+    @property
+    def gated_mlp(self) -> bool:
+        """Three MLP matrices (SwiGLU, GeGLU) rather than two."""
+        return self.mlp_kind in GATED_MLPS
+
+    @property
+    def activation_function(self) -> str:
+        """The MLP activation (``ACTIVATIONS``)."""
+        return self.activation or DEFAULT_ACTIVATION[self.mlp_kind]
 
     @property
     def kv_channels(self) -> int:
@@ -295,145 +385,6 @@ class ModelSpec:
     def mlp_matrices(self) -> int:
         """Weight matrices in one MLP: 3 for gated (SwiGLU), 2 otherwise."""
         return 3 if self.mlp_kind == "swiglu" else 2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuSpec:
-    """One accelerator and its node, from the vendor datasheet (presets cite it)."""
-
-    name: str
-    memory_bytes: int
-    """Total device memory as the driver reports it."""
-    peak_bf16_flop_per_s: float
-    """Dense (no sparsity) BF16 tensor-core peak."""
-    peak_fp8_flop_per_s: float | None
-    """Dense FP8 peak; ``None`` where the GPU has no FP8 tensor cores."""
-    hbm_bytes_per_s: float
-    nvlink_bytes_per_s: float
-    """Scale-up bandwidth per GPU, per direction."""
-    nic_bytes_per_s: float
-    """Scale-out (network) bandwidth per GPU, per direction."""
-    gpus_per_node: int
-    """GPUs that share the NVLink domain (8 on DGX/HGX, 72 on GB200 NVL72)."""
-    description: str = ""
-    gemm_efficiency: float | None = None
-    """Measured fraction of the BF16 peak that training GEMMs sustain (``None``: the cost model's
-    calibrated default); Hopper presets carry the value measured on an H200."""
-    fp8_gemm_efficiency: float | None = None
-    """The same for FP8 GEMMs against the FP8 peak."""
-    peak_fp4_flop_per_s: float | None = None
-    """Dense FP4 peak (NVFP4 on NVIDIA, MXFP4 on AMD); ``None`` where there are no FP4 tensor
-    cores."""
-    fp4_gemm_efficiency: float | None = None
-    """Fraction of the FP4 peak that NVFP4 training GEMMs sustain (``None``: the cost model's)."""
-    generation: str = ""
-    """Architecture generation (``GENERATION_FORMATS``): which block-scaled formats exist."""
-    attention_exp_per_s: float | None = None
-    """Exponentials per second of the special-function units (MUFU ``ex2``), the bound of the
-    fused-attention forward on Blackwell (``None``: attention is priced as its GEMMs)."""
-    host_bytes_per_s: float | None = None
-    """GPU <-> host copy bandwidth per direction (PCIe, or NVLink-C2C on Grace parts): activation
-    CPU offloading (``None``: offloaded bytes are not priced) and the asynchronous checkpoint's
-    snapshot (``None``: ``autopar.inputs.reliability.DEFAULT_HOST_BYTES_PER_S``)."""
-    gpus_per_server: int | None = None
-    """GPUs of one host (a GB200 NVL72 compute tray holds 4): the unit that fails and is
-    replaced, and that shares the storage NICs; ``None``: ``gpus_per_node``."""
-
-    def __post_init__(self) -> None:
-        _positive(self.memory_bytes, "memory_gib")
-        if self.generation not in ("", *GENERATION_FORMATS):
-            known = ", ".join(GENERATION_FORMATS)
-            raise InputError(
-                f"must be one of {known}, got {excerpt(self.generation)}", field="generation"
-            )
-        for name in ("peak_fp4_flop_per_s", "attention_exp_per_s", "host_bytes_per_s"):
-            if getattr(self, name) is not None:
-                _positive_number(getattr(self, name), name)
-        for name in ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, float) and 0.0 < value <= 1.0):
-                raise InputError(f"must be a number in (0, 1], got {value!r}", field=name)
-        _positive(self.gpus_per_node, "gpus_per_node")
-        if self.gpus_per_server is not None:
-            _positive(self.gpus_per_server, "gpus_per_server")
-        for name in (
-            "peak_bf16_flop_per_s",
-            "hbm_bytes_per_s",
-            "nvlink_bytes_per_s",
-            "nic_bytes_per_s",
-        ):
-            _positive_number(getattr(self, name), name)
-        if self.peak_fp8_flop_per_s is not None:
-            _positive_number(self.peak_fp8_flop_per_s, "peak_fp8_flop_per_s")
-
-    def runs(self, block_format: str) -> bool:
-        """Whether the tensor cores run ``block_format`` (``mxfp8``, ``nvfp4``) natively."""
-        return block_format in GENERATION_FORMATS.get(self.generation, ())
-
-    def peak_flop_per_s(self, precision: str) -> float:
-        """Dense tensor-core peak for the training precision (NVFP4: the FP4 peak)."""
-        if precision == "nvfp4":
-            if self.peak_fp4_flop_per_s is None or not self.runs("nvfp4"):
-                generation = self.generation or "not given"
-                raise InputError(
-                    f"nvfp4 needs NVIDIA Blackwell tensor cores (generation blackwell or "
-                    f"blackwell-ultra: compute capability 10.0) and a peak_fp4_tflop_per_s; "
-                    f"{self.name} (generation {generation}) has none: use fp8 or bf16",
-                    field="precision",
-                )
-            return self.peak_fp4_flop_per_s
-        if precision == "fp8":
-            if self.peak_fp8_flop_per_s is None:
-                raise InputError(
-                    f"{self.name} has no FP8 tensor cores; use --precision bf16", field="precision"
-                )
-            return self.peak_fp8_flop_per_s
-        return self.peak_bf16_flop_per_s
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterSpec:
-    """The GPUs of the job and how they are connected."""
-
-    gpu: GpuSpec
-    gpus_per_node: int
-    """NVLink domain size used for placement (defaults to the GPU preset's)."""
-    intra_node_latency_s: float = 5e-6
-    """Per-step latency of an NVLink collective (NCCL ring step order of magnitude)."""
-    inter_node_latency_s: float = 12e-6
-    """Per-step latency of a collective crossing the network (InfiniBand/RoCE magnitude)."""
-    comm_profile_path: str | None = None
-    """A communication profile fitted from nccl-tests logs (``autopar calibrate``)."""
-    memory_reserve_bytes: int = 0
-    """Memory the user keeps free on each GPU, on top of the cost model's workspace term."""
-    reliability: ReliabilitySpec = field(default_factory=ReliabilitySpec)
-    """How often GPUs fail, how long a restart takes, how fast checkpoints are written
-    (``autopar.inputs.reliability``; cluster-file keys and flags override the defaults)."""
-
-    def __post_init__(self) -> None:
-        _positive(self.gpus_per_node, "gpus_per_node")
-        if not isinstance(self.reliability, ReliabilitySpec):
-            raise InputError(
-                f"must be a ReliabilitySpec, got {self.reliability!r}", field="reliability"
-            )
-        _positive_number(self.intra_node_latency_s, "intra_node_latency_s")
-        _positive_number(self.inter_node_latency_s, "inter_node_latency_s")
-        _non_negative(self.memory_reserve_bytes, "memory_reserve_gib")
-        if self.memory_reserve_bytes > self.gpu.memory_bytes:
-            raise InputError(
-                f"must be at most the GPU's memory ({self.gpu.memory_bytes / GIB:.1f} GiB)",
-                field="memory_reserve_gib",
-            )
-
-    @property
-    def usable_memory_bytes(self) -> int:
-        return self.gpu.memory_bytes - self.memory_reserve_bytes
-
-    @property
-    def gpus_per_server(self) -> int:
-        """GPUs of one host (the failure and storage unit): the GPU preset's, else the NVLink
-        domain (an 8-GPU HGX / DGX node is one host)."""
-        return self.gpu.gpus_per_server or self.gpus_per_node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

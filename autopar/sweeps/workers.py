@@ -32,6 +32,7 @@ import ctypes
 import ctypes.util
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -76,6 +77,21 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _send(conn: Connection, item: Any) -> None:
+    """``item`` down the pipe as plain bytes. Not ``Connection.send``: it pickles into a
+    ``BytesIO`` and sends a ``memoryview`` of it (``multiprocessing/reduction.py``
+    ``ForkingPickler.dumps``, ``recv`` likewise loads from ``getbuffer()``), and a SIGTERM
+    raised meanwhile leaves both in the traceback's frames; CPython 3.12's garbage collector then
+    frees the ``BytesIO`` before its export at exit ("SystemError: deallocated BytesIO object has
+    exported buffers", then a segfault instead of exit 143: cpython issues 111211, 111331)."""
+    conn.send_bytes(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn: Connection) -> Any:
+    """One item from the pipe (``_send`` says why not ``Connection.recv``)."""
+    return pickle.loads(conn.recv_bytes())
+
+
 def _serve(conn: Connection, work: Callable[[Any], Any]) -> None:
     """A worker's life: its signal dispositions, then ``work`` on each job the parent sends,
     until the pipe closes or it sends None."""
@@ -85,7 +101,7 @@ def _serve(conn: Connection, work: Callable[[Any], Any]) -> None:
     _die_with_parent()
     while True:
         try:
-            item = conn.recv()
+            item = _recv(conn)
         except (EOFError, OSError):
             return
         if item is None:
@@ -96,7 +112,7 @@ def _serve(conn: Connection, work: Callable[[Any], Any]) -> None:
         except Exception as err:  # a bug in one job: its result says so, the others go on
             text = " ".join(str(err).split())[:200]
             value = Lost(f"internal error (please report): {type(err).__name__}: {text}")
-        conn.send((index, value))
+        _send(conn, (index, value))
 
 
 @dataclass(slots=True)
@@ -174,7 +190,7 @@ class _Pool:
                 continue
             index = self.queue.popleft()
             try:
-                worker.conn.send((index, self.jobs[index]))
+                _send(worker.conn, (index, self.jobs[index]))
             except OSError:  # it died idle: a fresh worker takes the job
                 self.queue.appendleft(index)
                 self.replace(position)
@@ -196,7 +212,7 @@ class _Pool:
             index, worker.index = worker.index, None
             with contextlib.suppress(EOFError, OSError):
                 if worker.conn.poll():
-                    done(index, worker.conn.recv()[1])
+                    done(index, _recv(worker.conn)[1])
                     continue
             reason = _death(worker)  # no answer: the process died on this job
             self.replace(position)

@@ -39,10 +39,14 @@ from autopar.outputs.emit.torchtitan import (
 
 @dataclass(frozen=True, slots=True)
 class Format:
-    """One launch format: its text and the consumer version it targets."""
+    """One launch format: its text, the consumer version it targets, and the framework whose
+    rules and the stack preset whose defaults a problem solved for it gets unless the user names
+    others (``--framework``, ``--stack``; ``None``: autopar's default stack)."""
 
     target: str
     text: Callable[[Estimate | Layout, Problem], str]
+    framework: str
+    stack: str | None = None
     notes: Callable[[Estimate | Layout, Problem], tuple[str, ...]] = lambda item, problem: ()
     per_stage: bool = False
     """Whether it expresses a per-stage pipeline plan (``Estimate.per_stage``); the others
@@ -53,12 +57,18 @@ def _deepspeed_text(item: Estimate | Layout, problem: Problem) -> str:
     return json.dumps(deepspeed_json(item, problem), indent=2)
 
 
+def _toml_text(item: Estimate | Layout, problem: Problem) -> str:
+    return torchtitan_toml(item, problem).rstrip()
+
+
 FORMATS: dict[str, Format] = {
-    "megatron": Format(MEGATRON_TARGET, megatron_text, per_stage=True),
-    "megatron-bridge": Format(BRIDGE_TARGET, bridge_text),
-    "torchtitan": Format(TORCHTITAN_TARGET, torchtitan_text),
-    "torchtitan-0.2": Format(TORCHTITAN_02_TARGET, lambda i, p: torchtitan_toml(i, p).rstrip()),
-    "deepspeed": Format(DEEPSPEED_TARGET, _deepspeed_text, deepspeed_notes),
+    "megatron": Format(MEGATRON_TARGET, megatron_text, "megatron", per_stage=True),
+    "megatron-bridge": Format(BRIDGE_TARGET, bridge_text, "megatron", "megatron-bridge-0.6"),
+    "torchtitan": Format(TORCHTITAN_TARGET, torchtitan_text, "torchtitan", "torchtitan-0.3"),
+    "torchtitan-0.2": Format(TORCHTITAN_02_TARGET, _toml_text, "torchtitan", "torchtitan-0.3"),
+    "deepspeed": Format(
+        DEEPSPEED_TARGET, _deepspeed_text, "deepspeed", "deepspeed-0.19", deepspeed_notes
+    ),
 }
 EMITTERS: tuple[str, ...] = tuple(FORMATS)
 

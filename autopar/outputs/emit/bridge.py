@@ -1,19 +1,31 @@
-"""Megatron-Bridge (NeMo 2 successor): Hydra-style ``section.key=value`` overrides of its
+"""Megatron-Bridge (NeMo 2 successor): Hydra-style ``section.key=value`` overrides of a recipe's
 ``ConfigContainer`` for a layout (DESIGN §7).
 
-Checked against megatron-bridge 0.3.1 (PyPI): ``megatron/bridge/training/config.py``
-``ConfigContainer`` (sections ``model``, ``train``, ``ddp``, ``optimizer``, ``checkpoint``,
-``dataset``, ``mixed_precision``), ``training/utils/omegaconf_utils.py``
-(``parse_hydra_overrides``), ``training/mixed_precision.py`` (recipe names) and
-``models/gpt_provider.py`` (``GPTModelProvider`` is megatron-core's ``TransformerConfig`` plus
-``seq_length``, ``vocab_size``, ...). Megatron-Bridge imports Transformer Engine, which does not
-install without CUDA, so the tests check ``model.*`` with megatron-core's own ``TransformerConfig``
-and the other sections against field lists read from the package source
-(``tests/data/megatron_bridge/``).
+Target: Megatron-Bridge 0.6.2 (PyPI, current) on megatron-core 0.19.2, where a run is
+``scripts/training/run_recipe.py --recipe R`` plus these overrides, applied by
+``training/utils/omegaconf_utils.py`` ``process_config_with_overrides`` (Hydra's override parser
+on the struct config) and followed by the runner's sync steps (``recipe_runner.py``
+``sync_model_pipeline_layout``, ``sync_model_dataset_sequence_length``). What 0.6 changed, and
+each override here follows:
 
-The recipe chooses the model family and its activation function (a Python callable, which an
-override cannot set); these overrides set the sizes, bias, gating, normalization, position
-embedding, the layout, the batch, ZeRO and the precision.
+- the dataset's length is ``dataset.seq_length`` (``sequence_length`` is still accepted as an
+  alias, but ``model.seq_length`` is then re-synced to the unchanged ``seq_length``: the job
+  would train at the recipe's length);
+- a recipe may have no ``comm_overlap`` section (``recipes/common.py`` ``_pretrain_common``:
+  ``comm_overlap=None``) or one with overlaps on (the Llama-3 70B recipe): ``comm_overlap=null``
+  when the plan overlaps nothing, else ``++comm_overlap._target_=...CommOverlapConfig`` and
+  ``++comm_overlap.key=value`` (a config built anew, ``omegaconf_utils._apply_overrides``),
+  valid whichever recipe the overrides are applied to;
+- a recipe's pipeline layout (DeepSeek-V3's, ``set_deepseek_v3_pipeline_model_parallel_layout``)
+  is re-built after a PP/VPP override unless the layout itself is overridden:
+  ``model.pipeline_model_parallel_layout=null`` keeps the split autopar planned;
+- ``moe_shared_expert_overlap`` (set by the DeepSeek-V2 recipes) works only with the alltoall
+  and flex dispatchers (megatron-core ``transformer_config.py``): it is turned off where the plan
+  uses allgather.
+
+The model is written in full (shapes, ``autopar.outputs.emit.bridge_model`` for RoPE, norms,
+biases, activation and router), so the overrides describe the planned model whichever recipe of
+the family they start from. ``tests/test_bridge.py`` applies them with Bridge itself.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import Any
 from autopar.inputs.specs import ModelSpec, Problem, TrainingSpec
 from autopar.inputs.stack import DEFAULT_FP8_GEMMS, StackSpec
 from autopar.layout.plan import Estimate, Layout
+from autopar.outputs.emit.bridge_model import model_details
 from autopar.outputs.emit.common import (
     MEGATRON_SCHEDULES,
     check_graphs_and_offload,
@@ -37,7 +50,13 @@ from autopar.outputs.emit.common import (
     unsupported_layers,
 )
 
-BRIDGE_TARGET = "Megatron-Bridge 0.3.1 (megatron-core 0.16)"
+BRIDGE_TARGET = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2)"
+
+
+COMM_OVERLAP_CLASS = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+OPTIONAL_SECTIONS = frozenset({"comm_overlap"})
+"""``ConfigContainer`` sections a recipe may leave ``None`` (``recipes/common.py``): their keys
+are written ``++section.key`` (set, or add when absent)."""
 
 
 def _value(value: Any) -> str:
@@ -63,7 +82,6 @@ def _model_sizes(model: ModelSpec, seq_len: int) -> dict[str, Any]:
         "seq_length": seq_len,
         "share_embeddings_and_output_weights": model.tied_embeddings,
         "add_bias_linear": model.linear_bias,
-        "gated_linear_unit": model.mlp_kind == "swiglu",
         "normalization": "LayerNorm" if model.layernorm else "RMSNorm",
         "position_embedding_type": "learned_absolute"
         if model.learned_position_embeddings
@@ -124,10 +142,13 @@ def _model_layout(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, 
                 "solve with --etp 1",
             )
         fields |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp}
-    if lay.pp > 1:  # the split the solver planned (autopar.layout.split.pipeline_split)
+    # the planned split, never the recipe's own layout (its builder re-runs after a PP
+    # override unless the layout itself is overridden: run_recipe.py sync_model_pipeline_layout);
+    # a layout only where no other field gives the split (autopar.layout.split.pipeline_split)
+    fields["pipeline_model_parallel_layout"] = None
+    if lay.pp > 1:
         split = split_of(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
-        if split.layout is not None:
-            fields["pipeline_model_parallel_layout"] = split.layout
+        fields["pipeline_model_parallel_layout"] = split.layout
         fields |= {
             "account_for_embedding_in_pipeline_split": split.account_for_embedding,
             "account_for_loss_in_pipeline_split": split.account_for_loss,
@@ -184,13 +205,6 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
             "TP communication overlap without sequence parallelism",
             "solve with --sequence-parallel",
         )
-    if stack.moe_fused_mlp and model.is_moe:
-        raise refuse(
-            "megatron-bridge",
-            "the fused grouped MLP of the experts (megatron-core 0.16, which Megatron-Bridge 0.3.1 "
-            "pins, has no use_transformer_engine_op_fuser)",
-            "use --format megatron, or --no-moe-fused-mlp",
-        )
     overlap: dict[str, Any] = {"tp_comm_overlap": stack.tp_comm_overlap and lay.tp > 1}
     if lay.vpp > 1:
         overlap["overlap_p2p_comm"] = stack.pp_comm_overlap
@@ -207,6 +221,9 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
         fields["cp_comm_type"] = stack.cp_comm_type
     if not stack.flash_attention:
         fields["attention_backend"] = "unfused"  # AttnBackend member name
+    if stack.moe_fused_mlp and model.is_moe:  # the experts' fused grouped MLP (megatron-core
+        # 0.19.2 transformer_config.py L511; Bridge's qwen3_moe gb200 recipe sets it)
+        fields["use_transformer_engine_op_fuser"] = True
     return {"comm_overlap": overlap, "model": fields | _graphs_and_offload(lay, model, stack)}
 
 
@@ -261,16 +278,30 @@ def bridge_overrides(item: Estimate | Layout, problem: Problem) -> dict[str, dic
             "micro_batch_size": lay.mbs,
             "global_batch_size": training.global_batch_sequences,
         },
-        "dataset": {"sequence_length": training.seq_len},  # GPTDatasetConfig field
+        "dataset": {"seq_length": training.seq_len},  # model.seq_length follows it
     }
+    sections["model"] |= model_details(model)
     if model.is_moe:
-        sections["model"]["moe_token_dispatcher_type"] = dispatcher_of(item)
-        if dispatcher_of(item) == "flex":
+        dispatcher = dispatcher_of(item)
+        sections["model"]["moe_token_dispatcher_type"] = dispatcher
+        if dispatcher == "flex":
             sections["model"]["moe_flex_dispatcher_backend"] = "deepep"
+        if dispatcher == "allgather" and model.shared_expert_ffn_hidden_size:
+            sections["model"]["moe_shared_expert_overlap"] = False
     sections |= _sharding(lay, training.stack)
     stack = _stack(lay, model, training.stack)
     sections["model"] |= stack["model"]
-    sections["comm_overlap"] = stack["comm_overlap"]
+    if any(stack["comm_overlap"].values()):
+        # built anew whether the recipe has the section or not (_target_: omegaconf_utils
+        # _apply_overrides instantiates it); the recipe's userbuffers tuning, a nested config
+        # that does not survive re-instantiation, gives way to Transformer Engine's defaults
+        sections["comm_overlap"] = {
+            "_target_": COMM_OVERLAP_CLASS,
+            **stack["comm_overlap"],
+            "tp_comm_overlap_cfg": None,
+        }
+    else:  # no communication overlap planned: none, whatever the recipe set
+        sections["comm_overlap"] = {"": None}
     sections["mixed_precision"] = {"": _mixed_precision(training)}
     checkpoint = _checkpoint(item, training.stack)
     if checkpoint:
@@ -321,12 +352,14 @@ def _mixed_precision(training: TrainingSpec) -> str:
 
 
 def bridge_args(item: Estimate | Layout, problem: Problem) -> list[str]:
-    """The overrides as ``section.key=value`` strings (``parse_hydra_overrides``)."""
+    """The overrides as ``section.key=value`` strings (``parse_hydra_overrides``), ``++`` before
+    the keys of ``OPTIONAL_SECTIONS``."""
     out = []
     for section, fields in bridge_overrides(item, problem).items():
         for key, value in fields.items():
             name = f"{section}.{key}" if key else section
-            out.append(f"{name}={_value(value)}")
+            prefix = "++" if section in OPTIONAL_SECTIONS and key else ""
+            out.append(f"{prefix}{name}={_value(value)}")
     return out
 
 

@@ -72,8 +72,9 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
         what = "asynchronous" if stack.async_checkpoint else "first-replica"
         raise refuse("deepspeed", f"the {what} checkpoint save (no ds_config key)",
                      "use --format megatron or torchtitan")  # fmt: skip
-    if problem.training.grad_precision == "bf16":
-        config["communication_data_type"] = "bf16"  # DeepSpeed's gradient reduction dtype
+    # the gradient-reduction dtype as planned: left unset, DeepSpeed reduces in the model dtype,
+    # bf16 here (runtime/engine.py communication_data_type)
+    config["communication_data_type"] = problem.training.grad_precision
     if lay.tp > 1:
         config["tensor_parallel"] = {"autotp_size": lay.tp}
     if lay.pp > 1 and lay.recompute == "full":
@@ -84,11 +85,20 @@ def deepspeed_json(item: Estimate | Layout, problem: Problem) -> dict[str, Any]:
 def deepspeed_notes(item: Estimate | Layout, problem: Problem) -> tuple[str, ...]:
     """The version targeted, and what the training script must do that the config cannot say."""
     lay = layout_of(item)
-    notes = [f"{DEEPSPEED_TARGET} config for {problem.model.name} (JSON has no comments)."]
+    notes = [
+        f"{DEEPSPEED_TARGET} config for {problem.model.name} (JSON has no comments): "
+        f"TP {lay.tp} x PP {lay.pp} x DP {lay.dp} = {lay.tp * lay.pp * lay.dp} GPUs."
+    ]
     if lay.pp > 1:
         notes.append(
             f"DeepSpeed: the config has no pipeline size; build the model as "
-            f"PipelineModule(layers, num_stages={lay.pp})."
+            f"PipelineModule(layers, topology=PipeModelDataParallelTopology(num_pp={lay.pp}, "
+            f"num_mp={lay.tp}, num_dp={lay.dp})) (the topology sets num_stages: "
+            "runtime/pipe/module.py, runtime/pipe/topology.py)."
+        )
+    elif lay.tp > 1:
+        notes.append(
+            f"DeepSpeed: TP {lay.tp} is AutoTP (tensor_parallel.autotp_size); no pipeline."
         )
     if lay.recompute == "selective" or (lay.recompute == "full" and lay.pp == 1):
         what = "the attention core" if lay.recompute == "selective" else "each layer"

@@ -47,6 +47,98 @@ def padded_vocab_size(vocab_size: int, tp: int) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
+_ACTIVATIONS: dict[tuple[str, str], list[Flag]] = {
+    # (mlp_kind, activation) -> Megatron's flags (core_transformer_config_from_args,
+    # megatron/training/argument_utils.py:312-324: --swiglu sets silu + GLU, --squared-relu
+    # squared_relu; F.gelu, erf GELU, is TransformerConfig's default activation_func)
+    ("swiglu", "silu"): [("--swiglu", None)],
+    ("gelu", "gelu"): [],
+    ("squared_relu", "relu2"): [("--squared-relu", None)],
+}
+
+
+def _activation(model: ModelSpec) -> list[Flag]:
+    """The MLP's activation; one Megatron-LM's flags cannot name is refused (GeGLU: only
+    --quick-geglu, x * sigmoid(1.702 x), exists; tanh GELU: --openai-gelu reaches no
+    TransformerConfig field at d98e8a6)."""
+    key = (model.mlp_kind, model.activation_function)
+    if key not in _ACTIVATIONS:
+        raise refuse(
+            "megatron",
+            f"{model.name}'s MLP ({model.mlp_kind} with {model.activation_function}): no "
+            "Megatron-LM flag sets that activation",
+            "use --format megatron-bridge (model.activation_func)",
+        )
+    return list(_ACTIVATIONS[key])
+
+
+def _whole(value: float, what: str) -> str:
+    if not float(value).is_integer():
+        raise refuse("megatron", f"{what} {value:g} (the flag takes an integer)", "round it")
+    return str(int(value))
+
+
+def rope_flags(model: ModelSpec) -> list[Flag]:
+    """RoPE base and scaling. Llama 3.1's scaling: megatron-core's fixed low/high frequency
+    factors 1 and 4 and 8192 original positions (rotary_pos_embedding.py ``_apply_scaling``),
+    only the factor is a flag (arguments.py:2424-2426). YaRN: GPT layers read the --yarn-* flags
+    (argument_utils.py ``_apply_yarn_config_from_args``); MLA reads --rotary-scaling-factor,
+    --mscale, --mscale-all-dim, and takes beta_fast 32, beta_slow 1 and 4096 original positions
+    from ``MLATransformerConfig``'s defaults (transformer_config.py:3315-3318; no flag)."""
+    rope = model.rope
+    flags: list[Flag] = [("--rotary-base", _whole(rope.theta, "rope_theta"))]
+    if rope.percent != 1:
+        flags.append(("--rotary-percent", repr(rope.percent)))
+    if rope.local_theta and rope.local_theta != rope.theta:
+        raise refuse("megatron", "a second RoPE base for local layers", "use megatron-bridge")
+    if rope.scaling == "llama3":
+        fixed = (rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position_embeddings)
+        if fixed != (1.0, 4.0, 8192):
+            raise refuse(
+                "megatron",
+                f"llama3 RoPE scaling with low/high frequency factors {fixed[0]:g}/{fixed[1]:g} "
+                f"and {fixed[2]} original positions (megatron-core fixes 1/4/8192)",
+                "use --format megatron-bridge",
+            )
+        flags += [("--use-rope-scaling", None), ("--rope-scaling-factor", repr(rope.factor))]
+    elif rope.scaling == "linear":
+        flags.append(("--rotary-seq-len-interpolation-factor", _whole(rope.factor, "factor")))
+    elif rope.scaling == "yarn":
+        flags += _yarn(model)
+    elif model.is_mla:  # MLA defaults to YaRN x40: say plain RoPE
+        flags.append(("--rope-type", "rope"))
+    return flags
+
+
+def _yarn(model: ModelSpec) -> list[Flag]:
+    rope = model.rope
+    flags: list[Flag] = [
+        ("--rotary-scaling-factor", repr(rope.factor)),
+        ("--mscale", repr(rope.mscale)),
+        ("--mscale-all-dim", repr(rope.mscale_all_dim)),
+    ]
+    if model.is_mla:
+        fixed = (rope.beta_fast, rope.beta_slow, rope.original_max_position_embeddings)
+        if fixed != (32.0, 1.0, 4096):
+            raise refuse(
+                "megatron",
+                f"{model.name}'s YaRN beta_fast {fixed[0]:g}, beta_slow {fixed[1]:g}, "
+                f"{fixed[2]} original positions: MLA takes 32, 1 and 4096 from "
+                "MLATransformerConfig (no flag)",
+                "use --format megatron-bridge",
+            )
+        return [("--rope-type", "yarn"), *flags]
+    flags = [("--position-embedding-type", "yarn"), *flags]
+    flags += [
+        ("--yarn-original-max-position-embeddings", str(rope.original_max_position_embeddings)),
+        ("--yarn-beta-fast", repr(rope.beta_fast)),
+        ("--yarn-beta-slow", repr(rope.beta_slow)),
+    ]
+    if not rope.truncate:
+        flags.append(("--no-yarn-correction-range-round-to-int", None))
+    return flags
+
+
 def _architecture(model: ModelSpec, seq_len: int, tp: int) -> list[Flag]:
     flags: list[Flag] = [
         ("--num-layers", str(model.num_layers)),
@@ -62,19 +154,28 @@ def _architecture(model: ModelSpec, seq_len: int, tp: int) -> list[Flag]:
         ]
     # arguments.py:1354 asserts max_position_embeddings >= seq_length
     flags.append(("--max-position-embeddings", str(max(model.max_position_embeddings, seq_len))))
-    flags.append(
-        (
-            "--position-embedding-type",
-            "learned_absolute" if model.learned_position_embeddings else "rope",
+    if not (model.rope.scaling == "yarn" and not model.is_mla):  # else rope_flags says yarn
+        flags.append(
+            (
+                "--position-embedding-type",
+                "learned_absolute" if model.learned_position_embeddings else "rope",
+            )
         )
-    )
     flags.append(("--normalization", "LayerNorm" if model.layernorm else "RMSNorm"))
-    if model.mlp_kind == "swiglu":
-        flags.append(("--swiglu", None))
-    elif model.mlp_kind == "squared_relu":
-        flags.append(("--squared-relu", None))  # gelu is Megatron's default activation
+    flags.append(("--norm-epsilon", repr(model.norm_epsilon)))
+    if model.norm_zero_centered:
+        flags.append(("--apply-layernorm-1p", None))
+    flags += _activation(model)
     if not model.linear_bias:
         flags.append(("--disable-bias-linear", None))
+        if model.qkv_bias:
+            flags.append(("--add-qkv-bias", None))
+    if model.qk_layernorm:
+        flags.append(("--qk-layernorm", None))
+    if model.qk_l2_norm:
+        flags.append(("--qk-l2-norm", None))
+    if not model.learned_position_embeddings:
+        flags += rope_flags(model)
     if not model.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     # NullTokenizer (eod = vocab_size - 1) for mock-data runs; the header says to swap in yours.
@@ -95,6 +196,25 @@ def _attention_variants(model: ModelSpec) -> list[Flag]:
             "megatron",
             f"{model.name}'s {', '.join(missing)}",
             "start from its Megatron-Bridge recipe",
+        )
+    gemma = [
+        what
+        for what, present in (
+            ("attention logit soft-capping", model.attn_logit_softcapping),
+            ("final logit soft-capping", model.final_logit_softcapping),
+            (
+                "query_pre_attn_scalar",
+                model.query_pre_attn_scalar and model.query_pre_attn_scalar != model.kv_channels,
+            ),
+            ("post-attention/post-MLP norms and sqrt(hidden) embedding scaling", model.gemma_norms),
+        )
+        if present
+    ]
+    if gemma:
+        raise refuse(
+            "megatron",
+            f"{model.name}'s {', '.join(gemma)} (no Megatron-LM flag)",
+            "use Megatron-Bridge's recipe of this family",
         )
     flags: list[Flag] = []
     if model.is_mla:
@@ -133,7 +253,7 @@ def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Fl
         # FP32 router: megatron-core warns against BF16 routing with >= 32 experts
         # (transformer_config.py moe_router_dtype), and Megatron-Bridge's MoE recipes set it
         ("--moe-router-dtype", "fp32"),
-        ("--moe-router-load-balancing-type", "aux_loss"),
+        ("--moe-router-load-balancing-type", model.moe_router_load_balancing),
         ("--expert-model-parallel-size", str(lay.ep)),
         ("--expert-tensor-parallel-size", str(lay.etp)),
     ]
@@ -142,6 +262,9 @@ def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Fl
     if model.shared_expert_ffn_hidden_size:
         size = str(model.shared_expert_ffn_hidden_size)
         flags.append(("--moe-shared-expert-intermediate-size", size))
+        if model.shared_expert_gate:
+            flags.append(("--moe-shared-expert-gate", None))
+    flags += _router(model)
     if (pattern := ffn_pattern(model)) is not None:
         flags.append(("--moe-layer-freq", pattern))
     if model.moe_router_num_groups:
@@ -149,6 +272,31 @@ def _moe(model: ModelSpec, lay: Layout, dispatcher: str = "alltoall") -> list[Fl
             ("--moe-router-num-groups", str(model.moe_router_num_groups)),
             ("--moe-router-group-topk", str(model.moe_router_group_topk)),
         ]
+    return flags
+
+
+def _router(model: ModelSpec) -> list[Flag]:
+    """Router scoring as the model was trained: sigmoid scores, the expert bias of
+    aux-loss-free balancing, the routed-output scale, no top-k renormalisation
+    (``--moe-router-pre-softmax``; Megatron renormalises sigmoid top-k scores always,
+    moe_utils.py ``topk_routing_with_score_function``)."""
+    flags: list[Flag] = []
+    if model.moe_router_score_function != "softmax":
+        flags.append(("--moe-router-score-function", model.moe_router_score_function))
+    if model.moe_router_expert_bias:
+        flags.append(("--moe-router-enable-expert-bias", None))
+    if model.moe_router_topk_scaling_factor != 1:
+        flags.append(
+            ("--moe-router-topk-scaling-factor", repr(model.moe_router_topk_scaling_factor))
+        )
+    if model.moe_router_pre_softmax and model.experts_per_token > 1:
+        if model.moe_router_score_function != "softmax":
+            raise refuse(
+                "megatron",
+                "sigmoid router scores without top-k renormalisation",
+                "use --format megatron-bridge",
+            )
+        flags.append(("--moe-router-pre-softmax", None))
     return flags
 
 

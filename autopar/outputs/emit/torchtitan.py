@@ -57,7 +57,12 @@ ARCH_FIELDS = (
     "experts_per_token",
     "moe_ffn_hidden_size",
     "num_mtp_layers",
+    "rope_theta",
+    "rope_scaling",
+    "rope_factor",
 )
+"""The fields a torchtitan config must share with the model: the shapes and the RoPE (base,
+scaling kind and factor; torchtitan's llama3 configs are Llama-3.1's, scaled x8)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class TorchtitanModel:
     config: str
     flavor_02: str
     source: str  # the config_registry function, models/<module>/config_registry.py:line
-    arch: tuple[int, ...]
+    arch: tuple[int | float | str, ...]
     refuse_03: str = ""  # why 0.3's config function does not train what autopar plans
 
 
@@ -82,36 +87,36 @@ class TorchtitanModel:
 TORCHTITAN_MODELS: tuple[TorchtitanModel, ...] = (
     TorchtitanModel(
         "llama3", "llama3_8b", "8B", "models/llama3/config_registry.py:184",
-        (32, 4096, 32, 8, 128256, 0, 0, 0, 0),
+        (32, 4096, 32, 8, 128256, 0, 0, 0, 0, 500000.0, "llama3", 8.0),
     ),
     TorchtitanModel(
         "llama3", "llama3_70b", "70B", "models/llama3/config_registry.py:257",
-        (80, 8192, 64, 8, 128256, 0, 0, 0, 0),
+        (80, 8192, 64, 8, 128256, 0, 0, 0, 0, 500000.0, "llama3", 8.0),
     ),
     TorchtitanModel(
         "llama3", "llama3_405b", "405B", "models/llama3/config_registry.py:295",
-        (126, 16384, 128, 8, 128256, 0, 0, 0, 0),
+        (126, 16384, 128, 8, 128256, 0, 0, 0, 0, 500000.0, "llama3", 8.0),
         refuse_03="its only config, llama3_405b, trains in FP8 with rowwise scaling "
         "(Float8LinearConverter, models/llama3/config_registry.py:300-308), a recipe autopar "
         "does not plan",
     ),
     TorchtitanModel(
         "qwen3", "qwen3_30b_a3b", "30B-A3B", "models/qwen3/config_registry.py:295",
-        (48, 2048, 32, 4, 151936, 128, 8, 768, 0),
+        (48, 2048, 32, 4, 151936, 128, 8, 768, 0, 1000000.0, "none", 1.0),
     ),
     TorchtitanModel(
         "gpt_oss", "gpt_oss_20b", "", "models/gpt_oss/config_registry.py:70",
-        (24, 2880, 64, 8, 201088, 32, 4, 2880, 0),
+        (24, 2880, 64, 8, 201088, 32, 4, 2880, 0, 150000.0, "yarn", 32.0),
     ),
     TorchtitanModel(
         "gpt_oss", "gpt_oss_120b", "", "models/gpt_oss/config_registry.py:101",
-        (36, 2880, 64, 8, 201088, 128, 4, 2880, 0),
+        (36, 2880, 64, 8, 201088, 128, 4, 2880, 0, 150000.0, "yarn", 32.0),
     ),
     TorchtitanModel(
         # Kimi-K2's decoder; the model adds a 27-layer MoonViT vision encoder
         # (models/kimi_k2_7/__init__.py:453, model.py:34)
         "kimi_k2_7", "kimi_k2_5", "", "models/kimi_k2_7/config_registry.py:170",
-        (61, 7168, 64, 64, 163840, 384, 8, 2048, 0),
+        (61, 7168, 64, 64, 163840, 384, 8, 2048, 0, 50000.0, "yarn", 64.0),
         refuse_03="its config, kimi_k2_5, is Kimi-K2.5: this decoder with a vision encoder, "
         "trained with the Muon optimizer (models/kimi_k2_7/config_registry.py:170-184); autopar "
         "plans the decoder with Adam",
@@ -119,13 +124,16 @@ TORCHTITAN_MODELS: tuple[TorchtitanModel, ...] = (
     TorchtitanModel(
         # no MTP: _671b(num_mtp_layers=0), models/deepseek_v3/__init__.py:537
         "deepseek_v3", "deepseek_v3_671b", "", "models/deepseek_v3/config_registry.py:206",
-        (61, 7168, 128, 128, 129280, 256, 8, 2048, 0),
+        (61, 7168, 128, 128, 129280, 256, 8, 2048, 0, 10000.0, "yarn", 40.0),
     ),
 )  # fmt: skip
 
 
-def architecture(model: ModelSpec) -> tuple[int, ...]:
-    return tuple(getattr(model, name) for name in ARCH_FIELDS)
+def architecture(model: ModelSpec) -> tuple[int | float | str, ...]:
+    rope = model.rope
+    factor = rope.factor if rope.scaling != "none" else 1.0
+    shapes = tuple(getattr(model, name) for name in ARCH_FIELDS[:-3])
+    return (*shapes, rope.theta, rope.scaling, factor)
 
 
 def torchtitan_model(model: ModelSpec) -> TorchtitanModel | None:
@@ -179,11 +187,29 @@ def _check(lay: Layout, problem: Problem, fmt: str, *, etp_equal_tp_ok: bool) ->
             f"expert tensor parallelism etp={lay.etp} (torchtitan allows {allowed})",
             "use --format megatron",
         )
+    _check_expert_mesh(lay, fmt, etp=lay.etp if etp_equal_tp_ok else 1)
     if etp_equal_tp_ok and lay.tp > 1 and not lay.sequence_parallel:
         raise refuse(
             fmt,
             "TP without sequence parallelism (0.2 always pairs them)",
             "solve with --sequence-parallel, or use --format torchtitan",
+        )
+
+
+def _check_expert_mesh(lay: Layout, fmt: str, *, etp: int) -> None:
+    """torchtitan takes the EP x ETP ranks of the expert mesh from ``dp_shard * cp * tp`` (the
+    FSDP shard is the whole DP only under FSDP): ``efsdp = dp_shard*cp*tp // (etp*ep)``
+    (0.2.2 ``distributed/parallel_dims.py:138``; 0.3 ``config/configs.py``
+    ``expert_parallel_degree``). When ``etp*ep`` does not divide it the mesh is zero-sized or
+    does not cover the world (mixtral-8x7b on 64 GPUs with DDP and EP 8)."""
+    shard = lay.dp if lay.zero >= 2 else 1
+    if lay.ep > 1 and (shard * lay.cp * lay.tp) % (etp * lay.ep):
+        mode = "FSDP" if lay.zero >= 2 else "DDP (no FSDP shard)"
+        raise refuse(
+            fmt,
+            f"ep={lay.ep} x etp={etp} with {mode}: torchtitan takes expert ranks from "
+            f"dp_shard*cp*tp = {shard * lay.cp * lay.tp}, which they do not divide",
+            "solve with --framework torchtitan (FSDP), or use --format megatron",
         )
 
 
@@ -338,13 +364,6 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
             fmt,
             "FP8: torchtitan 0.3 sets it in a config_registry function (model converters)",
             "use --format torchtitan-0.2 or megatron",
-        )
-    if lay.ep > 1 and lay.zero < 2 and (lay.cp * lay.tp) % lay.ep:
-        raise refuse(
-            fmt,
-            f"ep={lay.ep} without FSDP: torchtitan 0.3 takes EP ranks from dp_shard*cp*tp "
-            "(configs.py expert_parallel_degree)",
-            "use --format megatron",
         )
     args = ["--module", known.module, "--config", known.config]
     for section, fields in (

@@ -6,9 +6,6 @@ consumer does not install on a CPU-only Python 3.11 machine (run by hand, not by
   ``typing.override``, shimmed here. ``python vendor.py megatron /path/to/Megatron-LM COMMIT DATE``
 - torchtitan 0.2.x: the dataclass fields of ``torchtitan/config/job_config.py`` (0.3 replaced the
   TOML job config, and one venv holds one torchtitan). ``python vendor.py torchtitan WHEEL_DIR``
-- Megatron-Bridge: dataclass fields of ``megatron/bridge/training/config.py`` and the recipe names
-  of ``training/mixed_precision.py`` (its import needs Transformer Engine, i.e. CUDA).
-  ``python vendor.py bridge WHEEL_DIR``
 """
 
 from __future__ import annotations
@@ -88,30 +85,5 @@ CLASSES = ("TrainingConfig", "CheckpointConfig", "GPTDatasetConfig", "DatasetPro
            "DataloaderConfig", "ConfigContainer", "CommOverlapConfig")  # fmt: skip
 
 
-def bridge(wheel_dir: str) -> None:
-    root = Path(wheel_dir) / "megatron/bridge"
-    config = _dataclass_fields(root / "training/config.py")
-    recipes = [
-        node.name
-        for node in ast.parse((root / "training/mixed_precision.py").read_text()).body
-        if isinstance(node, ast.FunctionDef)
-        and any(getattr(d, "id", None) == "register" for d in node.decorator_list)
-    ]
-    provider = _dataclass_fields(root / "models/gpt_provider.py")["GPTModelProvider"]
-    config["CommOverlapConfig"] = _dataclass_fields(root / "training/comm_overlap.py")[
-        "CommOverlapConfig"
-    ]
-    data = {
-        "source": "https://pypi.org/project/megatron-bridge/0.3.1/ "
-        "megatron/bridge/training/config.py",
-        "version": "0.3.1",
-        "date": "2026-11-30",
-        "classes": {k: config[k] for k in CLASSES},
-        "gpt_model_provider_own_fields": provider,
-        "mixed_precision_recipes": recipes,
-    }
-    (HERE / "megatron-bridge-0.3.1-config.json").write_text(json.dumps(data, indent=1))
-
-
 if __name__ == "__main__":
-    {"megatron": megatron, "torchtitan": torchtitan, "bridge": bridge}[sys.argv[1]](*sys.argv[2:])
+    {"megatron": megatron, "torchtitan": torchtitan}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,63 @@
+"""Typed readers of input-file values: each checks one key of a mapping and raises
+``InputError`` naming it (the rule, the value seen) before the value reaches any arithmetic.
+Strings (names, descriptions) are read by ``autopar.inputs.names.string_value``."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from autopar.base.errors import InputError, excerpt
+from autopar.inputs import hf_families
+from autopar.inputs.limits import range_rule
+
+
+def unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
+    family_error = hf_families.unmodelled_key_error(key)
+    if family_error is not None:
+        return family_error  # a family's key: never suggest a key with another meaning
+    close = difflib.get_close_matches(key[:100], known, n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return InputError(f"unknown key{hint}", field=excerpt(key, 60).strip("'"))
+
+
+def integer(
+    data: Mapping[str, Any],
+    key: str,
+    *,
+    default: int | None = None,
+    minimum: int = 1,
+    maximum: int = 1 << 31,
+) -> int:
+    """An integral value (``4096`` or ``4096.0``) in ``minimum..maximum``, checked before it is
+    used in any arithmetic."""
+    if key not in data or data[key] is None:
+        if default is None:
+            raise InputError("required key is missing", field=key)
+        return default
+    value = data[key]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"must be an integer, got {excerpt(value)}", field=key)
+    if not minimum <= value <= maximum:
+        raise InputError(f"{range_rule(minimum, maximum)}, got {excerpt(value)}", field=key)
+    return value
+
+
+def boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"must be true or false, got {excerpt(value)}", field=key)
+    return value
+
+
+def choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"must be one of {', '.join(choices)}, got {excerpt(value)}", field=key)
+    return value
