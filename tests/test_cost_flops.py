@@ -101,3 +101,16 @@ def test_causal_attention_halves_only_the_attention_core() -> None:
     causal = model_flop_per_sequence(GPT3, s, causal=True)
     attention_core = 3.0 * 96 * 4.0 * s * s * 12288
     assert full - causal == pytest.approx(attention_core / 2.0, rel=1e-12)
+
+
+def test_a_geglu_mlp_has_the_three_matrices_of_a_gated_mlp() -> None:
+    """GeGLU (Gemma) is gated like SwiGLU: gate, up and down projections, so its FLOPs are
+    SwiGLU's and not a two-matrix GELU MLP's."""
+    import dataclasses
+
+    swiglu = llama(layers=4, hidden=1024, heads=8, ffn=4096)
+    geglu = dataclasses.replace(swiglu, mlp_kind="geglu")
+    gelu = dataclasses.replace(swiglu, mlp_kind="gelu")
+    assert geglu.mlp_matrices == swiglu.mlp_matrices == 3 and gelu.mlp_matrices == 2
+    assert model_flop_per_sequence(geglu, 2048) == model_flop_per_sequence(swiglu, 2048)
+    assert model_flop_per_sequence(gelu, 2048) < model_flop_per_sequence(swiglu, 2048)

@@ -383,8 +383,9 @@ class ModelSpec:
 
     @property
     def mlp_matrices(self) -> int:
-        """Weight matrices in one MLP: 3 for gated (SwiGLU), 2 otherwise."""
-        return 3 if self.mlp_kind == "swiglu" else 2
+        """Weight matrices in one MLP: 3 for gated ones (SwiGLU, GeGLU: ``gated_mlp``), 2
+        otherwise."""
+        return 3 if self.gated_mlp else 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
