@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autopar.costs.estimate import estimate_many
 from autopar.costs.terms import CostTerm
 from autopar.layout.plan import Layout
 from autopar.layout.results import Proof, SolveResult
@@ -36,5 +37,21 @@ def no_solution(status: str, start: float, workers: int, proof: Proof | None) ->
         solve_time_s=time.perf_counter() - start,
         layouts=(),
         num_workers=workers,
+        proof=proof,
+    )
+
+
+def hinted(hint, ctx, cost_model, start, workers, proof, *, bound, goal) -> SolveResult:
+    """The hint as the answer when the time limit struck before CP-SAT bettered it."""
+    if hint is None:
+        return no_solution("unknown", start, workers, proof)
+    return SolveResult(
+        status="feasible",
+        solve_time_s=time.perf_counter() - start,
+        layouts=tuple(estimate_many(layouts_from_rows([hint.row]), ctx, cost_model)),
+        best_bound_step_time_s=bound,
+        num_workers=workers,
+        objective=goal.name,
+        notes=("the time limit struck first: the best layout scored, not proven optimal",),
         proof=proof,
     )

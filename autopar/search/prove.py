@@ -23,7 +23,7 @@ from autopar.base.deadline import TimeLimitReached
 from autopar.costs.estimate import estimate_many
 from autopar.layout.results import Proof, SolveResult
 from autopar.search import interrupt
-from autopar.search.answers import layouts_from_rows, no_solution
+from autopar.search.answers import hinted, layouts_from_rows, no_solution
 from autopar.search.cpsat import US_PER_S, VarMap, build_model, make_solver
 
 MAX_TIES = 64
@@ -185,7 +185,7 @@ def prove(
             hint_row=hint.row if hint else None,
         )
     except TimeLimitReached:  # the time limit ran out while the model was being built
-        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
+        return hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
     if goal.upper_bound_s is not None:
         # Only layouts at least as good as the bound (a caller's incumbent elsewhere).
         model.add(vm.objective <= int(goal.upper_bound_s * US_PER_S))
@@ -194,14 +194,14 @@ def prove(
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if status == cp_model.INFEASIBLE:
             return no_solution("infeasible", start, workers, proof)
-        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
+        return hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal)
     incumbent = {a: int(solver.value(v)) for a, v in vm.axes.items()}
     bound = solver.best_objective_bound / US_PER_S
     found = [(int(round(solver.objective_value)), incumbent)]
     if status == cp_model.OPTIMAL:
         found = _best_k(model, vm, found[0][0], top_k, deadline) or found
     elif hint is not None and hint.step_us < found[0][0]:
-        return _hinted(hint, ctx, cost_model, start, workers, proof, bound=bound, goal=goal)
+        return hinted(hint, ctx, cost_model, start, workers, proof, bound=bound, goal=goal)
     # not proven: no ranking of runners-up to stand behind
     estimates = estimate_many(layouts_from_rows([r for _, r in found]), ctx, cost_model)
     notes = []
@@ -221,21 +221,5 @@ def prove(
         num_workers=workers,
         objective=goal.name,
         notes=tuple(notes),
-        proof=proof,
-    )
-
-
-def _hinted(hint, ctx, cost_model, start, workers, proof, *, bound, goal) -> SolveResult:
-    """The hint as the answer when the time limit struck before CP-SAT bettered it."""
-    if hint is None:
-        return no_solution("unknown", start, workers, proof)
-    return SolveResult(
-        status="feasible",
-        solve_time_s=time.perf_counter() - start,
-        layouts=tuple(estimate_many(layouts_from_rows([hint.row]), ctx, cost_model)),
-        best_bound_step_time_s=bound,
-        num_workers=workers,
-        objective=goal.name,
-        notes=("the time limit struck first: the best layout scored, not proven optimal",),
         proof=proof,
     )

@@ -29,7 +29,7 @@ from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.coverage import Coverage
 from autopar.layout.results import HEADROOM_FILL, Proof, SolveResult, Ties
 from autopar.layout.space import Space
-from autopar.search.answers import Goal, layouts_from_rows, no_solution
+from autopar.search.answers import Goal, hinted, layouts_from_rows, no_solution
 from autopar.search.exact import CLOSE_FIRST, NOT_CLOSED, Objective, close, needs_closing
 
 SIZED_LIMIT_BASE_S = 10.0
@@ -139,6 +139,10 @@ def solve_scored(
                 result = dataclasses.replace(result, status="feasible", notes=notes)
             return result, scores
     hint = scores.best[0] if scores and scores.best else None
+    if deadline is not None and time.perf_counter() >= deadline:
+        # the limit struck while scoring: no time is left for CP-SAT (nor its 0.8 s import)
+        proof = Proof(method="cp-sat", coverage=cover)
+        return hinted(hint, ctx, cost_model, start, workers, proof, bound=None, goal=goal), None
     if deadline is None:  # no limit given: CP-SAT's is sized from the problem
         deadline = start + sized_time_limit_s(scores.layouts if scores else 0)
     from autopar.search.prove import prove  # OR-Tools: loaded only when CP-SAT runs
