@@ -34,90 +34,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autopar.base.errors import InputError, excerpt
+from autopar.inputs import hf_keys
 
 MAX_FAMILY_INT = 1 << 24
 """Largest value of a family key (ranks, expert counts, windows): checked before arithmetic."""
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-DEEPSEEK_KEYS = (
-    *MLA_KEYS,
-    "n_routed_experts",
-    "n_shared_experts",
-    "first_k_dense_replace",
-    "moe_layer_freq",
-    "n_group",
-    "topk_group",
-    "num_nextn_predict_layers",
-    "topk_method",
-    "scoring_func",
-    "norm_topk_prob",
-    "routed_scaling_factor",
-    "aux_loss_alpha",
-    "seq_aux",
-    "ep_size",
-    "attention_bias",
+FAMILY_TYPES: tuple[str, ...] = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "gpt_oss",
+    "llama4_text",
+    "nemotron_h",
 )
-GPT_OSS_KEYS = (
-    "layer_types",
-    "sliding_window",
-    "attention_bias",
-    "experts_per_token",
-    "swiglu_limit",
-    "router_aux_loss_coef",
-    "output_router_logits",
-    "initial_context_length",
-)
-LLAMA4_KEYS = (
-    "interleave_moe_layer_step",
-    "moe_layers",
-    "intermediate_size_mlp",
-    "attention_chunk_size",
-    "no_rope_layers",
-    "use_qk_norm",
-    "attention_bias",
-    "attn_temperature_tuning",
-    "floor_scale",
-    "attn_scale",
-    "router_aux_loss_coef",
-    "router_jitter_noise",
-    "output_router_logits",
-)
-NEMOTRON_H_KEYS = (
-    "hybrid_override_pattern",
-    "mamba_num_heads",
-    "mamba_head_dim",
-    "ssm_state_size",
-    "n_groups",
-    "conv_kernel",
-    "expand",
-    "chunk_size",
-    "mamba_hidden_act",
-    "mamba_proj_bias",
-    "use_conv_bias",
-    "use_bias",
-    "mlp_bias",
-    "attention_bias",
-    "mlp_hidden_act",
-    "attention_head_dim",
-    "n_routed_experts",
-    "n_shared_experts",
-    "moe_shared_expert_intermediate_size",
-    "n_group",
-    "topk_group",
-    "num_nextn_predict_layers",
-    "mtp_hybrid_override_pattern",
-    "moe_latent_size",
-    "norm_topk_prob",
-    "routed_scaling_factor",
-    "residual_in_fp32",
-)
-FAMILY_KEYS: dict[str, tuple[str, ...]] = {
-    "deepseek_v2": DEEPSEEK_KEYS,
-    "deepseek_v3": DEEPSEEK_KEYS,
-    "kimi_k2": DEEPSEEK_KEYS,
-    "gpt_oss": GPT_OSS_KEYS,
-    "llama4_text": LLAMA4_KEYS,
-    "nemotron_h": NEMOTRON_H_KEYS,
-}
+"""The ``model_type`` values this module reads (their keys: ``autopar.inputs.hf_keys``)."""
 ARCHITECTURE_KEYS: dict[str, str] = {
     # key -> the family that gives it a meaning autopar models
     **{key: "deepseek_v3" for key in (*MLA_KEYS, "n_routed_experts", "first_k_dense_replace")},
@@ -188,8 +118,14 @@ def unwrap(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def family_keys(data: Mapping[str, Any]) -> tuple[str, ...]:
-    """Keys the family of ``data`` (its ``model_type``) reads besides ``MODEL_KEYS``."""
-    return FAMILY_KEYS.get(str(data.get("model_type")), ())
+    """Keys the family of ``data`` (its ``model_type``, one of ``FAMILY_TYPES``) knows besides
+    ``MODEL_KEYS``: those it reads, ignores as harmless or refuses by name, from the one table
+    of every family's keys (``autopar.inputs.hf_keys.FAMILIES``)."""
+    model_type = str(data.get("model_type"))
+    if model_type not in FAMILY_TYPES:
+        return ()
+    family = hf_keys.FAMILIES[model_type]
+    return (*family.read, *family.harmless, *family.refused)
 
 
 def unmodelled_key_error(key: str) -> InputError | None:
