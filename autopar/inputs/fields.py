@@ -48,12 +48,8 @@ def integer(
 
 
 def boolean(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {excerpt(value)}", field=key)
-    return value
+    """``data[key]`` as a boolean (``hf_families.flag``: the same rule for every key)."""
+    return hf_families.flag(data, key, default)
 
 
 def choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str) -> str:

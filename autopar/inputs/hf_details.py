@@ -83,15 +83,6 @@ def _number(data: Mapping[str, Any], key: str, default: float, *, zero_ok: bool 
     return float(value)
 
 
-def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {excerpt(value)}", field=key)
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
 # keys
 
@@ -210,7 +201,7 @@ def rope_spec(data: Mapping[str, Any]) -> RopeSpec:
     defaults = RopeSpec()
     for key in ROPE_KEYS[kind]:
         if key == "truncate":
-            fields[key] = _flag(scaling, key, True)
+            fields[key] = hf_families.flag(scaling, key, True)
         elif key == "original_max_position_embeddings":
             fields[key] = int(_number(scaling, key, 0.0, zero_ok=True))
         else:
@@ -222,7 +213,7 @@ def rope_spec(data: Mapping[str, Any]) -> RopeSpec:
 def _window_layers(data: Mapping[str, Any], family: str, layers: int) -> tuple[int, list[bool]]:
     """(window, which layers slide) as each family's modeling code decides it."""
     window_key = "sliding_window" if data.get("sliding_window") else "sliding_window_size"
-    if family.startswith("qwen") and not _flag(data, "use_sliding_window", False):
+    if family.startswith("qwen") and not hf_families.flag(data, "use_sliding_window", False):
         return 0, [False] * layers
     window = int(_number(data, window_key, 0.0, zero_ok=True))
     if not window:
@@ -287,8 +278,8 @@ def _router(data: Mapping[str, Any], family: str) -> dict[str, Any]:
     if family == "llama4_text":  # modeling_llama4.py: sigmoid of the top-k logits
         out["moe_router_score_function"] = "sigmoid"
     always = family in RENORMALISED
-    out["moe_router_pre_softmax"] = not (always or _flag(data, "norm_topk_prob", False))
-    if _flag(data, "seq_aux", False):
+    out["moe_router_pre_softmax"] = not (always or hf_families.flag(data, "norm_topk_prob", False))
+    if hf_families.flag(data, "seq_aux", False):
         out["moe_router_load_balancing"] = "seq_aux_loss"
     return out
 
@@ -307,21 +298,21 @@ def detail_fields(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[st
     if eps_key is not None:
         out["norm_epsilon"] = _number(data, eps_key, 1e-5)
     unbiased = ("qwen3", "qwen3_moe", "llama", "phi3", "gemma2", "gemma3_text", "mistral")
-    if family in unbiased and _flag(data, "attention_bias", False):
+    if family in unbiased and hf_families.flag(data, "attention_bias", False):
         raise InputError(
             "true (biases on q, k, v and the output projection) is not modelled",
             field="attention_bias",
         )
-    if family == "llama" and _flag(data, "mlp_bias", False):
+    if family == "llama" and hf_families.flag(data, "mlp_bias", False):
         raise InputError("true (biases on the MLP) is not modelled", field="mlp_bias")
     if family == "llama4_text":
-        out["qk_l2_norm"] = _flag(data, "use_qk_norm", False)
+        out["qk_l2_norm"] = hf_families.flag(data, "use_qk_norm", False)
     if fields["num_experts"] or data.get("n_routed_experts"):
         out |= _router(data, family)
     for key in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
         if data.get(key) is not None:
             out[key] = _number(data, key, 0.0)
-    if family == "gpt2" and not _flag(data, "scale_attn_weights", True):
+    if family == "gpt2" and not hf_families.flag(data, "scale_attn_weights", True):
         raise InputError(
             "false (unscaled attention scores) is not modelled", field="scale_attn_weights"
         )

@@ -82,7 +82,8 @@ def _int(data: Mapping[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+def flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    """``data[key]`` as a boolean (``default`` when absent or null), else an error naming it."""
     value = data.get(key, default)
     if value is None:
         return default
@@ -163,7 +164,7 @@ def _deepseek(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, A
     for key in MLA_KEYS[1:]:
         if data.get(key) is None:
             _refuse(data, family, key, "required with kv_lora_rank (multi-latent attention)")
-    if _flag(data, "attention_bias", False):
+    if flag(data, "attention_bias", False):
         _refuse(data, family, "attention_bias", "true is not modelled")
     experts = _int(data, "n_routed_experts", 0)
     top_k = _int(data, "num_experts_per_tok", 0)
@@ -243,7 +244,7 @@ def _gpt_oss(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, An
         "attention_window": window,
         "attention_sinks": True,
         "clamped_glu": True,
-        "linear_bias": _flag(data, "attention_bias", True),
+        "linear_bias": flag(data, "attention_bias", True),
         "mlp_kind": "swiglu",
         "layer_types": tuple(f"{mixers[t]}/moe" for t in types),
     }
@@ -267,7 +268,7 @@ def _llama4(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any
     if not isinstance(no_rope, list) or len(no_rope) != layers:
         _refuse(data, family, "no_rope_layers", f"must hold one 0/1 per layer ({layers})")
     chunk = _int(data, "attention_chunk_size", 0)
-    if _flag(data, "attention_bias", False):
+    if flag(data, "attention_bias", False):
         _refuse(data, family, "attention_bias", "true is not modelled")
     expert_ffn = fields["ffn_hidden_size"]
     dense_ffn = _int(data, "intermediate_size_mlp", expert_ffn)
@@ -325,7 +326,7 @@ def _nemotron_h(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str,
     return {
         "head_dim": head_dim if head_dim * heads != fields["hidden_size"] else 0,
         "mlp_kind": kinds[act],
-        "linear_bias": _flag(data, "use_bias", False) or _flag(data, "mlp_bias", False),
+        "linear_bias": flag(data, "use_bias", False) or flag(data, "mlp_bias", False),
         "num_experts": experts,
         "experts_per_token": top_k if experts else 0,
         "moe_ffn_hidden_size": _int(data, "moe_intermediate_size", 0) if experts else 0,
