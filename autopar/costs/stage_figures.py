@@ -7,6 +7,7 @@ by; ``MEGATRON`` by default).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,19 +61,105 @@ class StageFigures:
     """``(rows, pp, vpp)``: its backward, with the recompute."""
 
 
-def _chunk_kinds(plan: StagePlan, kinds: Sequence[str]) -> list[tuple[dict, dict]]:
-    """Per chunk: (kind counts of all its layers, kind counts of its fully recomputed ones)."""
-    out = []
+@dataclass(frozen=True, slots=True)
+class _PlanTables:
+    """What ``stage_figures`` needs of a plan apart from the rows: per chunk its layer kinds in
+    the order they first occur in it (slot ``s`` of chunk ``c`` is its ``s``-th kind, so the
+    sums run in the order of the plain per-chunk loop and give the same floats) with their
+    layer counts, and per stage its workspaces."""
+
+    kind: np.ndarray
+    """``(slots, chunks)``: index into the distinct kinds (0 where the chunk has fewer)."""
+    present: np.ndarray
+    """``(slots, chunks)``: the slot holds a kind."""
+    layers: np.ndarray
+    """``(slots, chunks)``: layers of the slot's kind."""
+    kept: np.ndarray
+    """``(slots, chunks)``: of those, the ones not fully recomputed."""
+    full: np.ndarray
+    """``(slots, chunks)``: the fully recomputed ones."""
+    base: np.ndarray
+    """``(chunks,)``: recompute code of the kept layers (``selective`` or none)."""
+    full_workspace: np.ndarray
+    """``(pp,)``: the stage fully recomputes some layer."""
+    selective_workspace: np.ndarray
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_tables(plan: StagePlan, kinds: tuple[str, ...]) -> _PlanTables:
+    distinct = {k: j for j, k in enumerate(dict.fromkeys(kinds))}
+    slots: list[list[tuple[int, int, int]]] = []  # per chunk: (kind, layers, fully recomputed)
     for c, (start, end) in enumerate(plan.bounds()):
         full = plan.recomputed_layers(c)
-        counts: dict[str, int] = {}
-        recomputed: dict[str, int] = {}
+        counts: dict[int, list[int]] = {}
         for index in range(start, end):
-            counts[kinds[index]] = counts.get(kinds[index], 0) + 1
-            if index < start + full:
-                recomputed[kinds[index]] = recomputed.get(kinds[index], 0) + 1
-        out.append((counts, recomputed))
-    return out
+            entry = counts.setdefault(distinct[kinds[index]], [0, 0])
+            entry[0] += 1
+            entry[1] += index < start + full
+        slots.append([(k, n, f) for k, (n, f) in counts.items()])
+    chunks, width = len(slots), max((len(s) for s in slots), default=0)
+    table = np.zeros((3, width, chunks), dtype=np.int64)
+    present = np.zeros((width, chunks), dtype=bool)
+    for c, entries in enumerate(slots):
+        for s, entry in enumerate(entries):
+            table[:, s, c] = entry
+            present[s, c] = True
+    modes = [plan.recompute[c % plan.pp].mode for c in range(chunks)]
+    full_ws = [
+        plan.recompute[i].mode == "full"
+        and any(plan.recomputed_layers(c) for c in plan.chunks_of(i))
+        for i in range(plan.pp)
+    ]
+    return _PlanTables(
+        kind=table[0],
+        present=present,
+        layers=table[1].astype(np.float64),
+        kept=(table[1] - table[2]).astype(np.float64),
+        full=table[2].astype(np.float64),
+        base=np.array([RECOMPUTE_CODES["selective"] if m == "selective" else 0 for m in modes]),
+        full_workspace=np.array(full_ws, dtype=bool),
+        selective_workspace=np.array([r.mode == "selective" for r in plan.recompute], dtype=bool),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_flight_table(schedule: PipelineSchedule, pp: int, vpp: int, m: int) -> np.ndarray:
+    """``(pp, vpp)``: micro-batches in flight per stage and chunk (``schedule.in_flight``)."""
+    table = np.array([schedule.in_flight(pp, vpp, m, i) for i in range(pp)], dtype=np.float64)
+    table.flags.writeable = False
+    return table
+
+
+def _chunk_sums(t: _PlanTables, costs: StageCosts) -> tuple[np.ndarray, ...]:
+    """``(chunks, rows)`` time, forward, activations and static bytes of every chunk's layers,
+    summed slot by slot (``_PlanTables``)."""
+    names = costs.kinds
+    time = np.stack([costs.time_s[k].T for k in names])  # (kinds, 3, rows)
+    act = np.stack([costs.activation_bytes[k].T for k in names])
+    static = np.stack([np.asarray(costs.static_bytes[k]) for k in names])  # (kinds, rows)
+    shape = (t.kind.shape[1], time.shape[2])
+    chunk_time, chunk_fwd = np.zeros(shape), np.zeros(shape)
+    chunk_act, chunk_static = np.zeros(shape), np.zeros(shape)
+    for s in range(t.kind.shape[0]):
+        k, here = t.kind[s], t.present[s][:, None]
+        n, kept, full = t.layers[s][:, None], t.kept[s][:, None], t.full[s][:, None]
+        chunk_time += np.where(here, kept * time[k, t.base] + full * time[k, 2], 0.0)
+        chunk_fwd += np.where(here, n * FORWARD_SHARE * time[k, 0], 0.0)
+        chunk_act += np.where(here, kept * act[k, t.base] + full * act[k, 2], 0.0)
+        chunk_static += np.where(here, n * static[k], 0.0)
+    return chunk_time, chunk_fwd, chunk_act, chunk_static
+
+
+def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
+    """``(rows, pp)`` sums over the chunks of ``(rows, pp, vpp)``, in numpy's order for
+    ``chunk[:, mine].sum(axis=1)``: that gather is column-major, so over several rows numpy adds
+    the chunks one after another, and over one row (contiguous) pairwise (``_methods._sum``)."""
+    if by_stage.shape[0] == 1:
+        return by_stage.sum(axis=2)
+    total = by_stage[:, :, 0].copy()
+    for j in range(1, by_stage.shape[2]):
+        total += by_stage[:, :, j]
+    return total
 
 
 def stage_figures(
@@ -82,66 +169,44 @@ def stage_figures(
     *,
     schedule: PipelineSchedule = MEGATRON,
 ) -> StageFigures:
-    """Time and memory of every stage of ``plan`` on each row of ``costs`` under ``schedule``."""
+    """Time and memory of every stage of ``plan`` on each row of ``costs`` under ``schedule``.
+
+    Every sum runs in the order of the plain loops over chunks and stages it replaces
+    (``_chunk_sums_of_stages``), so the figures are the same floats."""
     m_rows = np.asarray(num_microbatches, dtype=np.int64)
     rows = len(m_rows)
     pp, chunks = plan.pp, plan.pp * plan.vpp
-    chunk_time = np.zeros((rows, chunks))
-    chunk_fwd = np.zeros((rows, chunks))
-    chunk_act = np.zeros((rows, chunks))
-    chunk_static = np.zeros((rows, chunks))
-    for c, (counts, recomputed) in enumerate(_chunk_kinds(plan, costs.layer_kinds)):
-        mode = plan.recompute[c % pp].mode
-        base = RECOMPUTE_CODES["selective"] if mode == "selective" else 0
-        for kind, n in counts.items():
-            full = recomputed.get(kind, 0)
-            time, act = costs.time_s[kind], costs.activation_bytes[kind]
-            chunk_time[:, c] += (n - full) * time[:, base] + full * time[:, 2]
-            chunk_fwd[:, c] += n * FORWARD_SHARE * time[:, 0]
-            chunk_act[:, c] += (n - full) * act[:, base] + full * act[:, 2]
-            chunk_static[:, c] += n * costs.static_bytes[kind]
+    t = _plan_tables(plan, tuple(costs.layer_kinds))
+    chunk_time, chunk_fwd, chunk_act, chunk_static = (
+        np.ascontiguousarray(x.T) for x in _chunk_sums(t, costs)
+    )
     chunk_act[:, 0] += costs.first_activation_bytes
     chunk_act[:, chunks - 1] += costs.last_activation_bytes
-    times = np.zeros((rows, pp))
-    static = np.zeros((rows, pp))
-    acts = np.zeros((rows, pp))
+    order = [c for i in range(pp) for c in plan.chunks_of(i)]
+    by_stage = chunk_time[:, order].reshape(rows, pp, plan.vpp)
+    times = _chunk_sums_of_stages(by_stage) + costs.every_time_s[:, None]
+    static = _chunk_sums_of_stages(chunk_static[:, order].reshape(rows, pp, plan.vpp))
+    static += costs.every_static_bytes[:, None]
+    times[:, 0] += costs.first_time_s
+    static[:, 0] += costs.first_static_bytes
+    times[:, pp - 1] += costs.last_time_s
+    static[:, pp - 1] += costs.last_static_bytes
+    static[:, t.full_workspace] += costs.full_workspace_bytes[:, None]
+    static[:, t.selective_workspace] += costs.selective_workspace_bytes[:, None]
+    held = chunk_act[:, order].reshape(rows, pp, plan.vpp)
+    held[:, :, 0] += costs.every_activation_bytes[:, None]
+    # in-flight counts per row, stage and chunk: one table per distinct micro-batch count
     distinct_m = np.unique(m_rows)
-    for i in range(pp):
-        mine = list(plan.chunks_of(i))
-        times[:, i] = chunk_time[:, mine].sum(axis=1) + costs.every_time_s
-        static[:, i] = chunk_static[:, mine].sum(axis=1) + costs.every_static_bytes
-        if i == 0:
-            times[:, i] += costs.first_time_s
-            static[:, i] += costs.first_static_bytes
-        if i == pp - 1:
-            times[:, i] += costs.last_time_s
-            static[:, i] += costs.last_static_bytes
-        rec = plan.recompute[i]
-        if rec.mode == "full" and any(plan.recomputed_layers(c) for c in mine):
-            static[:, i] += costs.full_workspace_bytes
-        if rec.mode == "selective":
-            static[:, i] += costs.selective_workspace_bytes
-        held = chunk_act[:, mine]
-        held[:, 0] += costs.every_activation_bytes
-        # in-flight counts per row and chunk: one lookup per distinct micro-batch count
-        table = np.array(
-            [schedule.in_flight(pp, plan.vpp, int(m), i) for m in distinct_m], dtype=np.float64
-        )
-        weights = table[np.searchsorted(distinct_m, m_rows)]
-        acts[:, i] = (weights * held).sum(axis=1)
+    tables = np.stack([_in_flight_table(schedule, pp, plan.vpp, int(m)) for m in distinct_m])
+    # the plain loop summed a C-ordered product (numpy: pairwise over the chunks)
+    acts = np.ascontiguousarray(tables[np.searchsorted(distinct_m, m_rows)] * held).sum(axis=2)
     step = costs.step_time_s + pipeline_time_s(times, m_rows, plan.vpp, schedule=schedule)
     # Per chunk (stage-major): the stage's own terms spread over its chunks, the embedding on
     # its first chunk, the output layer and loss on the last.
-    order = [c for i in range(pp) for c in plan.chunks_of(i)]
-    total = (
-        chunk_time[:, order].reshape(rows, pp, plan.vpp)
-        + (costs.every_time_s / plan.vpp)[:, None, None]
-    )
+    total = by_stage + (costs.every_time_s / plan.vpp)[:, None, None]
     total[:, 0, 0] += costs.first_time_s
     total[:, pp - 1, plan.vpp - 1] += costs.last_time_s
-    forward = chunk_fwd[:, order].reshape(rows, pp, plan.vpp) + FORWARD_SHARE * (
-        total - chunk_time[:, order].reshape(rows, pp, plan.vpp)
-    )
+    forward = chunk_fwd[:, order].reshape(rows, pp, plan.vpp) + FORWARD_SHARE * (total - by_stage)
     return StageFigures(
         time_s=times,
         memory_bytes=static + acts,
