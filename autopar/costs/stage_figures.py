@@ -63,15 +63,16 @@ class StageFigures:
 
 @dataclass(frozen=True, slots=True)
 class _PlanTables:
-    """What ``stage_figures`` needs of a plan apart from the rows: per chunk its layer kinds in
-    the order they first occur in it (slot ``s`` of chunk ``c`` is its ``s``-th kind, so the
-    sums run in the order of the plain per-chunk loop and give the same floats) with their
-    layer counts, and per stage its workspaces."""
+    """What ``stage_figures`` needs of a plan apart from the rows, chunks in stage-major order
+    (stage ``i``'s chunks ``i, pp + i, ...`` together): per chunk its layer kinds in the order
+    they first occur in it (slot ``s`` of a chunk is its ``s``-th kind, so the sums run in the
+    order of the plain per-chunk loop and give the same floats) with their layer counts, and
+    per stage its workspaces."""
 
     kind: np.ndarray
     """``(slots, chunks)``: index into the distinct kinds (0 where the chunk has fewer)."""
-    present: np.ndarray
-    """``(slots, chunks)``: the slot holds a kind."""
+    present: np.ndarray | None
+    """``(slots, chunks)``: the slot holds a kind (``None``: every slot does)."""
     layers: np.ndarray
     """``(slots, chunks)``: layers of the slot's kind."""
     kept: np.ndarray
@@ -88,8 +89,11 @@ class _PlanTables:
 @functools.lru_cache(maxsize=4096)
 def _plan_tables(plan: StagePlan, kinds: tuple[str, ...]) -> _PlanTables:
     distinct = {k: j for j, k in enumerate(dict.fromkeys(kinds))}
+    bounds = plan.bounds()
+    order = [c for i in range(plan.pp) for c in plan.chunks_of(i)]
     slots: list[list[tuple[int, int, int]]] = []  # per chunk: (kind, layers, fully recomputed)
-    for c, (start, end) in enumerate(plan.bounds()):
+    for c in order:
+        start, end = bounds[c]
         full = plan.recomputed_layers(c)
         counts: dict[int, list[int]] = {}
         for index in range(start, end):
@@ -104,21 +108,21 @@ def _plan_tables(plan: StagePlan, kinds: tuple[str, ...]) -> _PlanTables:
         for s, entry in enumerate(entries):
             table[:, s, c] = entry
             present[s, c] = True
-    modes = [plan.recompute[c % plan.pp].mode for c in range(chunks)]
     full_ws = [
         plan.recompute[i].mode == "full"
         and any(plan.recomputed_layers(c) for c in plan.chunks_of(i))
         for i in range(plan.pp)
     ]
+    selective = np.array([r.mode == "selective" for r in plan.recompute], dtype=bool)
     return _PlanTables(
         kind=table[0],
-        present=present,
+        present=None if present.all() else present,
         layers=table[1].astype(np.float64),
         kept=(table[1] - table[2]).astype(np.float64),
         full=table[2].astype(np.float64),
-        base=np.array([RECOMPUTE_CODES["selective"] if m == "selective" else 0 for m in modes]),
+        base=np.where(np.repeat(selective, plan.vpp), RECOMPUTE_CODES["selective"], 0),
         full_workspace=np.array(full_ws, dtype=bool),
-        selective_workspace=np.array([r.mode == "selective" for r in plan.recompute], dtype=bool),
+        selective_workspace=selective,
     )
 
 
@@ -131,23 +135,24 @@ def _in_flight_table(schedule: PipelineSchedule, pp: int, vpp: int, m: int) -> n
 
 
 def _chunk_sums(t: _PlanTables, costs: StageCosts) -> tuple[np.ndarray, ...]:
-    """``(chunks, rows)`` time, forward, activations and static bytes of every chunk's layers,
-    summed slot by slot (``_PlanTables``)."""
+    """``(rows, chunks)`` (stage-major) time, forward, activations and static bytes of every
+    chunk's layers, summed slot by slot (``_PlanTables``)."""
     names = costs.kinds
-    time = np.stack([costs.time_s[k].T for k in names])  # (kinds, 3, rows)
-    act = np.stack([costs.activation_bytes[k].T for k in names])
-    static = np.stack([np.asarray(costs.static_bytes[k]) for k in names])  # (kinds, rows)
-    shape = (t.kind.shape[1], time.shape[2])
-    chunk_time, chunk_fwd = np.zeros(shape), np.zeros(shape)
-    chunk_act, chunk_static = np.zeros(shape), np.zeros(shape)
+    time = np.stack([costs.time_s[k] for k in names], axis=1)  # (rows, kinds, 3)
+    act = np.stack([costs.activation_bytes[k] for k in names], axis=1)
+    static = np.stack([np.asarray(costs.static_bytes[k]) for k in names], axis=1)
+    sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(4)]
     for s in range(t.kind.shape[0]):
-        k, here = t.kind[s], t.present[s][:, None]
-        n, kept, full = t.layers[s][:, None], t.kept[s][:, None], t.full[s][:, None]
-        chunk_time += np.where(here, kept * time[k, t.base] + full * time[k, 2], 0.0)
-        chunk_fwd += np.where(here, n * FORWARD_SHARE * time[k, 0], 0.0)
-        chunk_act += np.where(here, kept * act[k, t.base] + full * act[k, 2], 0.0)
-        chunk_static += np.where(here, n * static[k], 0.0)
-    return chunk_time, chunk_fwd, chunk_act, chunk_static
+        k, n, kept, full = t.kind[s], t.layers[s], t.kept[s], t.full[s]
+        terms = (
+            kept * time[:, k, t.base] + full * time[:, k, 2],
+            n * FORWARD_SHARE * time[:, k, 0],
+            kept * act[:, k, t.base] + full * act[:, k, 2],
+            n * static[:, k],
+        )
+        for total, term in zip(sums, terms, strict=True):
+            total += term if t.present is None else np.where(t.present[s], term, 0.0)
+    return tuple(sums)
 
 
 def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
@@ -155,7 +160,7 @@ def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
     ``chunk[:, mine].sum(axis=1)``: that gather is column-major, so over several rows numpy adds
     the chunks one after another, and over one row (contiguous) pairwise (``_methods._sum``)."""
     if by_stage.shape[0] == 1:
-        return by_stage.sum(axis=2)
+        return np.ascontiguousarray(by_stage).sum(axis=2)
     total = by_stage[:, :, 0].copy()
     for j in range(1, by_stage.shape[2]):
         total += by_stage[:, :, j]
@@ -175,38 +180,36 @@ def stage_figures(
     (``_chunk_sums_of_stages``), so the figures are the same floats."""
     m_rows = np.asarray(num_microbatches, dtype=np.int64)
     rows = len(m_rows)
-    pp, chunks = plan.pp, plan.pp * plan.vpp
+    pp, vpp = plan.pp, plan.vpp
     t = _plan_tables(plan, tuple(costs.layer_kinds))
+    # stage-major (rows, pp, vpp): chunk j of stage i is virtual chunk j*pp + i
     chunk_time, chunk_fwd, chunk_act, chunk_static = (
-        np.ascontiguousarray(x.T) for x in _chunk_sums(t, costs)
+        x.reshape(rows, pp, vpp) for x in _chunk_sums(t, costs)
     )
-    chunk_act[:, 0] += costs.first_activation_bytes
-    chunk_act[:, chunks - 1] += costs.last_activation_bytes
-    order = [c for i in range(pp) for c in plan.chunks_of(i)]
-    by_stage = chunk_time[:, order].reshape(rows, pp, plan.vpp)
-    times = _chunk_sums_of_stages(by_stage) + costs.every_time_s[:, None]
-    static = _chunk_sums_of_stages(chunk_static[:, order].reshape(rows, pp, plan.vpp))
-    static += costs.every_static_bytes[:, None]
+    chunk_act[:, 0, 0] += costs.first_activation_bytes
+    chunk_act[:, pp - 1, vpp - 1] += costs.last_activation_bytes
+    times = _chunk_sums_of_stages(chunk_time) + costs.every_time_s[:, None]
+    static = _chunk_sums_of_stages(chunk_static) + costs.every_static_bytes[:, None]
     times[:, 0] += costs.first_time_s
     static[:, 0] += costs.first_static_bytes
     times[:, pp - 1] += costs.last_time_s
     static[:, pp - 1] += costs.last_static_bytes
     static[:, t.full_workspace] += costs.full_workspace_bytes[:, None]
     static[:, t.selective_workspace] += costs.selective_workspace_bytes[:, None]
-    held = chunk_act[:, order].reshape(rows, pp, plan.vpp)
-    held[:, :, 0] += costs.every_activation_bytes[:, None]
-    # in-flight counts per row, stage and chunk: one table per distinct micro-batch count
+    chunk_act[:, :, 0] += costs.every_activation_bytes[:, None]
+    # in-flight counts per row, stage and chunk: one table per distinct micro-batch count; the
+    # plain loop summed a C-ordered product (numpy: pairwise over the chunks)
     distinct_m = np.unique(m_rows)
-    tables = np.stack([_in_flight_table(schedule, pp, plan.vpp, int(m)) for m in distinct_m])
-    # the plain loop summed a C-ordered product (numpy: pairwise over the chunks)
-    acts = np.ascontiguousarray(tables[np.searchsorted(distinct_m, m_rows)] * held).sum(axis=2)
-    step = costs.step_time_s + pipeline_time_s(times, m_rows, plan.vpp, schedule=schedule)
-    # Per chunk (stage-major): the stage's own terms spread over its chunks, the embedding on
-    # its first chunk, the output layer and loss on the last.
-    total = by_stage + (costs.every_time_s / plan.vpp)[:, None, None]
+    tables = np.stack([_in_flight_table(schedule, pp, vpp, int(m)) for m in distinct_m])
+    acts = np.ascontiguousarray(tables[np.searchsorted(distinct_m, m_rows)] * chunk_act)
+    acts = acts.sum(axis=2)
+    step = costs.step_time_s + pipeline_time_s(times, m_rows, vpp, schedule=schedule)
+    # Per chunk: the stage's own terms spread over its chunks, the embedding on its first
+    # chunk, the output layer and loss on the last.
+    total = chunk_time + (costs.every_time_s / vpp)[:, None, None]
     total[:, 0, 0] += costs.first_time_s
-    total[:, pp - 1, plan.vpp - 1] += costs.last_time_s
-    forward = chunk_fwd[:, order].reshape(rows, pp, plan.vpp) + FORWARD_SHARE * (total - by_stage)
+    total[:, pp - 1, vpp - 1] += costs.last_time_s
+    forward = chunk_fwd + FORWARD_SHARE * (total - chunk_time)
     return StageFigures(
         time_s=times,
         memory_bytes=static + acts,
