@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -68,6 +69,10 @@ class Candidates:
     peak_bytes: np.ndarray
     """Smallest peak stage memory over the heuristic plans of each row."""
     peak_plans: tuple[StagePlan | None, ...]
+    plan_steps: Mapping[tuple[Shape, StagePlan], tuple[np.ndarray, np.ndarray]]
+    """Over every row of a shape, the step (by the formula) and the peak stage bytes of each
+    uniform-recompute plan the heuristics scored there (the even splits among them), so that
+    ``autopar.pipeline.result.even_alternatives`` need not score them again."""
 
     @property
     def grid(self) -> Mapping[str, np.ndarray]:
@@ -101,13 +106,18 @@ class _Heuristics:
         self.peak = np.full(size, np.inf)
         self.plans: list[StagePlan | None] = [None] * size
         self.peak_plans: list[StagePlan | None] = [None] * size
+        self.plan_steps: dict[tuple[Shape, StagePlan], tuple[np.ndarray, np.ndarray]] = {}
 
-    def consider(self, index: np.ndarray, layers: tuple[int, ...], shape: Shape) -> None:
+    def consider(
+        self, index: np.ndarray, layers: tuple[int, ...], shape: Shape, *, whole: bool = False
+    ) -> None:
         """The plan with chunk layers ``layers`` and the cheapest recompute per stage that
-        fits, on the rows ``index``."""
+        fits, on the rows ``index`` (``whole``: every row of ``shape``, whose uniform plans'
+        steps are then kept in ``plan_steps``)."""
         p, v, modes = shape.pp, shape.vpp, self.ctx.modes
         sub, m = self.ctx.costs.take(index), self.ctx.microbatches(index)
-        step, recompute, most = _best_recompute(layers, shape, sub, m, self.ctx)
+        keep = self.plan_steps if whole else None
+        step, recompute, most = _best_recompute(layers, shape, sub, m, self.ctx, keep=keep)
         better = step < self.best_s[index]
         made: dict[tuple, StagePlan] = {}
         for j in np.flatnonzero(better):
@@ -164,7 +174,11 @@ def candidates(
     peak = np.array(found.peak)
     peak.flags.writeable = False
     return Candidates(
-        ctx=plan_ctx, bounds=bounds, peak_bytes=peak, peak_plans=tuple(found.peak_plans)
+        ctx=plan_ctx,
+        bounds=bounds,
+        peak_bytes=peak,
+        peak_plans=tuple(found.peak_plans),
+        plan_steps=MappingProxyType(found.plan_steps),
     )
 
 
@@ -175,11 +189,11 @@ def _even_plans(found: _Heuristics, shape: Shape, index: np.ndarray) -> np.ndarr
     m = ctx.microbatches(index)
     even = even_plan(ctx.num_layers, p, v, StageRecompute())
     counts = tuple(even.stage_layers(i) for i in range(p))
-    found.consider(index, _spread(counts, shape, int(m[0])), shape)
+    found.consider(index, _spread(counts, shape, int(m[0])), shape, whole=True)
     if len(set(ctx.costs.layer_kinds)) > 1:
         balanced = _balanced_counts(ctx.costs.take(index), p, v)
         if balanced != counts:
-            found.consider(index, _spread(balanced, shape, int(m[0])), shape)
+            found.consider(index, _spread(balanced, shape, int(m[0])), shape, whole=True)
     return balanced_bound(ctx.costs.take(index), shape, m)
 
 
@@ -277,10 +291,11 @@ def _spread(counts: Sequence[int], shape: Shape, m: int) -> tuple[int, ...]:
     return tuple(chunk)
 
 
-def _best_recompute(layers, shape: Shape, costs: StageCosts, m, ctx: PlanContext):
+def _best_recompute(layers, shape: Shape, costs: StageCosts, m, ctx: PlanContext, *, keep=None):
     """For chunk layer counts ``layers``: per row, the step time with each stage's cheapest
     recompute that fits (inf when a stage fits with none), the recompute per stage, and the
-    smallest peak memory reachable."""
+    smallest peak memory reachable; ``keep`` (a dict) takes each uniform plan's step and peak
+    stage bytes per row."""
     p, v = shape.pp, shape.vpp
     max_chunk = max(layers)
     options = uniform_recomputes(ctx.modes, max_chunk)
@@ -298,6 +313,8 @@ def _best_recompute(layers, shape: Shape, costs: StageCosts, m, ctx: PlanContext
     for o, rec in enumerate(options):
         plan = StagePlan(pp=p, vpp=v, chunk_layers=tuple(layers), recompute=(rec,) * p)
         fig = stage_figures(plan, costs, m, schedule=shape.schedule)
+        if keep is not None:
+            keep[(shape, plan)] = (fig.step_time_s, fig.memory_bytes.max(axis=1))
         fits = fig.memory_bytes <= ctx.capacity_bytes
         take = fits & (fig.time_s < best_t)
         best_t = np.where(take, fig.time_s, best_t)

@@ -103,9 +103,12 @@ def even_alternatives(
         sub, m = cand.costs.take(index), cand.grid["grad_accum"][index]
         for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
             plan = even_plan(num_layers, p, v, rec)
-            figures = stage_figures(plan, sub, m, schedule=shape.schedule)
-            fits = figures.memory_bytes.max(axis=1) <= cand.ctx.capacity_bytes
-            step = np.where(fits, figures.step_time_s, np.inf)
+            if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
+                plan_step, peak = cand.plan_steps[(shape, plan)]
+            else:
+                figures = stage_figures(plan, sub, m, schedule=shape.schedule)
+                plan_step, peak = figures.step_time_s, figures.memory_bytes.max(axis=1)
+            step = np.where(peak <= cand.ctx.capacity_bytes, plan_step, np.inf)
             for j in np.argsort(step)[:count]:
                 if np.isfinite(step[j]):
                     found.append((float(step[j]), int(index[j]), plan))
