@@ -134,25 +134,27 @@ def _in_flight_table(schedule: PipelineSchedule, pp: int, vpp: int, m: int) -> n
     return table
 
 
-def _chunk_sums(t: _PlanTables, costs: StageCosts) -> tuple[np.ndarray, ...]:
-    """``(rows, chunks)`` (stage-major) time, forward, activations and static bytes of every
-    chunk's layers, summed slot by slot (``_PlanTables``)."""
+def _chunk_sums(t: _PlanTables, costs: StageCosts, *, forward: bool) -> tuple:
+    """``(rows, chunks)`` (stage-major) time, forward (``None`` unless ``forward``),
+    activations and static bytes of every chunk's layers, summed slot by slot
+    (``_PlanTables``)."""
     names = costs.kinds
     time = np.stack([costs.time_s[k] for k in names], axis=1)  # (rows, kinds, 3)
     act = np.stack([costs.activation_bytes[k] for k in names], axis=1)
     static = np.stack([np.asarray(costs.static_bytes[k]) for k in names], axis=1)
-    sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(4)]
+    sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(4 if forward else 3)]
     for s in range(t.kind.shape[0]):
         k, n, kept, full = t.kind[s], t.layers[s], t.kept[s], t.full[s]
-        terms = (
+        terms = [
             kept * time[:, k, t.base] + full * time[:, k, 2],
-            n * FORWARD_SHARE * time[:, k, 0],
             kept * act[:, k, t.base] + full * act[:, k, 2],
             n * static[:, k],
-        )
+        ]
+        if forward:
+            terms.append(n * FORWARD_SHARE * time[:, k, 0])
         for total, term in zip(sums, terms, strict=True):
             total += term if t.present is None else np.where(t.present[s], term, 0.0)
-    return tuple(sums)
+    return tuple(sums) if forward else (*sums, None)
 
 
 def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
@@ -167,6 +169,30 @@ def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
     return total
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTotals:
+    """What the searches rank and fit plans by, over the rows of a ``StageCosts``: the
+    ``StageFigures`` fields of the same names, the same floats, without the per-chunk split."""
+
+    time_s: np.ndarray
+    memory_bytes: np.ndarray
+    step_time_s: np.ndarray
+
+
+def stage_totals(
+    plan: StagePlan,
+    costs: StageCosts,
+    num_microbatches: np.ndarray,
+    *,
+    schedule: PipelineSchedule = MEGATRON,
+) -> StageTotals:
+    """``stage_figures``' stage times, peak bytes and step, for the searches (cheaper)."""
+    parts = _stage_parts(plan, costs, num_microbatches, schedule, forward=False)
+    return StageTotals(
+        time_s=parts["times"], memory_bytes=parts["memory"], step_time_s=parts["step"]
+    )
+
+
 def stage_figures(
     plan: StagePlan,
     costs: StageCosts,
@@ -178,13 +204,36 @@ def stage_figures(
 
     Every sum runs in the order of the plain loops over chunks and stages it replaces
     (``_chunk_sums_of_stages``), so the figures are the same floats."""
+    parts = _stage_parts(plan, costs, num_microbatches, schedule, forward=True)
+    pp, vpp, chunk_time = plan.pp, plan.vpp, parts["chunk_time"]
+    # Per chunk: the stage's own terms spread over its chunks, the embedding on its first
+    # chunk, the output layer and loss on the last.
+    total = chunk_time + (costs.every_time_s / vpp)[:, None, None]
+    total[:, 0, 0] += costs.first_time_s
+    total[:, pp - 1, vpp - 1] += costs.last_time_s
+    forward = parts["chunk_forward"] + FORWARD_SHARE * (total - chunk_time)
+    return StageFigures(
+        time_s=parts["times"],
+        memory_bytes=parts["memory"],
+        static_bytes=parts["static"],
+        activation_bytes=parts["acts"],
+        num_microbatches=parts["m"],
+        step_time_s=parts["step"],
+        chunk_forward_s=forward,
+        chunk_backward_s=total - forward,
+    )
+
+
+def _stage_parts(plan, costs: StageCosts, num_microbatches, schedule, *, forward: bool) -> dict:
+    """The shared part of ``stage_figures`` and ``stage_totals`` (chunks ``(rows, pp, vpp)``)."""
     m_rows = np.asarray(num_microbatches, dtype=np.int64)
     rows = len(m_rows)
     pp, vpp = plan.pp, plan.vpp
     t = _plan_tables(plan, tuple(costs.layer_kinds))
     # stage-major (rows, pp, vpp): chunk j of stage i is virtual chunk j*pp + i
-    chunk_time, chunk_fwd, chunk_act, chunk_static = (
-        x.reshape(rows, pp, vpp) for x in _chunk_sums(t, costs)
+    chunk_time, chunk_act, chunk_static, chunk_fwd = (
+        None if x is None else x.reshape(rows, pp, vpp)
+        for x in _chunk_sums(t, costs, forward=forward)
     )
     chunk_act[:, 0, 0] += costs.first_activation_bytes
     chunk_act[:, pp - 1, vpp - 1] += costs.last_activation_bytes
@@ -204,22 +253,16 @@ def stage_figures(
     acts = np.ascontiguousarray(tables[np.searchsorted(distinct_m, m_rows)] * chunk_act)
     acts = acts.sum(axis=2)
     step = costs.step_time_s + pipeline_time_s(times, m_rows, vpp, schedule=schedule)
-    # Per chunk: the stage's own terms spread over its chunks, the embedding on its first
-    # chunk, the output layer and loss on the last.
-    total = chunk_time + (costs.every_time_s / vpp)[:, None, None]
-    total[:, 0, 0] += costs.first_time_s
-    total[:, pp - 1, vpp - 1] += costs.last_time_s
-    forward = chunk_fwd + FORWARD_SHARE * (total - chunk_time)
-    return StageFigures(
-        time_s=times,
-        memory_bytes=static + acts,
-        static_bytes=static,
-        activation_bytes=acts,
-        num_microbatches=m_rows,
-        step_time_s=step,
-        chunk_forward_s=forward,
-        chunk_backward_s=total - forward,
-    )
+    return {
+        "m": m_rows,
+        "times": times,
+        "static": static,
+        "acts": acts,
+        "memory": static + acts,
+        "step": step,
+        "chunk_time": chunk_time,
+        "chunk_forward": chunk_fwd,
+    }
 
 
 def simulated_pipeline_s(

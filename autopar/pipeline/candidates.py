@@ -20,7 +20,7 @@ import numpy as np
 from autopar.base.axes import AXIS, GRID_AXES
 from autopar.base.deadline import check_deadline
 from autopar.costs.stage_costs import StageCosts, probe_stage_costs
-from autopar.costs.stage_figures import pipeline_time_s, stage_figures
+from autopar.costs.stage_figures import pipeline_time_s, stage_totals
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import Problem
 from autopar.layout.rules import layout_rules
@@ -312,7 +312,7 @@ def _best_recompute(layers, shape: Shape, costs: StageCosts, m, ctx: PlanContext
     least_memory = np.full(rows, np.inf)
     for o, rec in enumerate(options):
         plan = StagePlan(pp=p, vpp=v, chunk_layers=tuple(layers), recompute=(rec,) * p)
-        fig = stage_figures(plan, costs, m, schedule=shape.schedule)
+        fig = stage_totals(plan, costs, m, schedule=shape.schedule)
         if keep is not None:
             keep[(shape, plan)] = (fig.step_time_s, fig.memory_bytes.max(axis=1))
         fits = fig.memory_bytes <= ctx.capacity_bytes

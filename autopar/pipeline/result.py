@@ -18,7 +18,7 @@ import numpy as np
 
 from autopar.base.axes import GRID_AXES
 from autopar.costs.stage_estimate import estimate_plan, with_plan_recompute
-from autopar.costs.stage_figures import stage_figures
+from autopar.costs.stage_figures import stage_figures, stage_totals
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Estimate, Layout
@@ -106,7 +106,7 @@ def even_alternatives(
             if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
                 plan_step, peak = cand.plan_steps[(shape, plan)]
             else:
-                figures = stage_figures(plan, sub, m, schedule=shape.schedule)
+                figures = stage_totals(plan, sub, m, schedule=shape.schedule)
                 plan_step, peak = figures.step_time_s, figures.memory_bytes.max(axis=1)
             step = np.where(peak <= cand.ctx.capacity_bytes, plan_step, np.inf)
             for j in np.argsort(step)[:count]:
