@@ -90,28 +90,33 @@ def solve_result(
     )
 
 
+BOUND_MARGIN = 1e-6
+"""Relative slack on a lower bound before it rules a shape out (the bounds are floats)."""
+
+
 def even_alternatives(
     cand: Candidates, problem: Problem, *, count: int = EVEN_ALTERNATIVES
 ) -> list[tuple[Layout, StagePlan]]:
     """The ``count`` best outer layouts run with the even split and one recompute on every
     stage (the uniform plans Megatron runs by default), ranked by the schedule formula: the
-    alternatives ``solve_result`` simulates next to the per-stage optimum."""
-    num_layers = problem.model.num_layers
-    found: list[tuple[float, int, StagePlan]] = []
-    for shape, index in shapes_of(cand.grid).items():
-        p, v = shape.pp, shape.vpp
-        sub, m = cand.costs.take(index), cand.grid["grad_accum"][index]
-        for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
-            plan = even_plan(num_layers, p, v, rec)
-            if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
-                plan_step, peak = cand.plan_steps[(shape, plan)]
-            else:
-                figures = stage_totals(plan, sub, m, schedule=shape.schedule)
-                plan_step, peak = figures.step_time_s, figures.memory_bytes.max(axis=1)
-            step = np.where(peak <= cand.ctx.capacity_bytes, plan_step, np.inf)
-            for j in np.argsort(step)[:count]:
-                if np.isfinite(step[j]):
-                    found.append((float(step[j]), int(index[j]), plan))
+    alternatives ``solve_result`` simulates next to the per-stage optimum.
+
+    Shapes are scored best lower bound first (``cand.bounds``: no plan of a row, the even ones
+    among them, beats it); once ``count`` rows have an even split faster than every row left's
+    bound, the rest cannot enter the answer and are not scored. The answer is then assembled
+    in shape order, as if every shape had been scored."""
+    shapes = list(shapes_of(cand.grid).items())
+    least = [float(np.min(cand.bounds.lower_s[index])) for _, index in shapes]
+    scored: dict[int, list[tuple[float, int, StagePlan]]] = {}
+    best_of_row: dict[int, float] = {}
+    for s in sorted(range(len(shapes)), key=lambda s: least[s]):
+        kth = sorted(best_of_row.values())[count - 1] if len(best_of_row) >= count else np.inf
+        if least[s] > kth * (1 + BOUND_MARGIN):
+            break
+        scored[s] = _even_entries(cand, problem, *shapes[s], count)
+        for step, row, _ in scored[s]:
+            best_of_row[row] = min(step, best_of_row.get(row, np.inf))
+    found = [entry for s in range(len(shapes)) for entry in scored.get(s, ())]
     best: dict[int, tuple[float, StagePlan]] = {}
     for step, row, plan in sorted(found, key=lambda f: f[0]):
         best.setdefault(row, (step, plan))
@@ -119,6 +124,26 @@ def even_alternatives(
     for row, (_, plan) in list(best.items())[:count]:
         layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
         out.append((with_plan_recompute(layout, plan), plan))
+    return out
+
+
+def _even_entries(cand: Candidates, problem: Problem, shape, index, count: int) -> list:
+    """``(step, row, plan)`` of the ``count`` best rows of ``shape`` for each uniform
+    recompute of the even split (those that fit)."""
+    num_layers, p, v = problem.model.num_layers, shape.pp, shape.vpp
+    sub, m = cand.costs.take(index), cand.grid["grad_accum"][index]
+    out = []
+    for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
+        plan = even_plan(num_layers, p, v, rec)
+        if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
+            plan_step, peak = cand.plan_steps[(shape, plan)]
+        else:
+            figures = stage_totals(plan, sub, m, schedule=shape.schedule)
+            plan_step, peak = figures.step_time_s, figures.memory_bytes.max(axis=1)
+        step = np.where(peak <= cand.ctx.capacity_bytes, plan_step, np.inf)
+        for j in np.argsort(step)[:count]:
+            if np.isfinite(step[j]):
+                out.append((float(step[j]), int(index[j]), plan))
     return out
 
 
