@@ -17,6 +17,11 @@ memory terms.
 from __future__ import annotations
 
 from autopar.costs.terms import CostModel
+from cost_models.activations import (
+    ExpertActivationMemory,
+    LayerActivationMemory,
+    RecomputeWorkspaceMemory,
+)
 from cost_models.checkpoint import CheckpointBytes
 from cost_models.communication import CpCommTime, DispatcherDecision, EpCommTime, TpCommTime
 from cost_models.compute import (
@@ -33,15 +38,7 @@ from cost_models.data_parallel import (
     OptimizerStepTime,
 )
 from cost_models.flops import TransformerFlops
-from cost_models.memory import (
-    DenseParamMemory,
-    ExpertActivationMemory,
-    ExpertParamMemory,
-    LayerActivationMemory,
-    LogitsMemory,
-    RecomputeWorkspaceMemory,
-    WorkspaceMemory,
-)
+from cost_models.memory import DenseParamMemory, ExpertParamMemory, LogitsMemory, WorkspaceMemory
 from cost_models.offload import OffloadTime
 from cost_models.pipeline import InFlightMicrobatches, PipelineSlots, PpCommTime
 

@@ -1,7 +1,7 @@
 """Activation CPU offloading (``StackSpec.cpu_offload_layers``; Megatron ``--cpu-offloading
 --cpu-offloading-num-layers``, Transformer Engine ``cpu_offload.py``): the offloaded layers'
 activations leave the GPU in the forward and come back in the backward, on a side stream that
-overlaps the compute. Memory: ``memory.offload_share``. Time: this term, the transfers over the
+overlaps the compute. Memory: ``activations.offload_share``. Time: this term, the transfers over the
 GPU-host link (``GpuSpec.host_bytes_per_s``: PCIe on x86 hosts, NVLink-C2C to Grace on
 GB200 / GB300; Megatron-Bridge's performance guide: "the efficiency of activation offloading
 depends on both the interconnect bandwidth between the GPU and host and the host memory
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
+from cost_models.activations import ExpertActivationMemory, LayerActivationMemory, offload_share
 from cost_models.data_parallel import DP_OVERLAP_EXPOSED
-from cost_models.memory import ExpertActivationMemory, LayerActivationMemory, offload_share
 
 OFFLOAD_EXPOSED = DP_OVERLAP_EXPOSED
 """Share of the offload and reload transfers left on the critical path (the first layer's

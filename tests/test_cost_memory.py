@@ -11,7 +11,8 @@ from autopar.costs.terms import TermContext
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
 from autopar.layout.plan import Layout
 from cost_models import default_cost_model
-from cost_models.memory import DenseParamMemory, layer_activation_bytes_per_token
+from cost_models.activations import layer_activation_bytes_per_token
+from cost_models.memory import DenseParamMemory
 from cost_models.pipeline import InFlightMicrobatches
 
 H100 = GpuSpec(

@@ -15,6 +15,7 @@ from autopar.inputs.loading import load_model
 from autopar.layout.plan import GRID_AXES, Layout
 from autopar.layout.space import build_space
 from cost_models import default_cost_model
+from cost_models.activations import LayerActivationMemory
 from cost_models.communication import (
     DISPATCHERS,
     EP_OVERLAP_EXPOSED,
@@ -24,7 +25,6 @@ from cost_models.communication import (
 )
 from cost_models.compute import ExpertComputeTime, critical_stage
 from cost_models.flops import model_flop_per_sequence
-from cost_models.memory import LayerActivationMemory
 from cost_models.shapes import first_stage_kind_counts, stage_bounds
 
 
@@ -210,7 +210,7 @@ def test_best_dispatcher_is_the_fastest_per_layout() -> None:
 def test_activation_memory_peaks_on_the_stage_with_the_most_in_flight_bytes() -> None:
     """DeepSeek-V3 at PP 8: stage 0 holds 8 micro-batches of 3 dense + 4 MoE layers, stage 1
     holds 7 of 8 MoE layers; the MoE activations of stage 1 set the peak, not stage 0's."""
-    from cost_models.memory import ExpertActivationMemory
+    from cost_models.activations import ExpertActivationMemory
     from cost_models.shapes import peak_in_flight_stage_bytes, stage_kinds
 
     model = load_model("deepseek-v3")
