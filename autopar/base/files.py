@@ -15,7 +15,7 @@ What an output path names (``output_target``), as a shell would treat it:
 ``check_writable`` runs before any work, so a run that cannot deliver its output fails at once
 (issue 15). The temp file is removed on every exit path that runs Python code (errors,
 ``KeyboardInterrupt``, and SIGTERM, which the CLI turns into an exception); only SIGKILL can
-orphan one. Temp names carry autopar's marker (``.NAME.XXXXXXXX.autopar.tmp``, cut to fit the
+orphan one. Temp names carry autopar's marker (``.NAME.<random>.autopar.tmp``, cut to fit the
 folder's NAME_MAX) and a later write of the same output removes such orphans once they are older
 than ``STALE_TEMP_S``; no other file is ever removed.
 
@@ -193,7 +193,7 @@ def _fit(name: str, budget: int) -> str:
 
 
 def _temp_stem(path: Path) -> str:
-    """The part of the output's name in its temp name, cut so that ``.STEM.XXXXXXXX`` plus the
+    """The part of the output's name in its temp name, cut so that ``.STEM.<random>`` plus the
     marker fits NAME_MAX (a 250-byte output name used to fail: "file name too long")."""
     budget = _name_max(_folder(path)) - 2 - _RANDOM_CHARS - len(TEMP_MARKER)
     return _fit(path.name, budget)
@@ -333,7 +333,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 def _remove_stale_temps(path: Path) -> None:
     """Orphans of this output left by a killed run (SIGKILL cannot be caught): only names of
-    autopar's own pattern, ``.STEM.XXXXXXXX.autopar.tmp`` (a user's ``.plan.json.notes.tmp``
+    autopar's own pattern, ``.STEM.<random>.autopar.tmp`` (a user's ``.plan.json.notes.tmp``
     was removed too, before)."""
     pattern = re.compile(
         rf"\.{re.escape(_temp_stem(path))}\.[a-z0-9_]{{{_RANDOM_CHARS}}}{re.escape(TEMP_MARKER)}"
