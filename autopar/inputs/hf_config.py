@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs import hf_details, hf_families
+from autopar.inputs import hf_details, hf_families, hf_keys
 from autopar.inputs.fields import boolean, choice, integer, unknown_key
 from autopar.inputs.names import model_name
 from autopar.inputs.names import string_value as string
@@ -64,28 +64,6 @@ REQUIRED_MODEL_KEYS: tuple[str, ...] = (
     "hidden_size",
     "num_attention_heads",
     "vocab_size",
-)
-# model_type values whose MLP is gated (SwiGLU) in transformers' modeling code.
-GATED_MODEL_TYPES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "gemma",
-        "gemma2",
-        "deepseek_v2",
-        "deepseek_v3",
-        "olmo",
-        "olmo2",
-        "granite",
-        "phi3",
-        "internlm2",
-        "yi",
-    }
 )
 UNGATED_ACTIVATIONS = {
     "gelu": "gelu",
@@ -150,9 +128,12 @@ def _check_model_keys(data: Mapping[str, Any]) -> None:
 def _mlp_kind(data: Mapping[str, Any]) -> str:
     if "mlp_kind" in data:
         return choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")
+    model_type = data.get("model_type")
+    if model_type in hf_keys.FAMILIES and model_type != "nemotron_h":  # nemotron_h: its families
+        return hf_details.activation_of(data, str(model_type))[0]  # gated by its modeling code
     act_key = "hidden_act" if "hidden_act" in data else "activation_function"
     act = string(data, act_key, "silu")
-    if string(data, "model_type", "") in GATED_MODEL_TYPES or act in ("silu", "swish", "swiglu"):
+    if act in ("silu", "swish", "swiglu"):
         return "swiglu"
     if act in UNGATED_ACTIVATIONS:
         return UNGATED_ACTIVATIONS[act]

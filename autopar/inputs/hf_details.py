@@ -124,7 +124,7 @@ def check_keys(data: Mapping[str, Any], extra: tuple[str, ...]) -> None:
 # values
 
 
-def _activation(data: Mapping[str, Any], family: str) -> tuple[str, str]:
+def activation_of(data: Mapping[str, Any], family: str) -> tuple[str, str]:
     """(mlp_kind, activation) from the activation key the family uses."""
     key = next(
         (k for k in ("hidden_activation", "hidden_act", "activation_function") if data.get(k)),
@@ -151,7 +151,7 @@ def _activation(data: Mapping[str, Any], family: str) -> tuple[str, str]:
 def _activation_fields(data: Mapping[str, Any], family: str) -> dict[str, str]:
     """``mlp_kind`` and ``activation`` from the activation key; an autopar ``mlp_kind`` written
     beside it (the presets) must agree with what the key gives, and then only names it."""
-    mlp_kind, activation = _activation(data, family)
+    mlp_kind, activation = activation_of(data, family)
     if "mlp_kind" not in data:
         return {"mlp_kind": mlp_kind, "activation": activation}
     if data["mlp_kind"] != mlp_kind:
