@@ -55,6 +55,13 @@ SCHEDULE_AXES: tuple[str, ...] = ("vpp", "grad_accum", "schedule")
 """What the activations held at the peak depend on besides the stage (the schedule's order)."""
 
 
+def _unless_one_f_one_b(depends_on: tuple[str, ...], domains) -> tuple[str, ...]:
+    """``depends_on`` without the schedule's axes when every schedule of the space is 1F1B-like
+    (the held activations are then the stage-level count, ``shapes.ONE_F_ONE_B``)."""
+    others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
+    return without_unread(depends_on, domains, SCHEDULE_AXES, others)
+
+
 def _schedule_of(grid: Grid) -> dict[str, np.ndarray]:
     """The schedule's axes of ``grid``; none (1F1B's count) for a caller that reads one
     micro-batch's bytes without them (``offload.OffloadTime``)."""
@@ -254,10 +261,7 @@ class LayerActivationMemory:
     megatron_compatible: bool = False
 
     def depends_on_in(self, domains) -> tuple[str, ...]:
-        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
-        stage-level count, ``shapes.ONE_F_ONE_B``)."""
-        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
-        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
+        return _unless_one_f_one_b(self.depends_on, domains)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = axes_of(grid, "tp", "pp", "cp", "mbs")
@@ -326,10 +330,7 @@ class ExpertActivationMemory:
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", *SCHEDULE_AXES)
 
     def depends_on_in(self, domains) -> tuple[str, ...]:
-        """Without the schedule's axes when every schedule of the space is 1F1B-like (the
-        stage-level count, ``shapes.ONE_F_ONE_B``)."""
-        others = set(PIPELINE_SCHEDULES) - set(ONE_F_ONE_B)
-        return without_unread(self.depends_on, domains, SCHEDULE_AXES, others)
+        return _unless_one_f_one_b(self.depends_on, domains)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         tp, pp, cp, mbs = axes_of(grid, "tp", "pp", "cp", "mbs")
