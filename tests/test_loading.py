@@ -81,6 +81,19 @@ def test_unknown_key_suggests_the_known_one(tmp_path) -> None:
         load_model(str(path))
 
 
+@pytest.mark.parametrize(
+    ("megatron", "hf"),
+    [("num_layers", "num_hidden_layers"), ("ffn_hidden_size", "intermediate_size")],
+)
+def test_a_megatron_name_suggests_the_key_autopar_reads(tmp_path, megatron, hf) -> None:
+    """``num_layers`` is closer to GPT-2's ``n_layer`` by spelling; a Megatron user meant
+    ``num_hidden_layers``."""
+    path = tmp_path / "m.yaml"
+    path.write_text(f"{megatron}: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n")
+    with pytest.raises(InputError, match=f"did you mean '{hf}' \\(Megatron's --"):
+        load_model(str(path))
+
+
 def test_specs_are_frozen() -> None:
     model = load_model("llama-8b")
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -13,11 +13,29 @@ from autopar.base.errors import InputError, excerpt
 from autopar.inputs import hf_families
 from autopar.inputs.limits import range_rule
 
+MEGATRON_NAMES: dict[str, str] = {
+    # Megatron-LM's argument names (arguments.py) -> the Hugging Face key autopar reads
+    "num_layers": "num_hidden_layers",
+    "ffn_hidden_size": "intermediate_size",
+    "num_query_groups": "num_key_value_heads",
+    "kv_channels": "head_dim",
+    "moe_router_topk": "num_experts_per_tok",
+    "moe_ffn_hidden_size": "moe_intermediate_size",
+    "rotary_base": "rope_theta",
+}
+"""Model keys written as Megatron names them: the suggestion is the key autopar reads."""
+
 
 def unknown_key(key: str, known: tuple[str, ...] | list[str]) -> InputError:
     family_error = hf_families.unmodelled_key_error(key)
     if family_error is not None:
         return family_error  # a family's key: never suggest a key with another meaning
+    if MEGATRON_NAMES.get(key) in known:
+        return InputError(
+            f"unknown key; did you mean {MEGATRON_NAMES[key]!r} (Megatron's --"
+            f"{key.replace('_', '-')} in Hugging Face's name)?",
+            field=key,
+        )
     close = difflib.get_close_matches(key[:100], known, n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return InputError(f"unknown key{hint}", field=excerpt(key, 60).strip("'"))
