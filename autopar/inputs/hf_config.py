@@ -65,14 +65,6 @@ REQUIRED_MODEL_KEYS: tuple[str, ...] = (
     "num_attention_heads",
     "vocab_size",
 )
-UNGATED_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu",
-    "gelu_fast": "gelu",
-    "gelu_pytorch_tanh": "gelu",
-    "relu": "gelu",
-    "relu2": "squared_relu",
-}
 
 MODEL_RANGES: dict[str, tuple[int, int]] = {
     # HF key -> (smallest, largest) accepted value, checked before any arithmetic. The maxima
@@ -112,7 +104,7 @@ def _architecture_key(key: str, data: Mapping[str, Any]) -> bool:
 def _check_model_keys(data: Mapping[str, Any]) -> None:
     """Unknown keys: an error in autopar files; in a downloaded HF config only near-misses of a
     key autopar reads are errors (HF configs carry many keys autopar does not need)."""
-    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS, *hf_families.family_keys(data)]
+    known = [*MODEL_KEYS, *GPT2_ALIASES, *AUTOPAR_MODEL_KEYS]  # no model_type: no family's
     lenient = _is_hf_config(data)
     for key in data:
         if key in known:
@@ -135,8 +127,9 @@ def _mlp_kind(data: Mapping[str, Any]) -> str:
     act = string(data, act_key, "silu")
     if act in ("silu", "swish", "swiglu"):
         return "swiglu"
-    if act in UNGATED_ACTIVATIONS:
-        return UNGATED_ACTIVATIONS[act]
+    activation = hf_details.ACTIVATION_NAMES.get(act)  # the ungated ones, as a family reads them
+    if activation in hf_details.UNGATED_KINDS:
+        return hf_details.UNGATED_KINDS[activation]
     raise InputError(
         f"cannot tell the MLP kind from {act_key} {excerpt(act)}; set mlp_kind to swiglu, gelu "
         "or squared_relu",

@@ -34,20 +34,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autopar.base.errors import InputError, excerpt
-from autopar.inputs import hf_keys
+from autopar.inputs.hf_keys import MLA_KEYS
 
 MAX_FAMILY_INT = 1 << 24
 """Largest value of a family key (ranks, expert counts, windows): checked before arithmetic."""
-MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-FAMILY_TYPES: tuple[str, ...] = (
-    "deepseek_v2",
-    "deepseek_v3",
-    "kimi_k2",
-    "gpt_oss",
-    "llama4_text",
-    "nemotron_h",
-)
-"""The ``model_type`` values this module reads (their keys: ``autopar.inputs.hf_keys``)."""
 ARCHITECTURE_KEYS: dict[str, str] = {
     # key -> the family that gives it a meaning autopar models
     **{key: "deepseek_v3" for key in (*MLA_KEYS, "n_routed_experts", "first_k_dense_replace")},
@@ -118,17 +108,6 @@ def unwrap(data: Mapping[str, Any]) -> dict[str, Any]:
     return {**text, **keep, "model_type": "llama4_text"}
 
 
-def family_keys(data: Mapping[str, Any]) -> tuple[str, ...]:
-    """Keys the family of ``data`` (its ``model_type``, one of ``FAMILY_TYPES``) knows besides
-    ``MODEL_KEYS``: those it reads, ignores as harmless or refuses by name, from the one table
-    of every family's keys (``autopar.inputs.hf_keys.FAMILIES``)."""
-    model_type = str(data.get("model_type"))
-    if model_type not in FAMILY_TYPES:
-        return ()
-    family = hf_keys.FAMILIES[model_type]
-    return (*family.read, *family.harmless, *family.refused)
-
-
 def unmodelled_key_error(key: str) -> InputError | None:
     """For a key that only a family gives a meaning to: the error that says so."""
     family = ARCHITECTURE_KEYS.get(key)
@@ -145,12 +124,9 @@ def family_fields(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[st
     """``ModelSpec`` fields for ``data``'s family, on top of the shared ``fields``."""
     model_type = str(data.get("model_type"))
     build = BUILDERS.get(model_type)
-    if build is None:
-        for key, value in data.items():
-            if key in ARCHITECTURE_KEYS and value not in (None, False, 0):
-                raise unmodelled_key_error(key)  # type: ignore[misc]
-        return dict(fields)
-    return {**fields, **build(data, fields)}
+    # another family's architecture keys were refused by the key checks before this
+    # (hf_details.check_keys; hf_config._check_model_keys without a model_type)
+    return dict(fields) if build is None else {**fields, **build(data, fields)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -147,9 +147,9 @@ _SLIDING = ("sliding_window", "use_sliding_window", "max_window_layers", "layer_
 _MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step")
 _QWEN_MOE = (*_MOE, "mlp_only_layers", "norm_topk_prob", "shared_expert_intermediate_size")
 _ROUTER_LOSS = dict.fromkeys(("router_aux_loss_coef", "output_router_logits"), _LOSS)
-_MLA = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _DEEPSEEK_READ = (
-    *_MLA,
+    *MLA_KEYS,
     "attention_bias",
     "n_routed_experts",
     "n_shared_experts",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from autopar.inputs.specs import ModelSpec
-from autopar.outputs.emit.common import refuse
+from autopar.outputs.emit.common import refuse, refuse_unbuildable_rope
 
 ACTIVATION_FUNCS: dict[str, str] = {
     # autopar activation -> the name Bridge's override resolves to a callable
@@ -26,28 +26,13 @@ ACTIVATION_FUNCS: dict[str, str] = {
     "relu": "relu",
     "relu2": "squared_relu",
 }
-LLAMA3_FIXED = (1.0, 4.0, 8192)
-"""megatron-core's Llama-3.1 RoPE scaling keeps low/high frequency factors 1 and 4 and 8192
-original positions (``rotary_pos_embedding.py`` ``_apply_scaling``); only the factor is a
-field (``rope_scaling_factor``)."""
 
 
 def _rope(model: ModelSpec) -> dict[str, Any]:
     rope = model.rope
     fields: dict[str, Any] = {"rotary_base": rope.theta, "rotary_percent": rope.percent}
-    if rope.local_theta and rope.local_theta != rope.theta:
-        raise refuse(
-            "megatron-bridge", "a second RoPE base for local layers", "start from its recipe"
-        )
+    refuse_unbuildable_rope("megatron-bridge", model, "start from its recipe")
     if rope.scaling == "llama3":
-        fixed = (rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position_embeddings)
-        if fixed != LLAMA3_FIXED:
-            raise refuse(
-                "megatron-bridge",
-                f"llama3 RoPE scaling with low/high frequency factors {fixed[0]:g}/{fixed[1]:g} "
-                f"and {fixed[2]} original positions (megatron-core fixes 1/4/8192)",
-                "start from its recipe",
-            )
         fields |= {"rope_scaling": True, "rope_scaling_factor": rope.factor}
     elif rope.scaling == "linear":
         fields["seq_len_interpolation_factor"] = rope.factor

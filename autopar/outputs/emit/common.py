@@ -129,6 +129,30 @@ def check_graphs_and_offload(fmt: str, lay: Layout, stack: StackSpec) -> None:
         )
 
 
+LLAMA3_FIXED = (1.0, 4.0, 8192)
+"""megatron-core's Llama-3.1 RoPE scaling keeps low/high frequency factors 1 and 4 and 8192
+original positions (``rotary_pos_embedding.py`` ``_apply_scaling``); only the factor is a
+field (``rope_scaling_factor``)."""
+
+
+def refuse_unbuildable_rope(fmt: str, model: ModelSpec, instead: str) -> None:
+    """What megatron-core's RoPE cannot build, for every format that builds through it (Megatron
+    and Megatron-Bridge): a second base for local layers, llama3 scaling off 1/4/8192."""
+    rope = model.rope
+    if rope.local_theta and rope.local_theta != rope.theta:
+        raise refuse(fmt, "a second RoPE base for local layers", instead)
+    if rope.scaling != "llama3":
+        return
+    fixed = (rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position_embeddings)
+    if fixed != LLAMA3_FIXED:
+        raise refuse(
+            fmt,
+            f"llama3 RoPE scaling with low/high frequency factors {fixed[0]:g}/{fixed[1]:g} "
+            f"and {fixed[2]} original positions (megatron-core fixes 1/4/8192)",
+            instead,
+        )
+
+
 def refuse_megatron_only(fmt: str, problem: Problem, *, nvfp4: str = "") -> None:
     """NVFP4 training and CPU activation offloading are Megatron(-Bridge) settings (Transformer
     Engine's ``NVFP4BlockScaling``, ``cpu_offloading_num_layers``): a format without them

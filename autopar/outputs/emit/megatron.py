@@ -25,6 +25,7 @@ from autopar.outputs.emit.common import (
     layout_of,
     refuse,
     refuse_schedule,
+    refuse_unbuildable_rope,
     selective_modules,
     split_of,
     stage_plan_of,
@@ -89,17 +90,8 @@ def rope_flags(model: ModelSpec) -> list[Flag]:
     flags: list[Flag] = [("--rotary-base", _whole(rope.theta, "rope_theta"))]
     if rope.percent != 1:
         flags.append(("--rotary-percent", repr(rope.percent)))
-    if rope.local_theta and rope.local_theta != rope.theta:
-        raise refuse("megatron", "a second RoPE base for local layers", "use megatron-bridge")
+    refuse_unbuildable_rope("megatron", model, "use --format megatron-bridge")
     if rope.scaling == "llama3":
-        fixed = (rope.low_freq_factor, rope.high_freq_factor, rope.original_max_position_embeddings)
-        if fixed != (1.0, 4.0, 8192):
-            raise refuse(
-                "megatron",
-                f"llama3 RoPE scaling with low/high frequency factors {fixed[0]:g}/{fixed[1]:g} "
-                f"and {fixed[2]} original positions (megatron-core fixes 1/4/8192)",
-                "use --format megatron-bridge",
-            )
         flags += [("--use-rope-scaling", None), ("--rope-scaling-factor", repr(rope.factor))]
     elif rope.scaling == "linear":
         flags.append(("--rotary-seq-len-interpolation-factor", _whole(rope.factor, "factor")))
