@@ -38,6 +38,7 @@ import numpy as np
 from autopar.costs.terms import Grid, TermContext
 from cost_models.memory import (
     BYTES_WEIGHT,
+    axes_of,
     part_bytes_per_param,
     stage_dense_params,
     stage_moe_layers,
@@ -55,10 +56,6 @@ def checkpoint_bytes_per_param(ctx: TermContext) -> float:
 
 def _part_bytes(part: str, ctx: TermContext) -> float:
     return BYTES_WEIGHT if part == "weights" else part_bytes_per_param("optimizer", ctx)[0]
-
-
-def _axes(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
-    return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +84,7 @@ def _stages(ctx: TermContext, tp: np.ndarray, pp: np.ndarray) -> _Stages:
 
 def checkpoint_writes(grid: Grid, ctx: TermContext) -> tuple[np.ndarray, np.ndarray]:
     """(bytes the most loaded rank writes, bytes the most loaded server writes), per row."""
-    tp, pp, cp, zero, ep, etp = _axes(grid, "tp", "pp", "cp", "zero", "ep", "etp")
+    tp, pp, zero, ep, etp = axes_of(grid, "tp", "pp", "zero", "ep", "etp")
     n = float(ctx.training.num_gpus)
     g = float(min(ctx.cluster.gpus_per_server, ctx.training.num_gpus))
     stages = _stages(ctx, tp, grid["pp"])
@@ -120,7 +117,7 @@ class CheckpointBytes:
 
     name: str = "checkpoint_bytes"
     category: str = "checkpoint"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "zero", "ep", "etp")
+    depends_on: tuple[str, ...] = ("tp", "pp", "zero", "ep", "etp")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         return checkpoint_writes(grid, ctx)[1]

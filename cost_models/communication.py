@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.terms import Grid, Phases, TermContext, schedules_in
+from autopar.costs.terms import Grid, Phases, TermContext
 from cost_models.compute import (
     backward_slowdown,
     flash_block_time_s,
@@ -24,6 +24,7 @@ from cost_models.compute import (
 )
 from cost_models.flops import RECOMPUTE_FULL
 from cost_models.gemm import OPERAND_BYTES, gemm_dtype
+from cost_models.memory import without_unread
 from cost_models.placement import group_num_nodes
 from cost_models.shapes import kv_size, query_size, stage_layers
 from cost_models.switches import switch
@@ -446,9 +447,7 @@ class EpCommTime:
     def depends_on_in(self, domains) -> tuple[str, ...]:
         """Without ``schedule`` in a space without the combined 1F1B (the only schedule that
         narrows the dispatchers: ``_dispatch_times``)."""
-        if "combined-1f1b" in schedules_in(domains):
-            return self.depends_on
-        return tuple(a for a in self.depends_on if a != "schedule")
+        return without_unread(self.depends_on, domains, ("schedule",), ("combined-1f1b",))
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         return self.phases(grid, ctx).total()

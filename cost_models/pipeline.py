@@ -18,6 +18,7 @@ from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_
 from autopar.costs.terms import FORWARD_SHARE, Grid, Phases, TermContext
 from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
+from cost_models.shapes import ONE_F_ONE_B
 
 BYTES_BF16 = 2.0
 PP_OVERLAP_EXPOSED = 0.2
@@ -110,9 +111,8 @@ class PipelineSlots:
         return free[where.ravel()]
 
 
-ONE_F_ONE_B = ("1f1b", "combined-1f1b")
-"""The loop-style schedules whose first rank's peak has the closed form
-``_one_f_one_b_first`` (``autopar.costs.schedule_slots._closed_in_flight``)."""
+# ONE_F_ONE_B (cost_models.shapes): the loop-style schedules whose first rank's peak has the
+# closed form ``_one_f_one_b_first`` (``autopar.costs.schedule_slots._closed_in_flight``)
 
 
 def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -426,7 +426,8 @@ def _scored(chunk, fold, figures, cells: np.ndarray) -> list[Scored]:
     return out
 
 
-def _order(item: Scored) -> tuple:
+def scored_order(item: Scored) -> tuple:
+    """The search's order of scored layouts: step time to the microsecond, then ``tie_key``."""
     return (item.step_us, tie_key(item.row))
 
 
@@ -439,7 +440,7 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
         picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
-        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=_order)
+        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=scored_order)
         acc.best = _keep_top(acc.best, top)
         if band > 0:
             limit = min(best_so_far, float(flat_t.min())) * (1 + band)
@@ -500,7 +501,7 @@ def _merge_axis(acc: _Acc, axis, value, chunk, fold, figures, cell, cell_us, low
     r, c = cell
     (item,) = _scored(chunk, fold, figures, np.array([r * len(fold) + c]))
     bests = acc.by_axis.setdefault(axis, {})
-    if value not in bests or _order(item) < _order(bests[value]):
+    if value not in bests or scored_order(item) < scored_order(bests[value]):
         bests[value] = item
 
 
@@ -516,7 +517,7 @@ def _within(band_rows: list[Scored], best: list[Scored], band: float) -> tuple[S
     if band <= 0 or not best:
         return ()
     limit = best[0].step_s * (1 + band)
-    return tuple(sorted((s for s in band_rows if s.step_s <= limit), key=_order))
+    return tuple(sorted((s for s in band_rows if s.step_s <= limit), key=scored_order))
 
 
 def _front(items: list[Scored]) -> tuple[Scored, ...]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from autopar.base.axes import AXIS, FREE_AXES, tie_key
+from autopar.base.axes import AXIS, FREE_AXES
 from autopar.costs.estimate import estimate_many
-from autopar.costs.score import Scores, score_space
+from autopar.costs.score import Scores, score_space, scored_order
 from autopar.costs.terms import CostModel, TermContext
 from autopar.layout.alternatives import Alternative, Alternatives, Optimum
 from autopar.layout.plan import Estimate, Layout
@@ -63,7 +63,7 @@ def _by_enumeration(scores: Scores, space, ctx, cm, chosen: Estimate) -> list[Al
     for axis in _axes(space):
         others = [s for v, s in scores.by_axis.get(axis, {}).items() if v != row[axis]]
         if others:
-            rows[axis] = min(others, key=lambda s: (s.step_us, tie_key(s.row))).row
+            rows[axis] = min(others, key=scored_order).row
             continue
         value = getattr(chosen.layout, AXIS[axis].layout_attr)
         lows = [m for v, m in scores.least_by_axis.get(axis, {}).items() if v != row[axis]]

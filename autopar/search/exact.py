@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autopar.base.axes import tie_key
-from autopar.costs.score import US_PER_S, Scored, Scores
+from autopar.costs.score import US_PER_S, Scored, Scores, scored_order
 from autopar.costs.terms import CostModel, CostTerm, TermContext, grid_of, step_time_s
 from autopar.layout.plan import Layout
 
@@ -55,10 +54,6 @@ class Objective:
             if limit is None or round(v * US_PER_S) <= int(limit * US_PER_S):
                 out.append(dataclasses.replace(item, step_s=float(v), exact=True))
         return out
-
-
-def _order(item: Scored) -> tuple:
-    return (item.step_us, tie_key(item.row))
 
 
 def needs_closing(scores: Scores, top_k: int) -> bool:
@@ -119,7 +114,7 @@ def _settle(pending: list[Scored], done: list[Scored], objective: Objective) -> 
     exact = [item for item in pending if item.exact]
     bounds = [item for item in pending if not item.exact]
     done.extend(exact + (objective.simulated(bounds) if bounds else []))
-    done.sort(key=_order)
+    done.sort(key=scored_order)
     pending.clear()
 
 
@@ -130,5 +125,5 @@ def _closed(scores: Scores, done: list[Scored], top_k: int, band: float) -> Scor
     known = {tuple(item.row.items()): item for item in done}
     within = [known.get(tuple(i.row.items()), i) for i in scores.within_band]
     limit = best[0].step_s * (1 + band) if best else -np.inf
-    kept = sorted((i for i in within if i.exact and i.step_s <= limit), key=_order)
+    kept = sorted((i for i in within if i.exact and i.step_s <= limit), key=scored_order)
     return dataclasses.replace(scores, best=best, within_band=tuple(kept))

@@ -106,14 +106,15 @@ def splittable_counts(problem: Problem, most: int) -> np.ndarray:
 def nearby_gpu_counts(problem: Problem, miss: NearestMiss | None = None) -> list[Change]:
     """GPU counts to try, nearest first (module docstring)."""
     num_gpus = problem.training.num_gpus
-    counts = splittable_counts(problem, 2 * num_gpus)
-    counts = counts[counts != num_gpus]
-    order = np.lexsort((counts > num_gpus, np.abs(counts - num_gpus)))
-    picked = [int(c) for c in counts[order][:MAX_COUNT_CANDIDATES]]
     if miss is not None:  # memory binds: enough GPUs to spread the nearest miss thin enough
         ratio = miss.min_memory_bytes / miss.capacity_bytes
         first = int(np.ceil(np.log2(max(ratio, 1.0))))
         picked = [num_gpus * 2**k for k in range(max(first, 1), first + 3)]
+    else:
+        counts = splittable_counts(problem, 2 * num_gpus)
+        counts = counts[counts != num_gpus]
+        nearest = np.lexsort((counts > num_gpus, np.abs(counts - num_gpus)))
+        picked = [int(c) for c in counts[nearest][:MAX_COUNT_CANDIDATES]]
     return [(f"use {n} GPUs (--gpus {n})", _training(problem, num_gpus=n)) for n in picked]
 
 
