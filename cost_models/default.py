@@ -109,7 +109,7 @@ def default_cost_model(
             ),
             FsdpGatherTime(overlap=dp_comm_overlap),
             ExpertFsdpTime(overlap=dp_comm_overlap),
-            OffloadTime(),
+            OffloadTime(activations=microbatch_memory),
         ),
         slots=PipelineSlots(),
         static_memory_terms=static_memory,

@@ -27,18 +27,21 @@ other overlapped transfers use (``data_parallel.DP_OVERLAP_EXPOSED``)."""
 class OffloadTime:
     """Exposed activation offload (forward, GPU to host) and reload (backward, host to GPU) of
     one micro-batch: the offloaded bytes, each way, over ``host_bytes_per_s``, times
-    ``OFFLOAD_EXPOSED``. Zero without offloading."""
+    ``OFFLOAD_EXPOSED``. Zero without offloading. ``activations``: the cost model's own
+    activation terms (``default_cost_model`` passes them, so their overrides apply here too);
+    empty, the default ones."""
 
     name: str = "cpu_offload_s"
     category: str = "offload"
     depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "recompute", "sp")
+    activations: tuple[LayerActivationMemory | ExpertActivationMemory, ...] = ()
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         host = ctx.cluster.gpu.host_bytes_per_s
         share = offload_share(ctx)
         if not ctx.training.stack.cpu_offload_layers or host is None or share <= 0.0:
             return np.zeros(len(grid["tp"]))
-        kept = LayerActivationMemory().evaluate(grid, ctx)
-        kept = kept + ExpertActivationMemory().evaluate(grid, ctx)
+        terms = self.activations or (LayerActivationMemory(), ExpertActivationMemory())
+        kept = sum(term.evaluate(grid, ctx) for term in terms)
         moved = kept * (1.0 - share) / share
         return 2.0 * OFFLOAD_EXPOSED * moved / host
