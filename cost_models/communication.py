@@ -62,7 +62,12 @@ class TpCommTime:
     all-gathers move ``OPERAND_BYTES`` of that format per element while the reduce-scatters
     stay BF16. Current scaling (and NVFP4's per-tensor scale) first all-reduces the amax over
     the TP group (``set_quantizer_amax_reduction_group``, layernorm_linear.py L233-237): one
-    latency-bound all-reduce per quantized all-gather."""
+    latency-bound all-reduce per quantized all-gather.
+
+    Without TP overlap, a stack with ``tp_backward_overlap`` (Transformer Engine, megatron-core)
+    runs the column-parallel layers' backward all-gather and reduce-scatter (all-reduce without
+    SP) async behind their dgrad / wgrad GEMMs; the backward exposes only the row-parallel
+    layers' output-gradient all-gather (SP), nothing without SP."""
 
     name: str = "tp_comm_s"
     category: str = "tp_comm"
@@ -87,11 +92,16 @@ class TpCommTime:
         recompute = np.where(grid["recompute"] == RECOMPUTE_FULL, 1.0, 0.0)
         counts = stage_counts_for_time(ctx.model, grid["pp"], ctx.training.seq_len)
         regions = sum(n * tp_regions(ctx.model, kind) for kind, n in counts.items())
-        exposed = TP_OVERLAP_EXPOSED if switch(self.overlap, ctx, "tp_comm_overlap") else 1.0
+        overlapped = switch(self.overlap, ctx, "tp_comm_overlap")
+        exposed = TP_OVERLAP_EXPOSED if overlapped else 1.0
         one_way = exposed * regions * pair
+        backward = one_way
+        if not overlapped and ctx.training.stack.tp_backward_overlap:
+            # only the row-parallel output gradient's all-gather waits (StackSpec docstring)
+            backward = regions * np.where(grid["sp"] == 1, ag, 0.0)
         zero = np.zeros(len(tp))
-        # forward's pair; backward's pair (and the recomputed forward's), all for the inputs
-        return Phases(one_way, one_way * (1.0 + recompute), zero, zero)
+        # forward's pair; backward's exposed part (and the recomputed forward's pair)
+        return Phases(one_way, backward + one_way * recompute, zero, zero)
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         return self.phases(grid, ctx).total()

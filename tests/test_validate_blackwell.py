@@ -7,6 +7,9 @@ is today's figure, so that a change that makes them worse fails here."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -51,7 +54,7 @@ def test_dense_blackwell_rows_meet_the_targets(blackwell) -> None:
     dense = blackwell[0][~blackwell[0]["moe"]]
     median, worst, signed = _stats(dense)
     assert median <= 6.0 and abs(signed) <= 3.0
-    assert worst <= 22.5  # Llama 3.1 405B NVFP4 on GB200 (TP overlap off in NVFP4 recipes)
+    assert worst <= 20.0  # Llama 3.1 405B NVFP4 on GB200, +17.5% (benchmarks/README.md)
     for gpu, rows in dense.groupby("gpu"):
         assert abs(_stats(rows)[2]) <= 3.0, gpu
 
@@ -82,3 +85,26 @@ def test_gpt_oss_is_the_family_the_model_misses(blackwell) -> None:
     priced: the Blackwell misses are not those passes."""
     rows = blackwell[0][blackwell[0]["model"] == KNOWN_MISS]
     assert len(rows) == 8 and (rows["error_pct"] < 0).all()
+
+
+def test_the_tp_backward_of_the_nvfp4_rows_overlaps_without_userbuffers(blackwell) -> None:
+    """The NVFP4 recipes turn TP overlap off; Transformer Engine still runs the column-parallel
+    backward all-gather and reduce-scatter behind the GEMMs (``tp_backward_overlap``): the two
+    TP 4 Llama 3.1 405B rows expose less TP time than the forward and backward pairs would."""
+    rows = blackwell[0][blackwell[0]["id"].str.contains("llama31_405b_nvfp4")]
+    assert len(rows) == 2
+    assert (rows["tp_comm_s"] < 0.75 * 5.14).all()  # 5.14 s with the whole backward pair
+    assert (rows["error_pct"].abs() <= 20.0).all()
+
+
+def test_the_mlperf_heldout_runs_are_all_modelled() -> None:
+    """``benchmarks/mlperf_heldout.py`` (held out, not calibration): its ten MLPerf Training v5.1
+    runs build from their config's layout, fit in memory and get a finite prediction."""
+    script = Path(validate_published.__file__).with_name("mlperf_heldout.py")
+    spec = importlib.util.spec_from_file_location("mlperf_heldout", script)
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    rows = heldout.heldout_table()
+    assert len(rows) == 10
+    assert all(r["fits"] and np.isfinite(r["error_pct"]) for r in rows)
+    assert {r["id"].split("_")[1] for r in rows} == {"gb200", "gb300"}

@@ -103,6 +103,22 @@ class StackSpec:
         help="TP communication overlapped (Megatron --tp-comm-overlap, TE userbuffers).",
         label="tp overlap",
     )
+    tp_backward_overlap: bool = switch(
+        False,
+        help="Without TP overlap, the column-parallel layers' backward all-gather and "
+        "reduce-scatter run async behind their dgrad / wgrad GEMMs (Transformer Engine and "
+        "megatron-core linear layers); only the row-parallel output-gradient all-gather waits.",
+        label="tp bwd async",
+    )
+    """Transformer Engine ``LayerNormLinear.backward`` gathers the saved input with
+    ``async_op=True`` behind the dgrad GEMM and reduce-scatters (all-reduces without SP) the
+    dgrad with ``async_op=True`` behind the wgrad GEMM, waiting at the end
+    (transformer_engine/pytorch/module/layernorm_linear.py L787-791, L904-910, L1125-1130;
+    ``Linear`` the same, linear.py L993-997); the row-parallel layers' output gradient is
+    gathered synchronously before both GEMMs (module/base.py ``grad_output_preprocess``
+    L1702-1709). megatron-core's own layers do the same
+    (tensor_parallel/layers.py ``LinearWithGradAccumulationAndAsyncCommunication`` L675-708).
+    Read only when ``tp_comm_overlap`` is off (userbuffers overlap all of it)."""
     overlap_grad_reduce: bool = switch(
         True,
         help="DP gradient buckets reduce during the backward (Megatron --overlap-grad-reduce).",

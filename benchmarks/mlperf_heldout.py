@@ -1,0 +1,124 @@
+"""Held-out Blackwell runs: NVIDIA's MLPerf Training v5.1 Llama 3.1 8B / 405B submissions.
+
+Not calibration (issue 20): no constant is fitted on these rows. They stand in for the check on
+Blackwell runs from other sources and containers. ``data/published/mlperf_v51_heldout.csv``
+holds, per run, the layout and recipe of its config file and the median ``train_step_time``
+over every ``result_*.txt`` of the submission (mlcommons/training_results_v5.1; the per-step
+wall time ``custom_callbacks.py`` logs every 32 steps). Each run is evaluated on the
+``megatron-bridge-25.09`` stack with what its config sets: FP8 current scaling
+(``FP8_RECIPE=tensorwise``, config_common.sh), NVFP4 (config_common_fp4.sh: TP overlap off,
+FP8 attention where config_common_fp8attn.sh is sourced), full-iteration CUDA graphs
+(config_common_cg.sh ``FULL_CUDA_GRAPH=1``; the 8B NVFP4 configs set 0 and keep
+``MCORE_CUDA_GRAPH=1``, per-layer graphs), ``TP_COMM_OVERLAP``; Llama 3.1 405B's 126 layers
+with the embedding and the loss counted as pipeline layers (``ASYM_PP_EMBED`` /
+``ASYM_PP_LOSS``), which the uniform split expresses at PP 8 x VP 8; no recompute
+(``ACT_CKPT_*`` unset), the distributed optimizer (``USE_DIST_OPTIMIZER=True``).
+
+    python benchmarks/mlperf_heldout.py            # the table benchmarks/README.md prints
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from validate_published import Case, predict  # noqa: E402
+
+from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
+from autopar.inputs.specs import TrainingSpec  # noqa: E402
+from autopar.layout.plan import Layout  # noqa: E402
+
+HELDOUT_CSV = Path(__file__).resolve().parent / "data" / "published" / "mlperf_v51_heldout.csv"
+
+
+def heldout_case(row: dict[str, str]) -> Case:
+    """One held-out run as a ``validate_published.Case`` (module docstring)."""
+    n, gbs, mbs = int(row["num_gpus"]), int(row["gbs_sequences"]), int(row["mbs"])
+    tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"])
+    stack = dataclasses.replace(
+        load_stack("megatron-bridge-25.09"),
+        fp8_recipe="current",
+        fp8_gemms=tuple(row["fp8_gemms"].split(",")),
+        cuda_graphs=row["cuda_graphs"],
+        tp_comm_overlap=row["tp_comm_overlap"] == "true",
+    )
+    training = TrainingSpec(
+        num_gpus=n,
+        global_batch_sequences=gbs,
+        seq_len=int(row["seq_len"]),
+        precision=row["precision"],
+        grad_precision=stack.grad_reduce_dtype,
+        stack=stack,
+    )
+    dp = n // (tp * pp * cp)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        vpp=int(row["vpp"]),
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="none",
+        zero=1,
+        sequence_parallel=tp > 1,
+    )
+    return Case(
+        row_id=row["id"],
+        source="mlperf_v51",
+        model=load_model(row["model"]),
+        gpu=load_gpu(row["gpu"]),
+        training=training,
+        layout=layout,
+        measured_step_s=float(row["measured_step_s"]),
+    )
+
+
+def heldout_cases(path: Path = HELDOUT_CSV) -> list[Case]:
+    with path.open(newline="") as handle:
+        return [heldout_case(row) for row in csv.DictReader(handle)]
+
+
+def heldout_table(path: Path = HELDOUT_CSV) -> list[dict[str, object]]:
+    """Per run: measured and predicted step time, the error and the largest time terms."""
+    rows = []
+    for case in heldout_cases(path):
+        pred = predict(case)
+        rows.append(
+            {
+                "id": case.row_id,
+                "measured_s": case.measured_step_s,
+                "predicted_s": pred["predicted_s"],
+                "error_pct": 100.0 * (pred["predicted_s"] / case.measured_step_s - 1.0),
+                "fits": pred["fits"],
+                **{k: v for k, v in pred.items() if k.endswith("_comm_s") or k == "compute_s"},
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    rows = heldout_table()
+    print("| run | measured s | predicted s | error | compute s | cp comm s | dp comm s | fits |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['id']} | {r['measured_s']:.4g} | {r['predicted_s']:.4g} | "
+            f"{r['error_pct']:+.0f}% | {r['compute_s']:.4g} | {r['cp_comm_s']:.3g} | "
+            f"{r['dp_comm_s']:.3g} | {r['fits']} |"
+        )
+    errors = sorted(abs(r["error_pct"]) for r in rows)
+    signed = sorted(r["error_pct"] for r in rows)
+    mid = len(rows) // 2
+    print(
+        f"held out: {len(rows)} runs, median |error| {(errors[mid - 1] + errors[mid]) / 2:.1f}%, "
+        f"max {errors[-1]:.1f}%, signed median {(signed[mid - 1] + signed[mid]) / 2:+.1f}%"
+    )
+
+
+if __name__ == "__main__":
+    main()
