@@ -7,14 +7,14 @@ Megatron-FSDP) and the precision it printed (BF16, FP8 = current scaling, MXFP8,
 the table does not print comes from the recipe that ran it: ``blackwell_recipes.csv`` beside
 ``runs.csv`` holds, per row, the CUDA-graph scope, the layers offloaded to the host, EP and TP
 overlap, the GEMMs in low precision, the recompute (granularity and modules), whether the experts
-ran Transformer Engine's fused grouped MLP (``cutedsl_fused_grouped_mlp``), the token
-dispatcher where the recipe does not run the flex one and, where the container's config
+ran Transformer Engine's fused grouped MLP (``cutedsl_fused_grouped_mlp``), the token dispatcher
+where the recipe does not run the flex one, the cross entropy where it is not Transformer
+Engine's (``native``: the GPT-OSS recipes before v0.6.0) and, where the container's config
 contradicts the table, the EP it set, each with the Megatron-Bridge recipe (release tag and
-workload config) it was read from. A row missing from
-that table (a run from another source) gets ``DEFAULT_RECIPE``. Every row runs on the
-``megatron-bridge-25.09`` stack (BF16 gradients, TP overlap, fused cross entropy, no dropout);
-MoE rows add the BF16 Adam moments and the flex (HybridEP / DeepEP) dispatcher of
-Megatron-Bridge's MoE recipes, as the H100 MoE rows do
+workload config) it was read from. A row missing from that table (a run from another source)
+gets ``DEFAULT_RECIPE``. Every row runs on the ``megatron-bridge-25.09`` stack (BF16 gradients,
+TP overlap, fused cross entropy, no dropout); MoE rows add the BF16 Adam moments and the flex
+(HybridEP / DeepEP) dispatcher of Megatron-Bridge's MoE recipes, as the H100 MoE rows do
 (``validate_published.MBRIDGE_MOE_SWITCHES``), unless ``moe_dispatcher`` names another: a
 workload config without ``moe_flex_dispatcher_backend`` keeps the model provider's
 ``moe_token_dispatcher_type="alltoall"`` (``gpt_oss_provider.py``, ``qwen_provider.py``; v0.2.0's
@@ -74,6 +74,7 @@ DEFAULT_RECIPE: dict[str, str] = {
     "moe_fused_mlp": "false",
     "ep": "",
     "moe_dispatcher": "",
+    "cross_entropy_impl": "",
 }
 """What a row without a ``blackwell_recipes.csv`` entry is assumed to have run."""
 MOE_SWITCHES = {"moe_dispatcher": "flex"}
@@ -201,6 +202,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         ep_comm_overlap=recipe["ep_comm_overlap"] == "true",
         tp_comm_overlap=recipe["tp_comm_overlap"] == "true",
         moe_fused_mlp=recipe["moe_fused_mlp"] == "true",
+        cross_entropy_impl=recipe["cross_entropy_impl"] or "te",
         optimizer_state_dtype="bf16" if model.is_moe else "fp32",
     )
     if recipe["recompute_modules"]:

@@ -80,6 +80,15 @@ LOSS_FORWARD_BYTES_PER_LOGIT = 38.0
 normalise 8; the backward's scale 8 and cast 6 are the rest)."""
 FUSED_LOSS_FORWARD_BYTES_PER_LOGIT = 4.0
 """The forward's share of ``FUSED_LOSS_BYTES_PER_LOGIT`` (the two reads of the logits)."""
+NATIVE_LOSS_BYTES_PER_LOGIT = 32.0
+"""The same for Megatron's ``native`` fused cross entropy (``StackSpec.cross_entropy_impl``;
+``fusions/fused_cross_entropy.py`` L12-84 at core_v0.17.0: the arithmetic of
+``LOSS_BYTES_PER_LOGIT`` in four ``jit_fuser`` functions, ``torch.compile`` since torch 2.2,
+``jit.py`` L16-33, each one fused pass): the BF16 -> FP32 copy with its max (read 2, write 4),
+subtract and exp in place with the sum (read 4, write 4), normalise in place (read 4, write 4);
+backward, the in-place scaling of the saved softmax and its BF16 cast (read 4, write 4 + 2)."""
+NATIVE_LOSS_FORWARD_BYTES_PER_LOGIT = 22.0
+"""The forward's share of ``NATIVE_LOSS_BYTES_PER_LOGIT`` (copy 6, exp 8, normalise 8)."""
 
 
 def mlp_up_width(model: ModelSpec, ffn: int) -> int:
@@ -502,6 +511,15 @@ def expert_path_s(ctx: TermContext, *, rows: np.ndarray, etp: np.ndarray) -> tup
     return -memory_time_s(fwd * rows, ctx), -memory_time_s(bwd * rows, ctx)
 
 
+def loss_bytes_per_logit(stack) -> tuple[float, float]:
+    """(forward + backward, forward) HBM bytes per logit of the stack's cross entropy."""
+    if not stack.cross_entropy_fusion:
+        return LOSS_BYTES_PER_LOGIT, LOSS_FORWARD_BYTES_PER_LOGIT
+    if stack.cross_entropy_impl == "native":
+        return NATIVE_LOSS_BYTES_PER_LOGIT, NATIVE_LOSS_FORWARD_BYTES_PER_LOGIT
+    return FUSED_LOSS_BYTES_PER_LOGIT, FUSED_LOSS_FORWARD_BYTES_PER_LOGIT
+
+
 def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:
     """MoE layers among a stage's layer-kind counts."""
     moe = [n for kind, n in counts.items() if kind.endswith("/moe")]
@@ -532,15 +550,9 @@ class LogitsComputeTime:
         forward = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         backward = linear_backward_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         weight = linear_weight_grad_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        fused = ctx.training.stack.cross_entropy_fusion
-        loss = memory_time_s(
-            (FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT) * tokens * vocab, ctx
-        )
-        share = (
-            FUSED_LOSS_FORWARD_BYTES_PER_LOGIT / FUSED_LOSS_BYTES_PER_LOGIT
-            if fused
-            else LOSS_FORWARD_BYTES_PER_LOGIT / LOSS_BYTES_PER_LOGIT
-        )
+        total, first = loss_bytes_per_logit(ctx.training.stack)
+        loss = memory_time_s(total * tokens * vocab, ctx)
+        share = first / total
         heads = 1 + ctx.model.num_mtp_layers  # each MTP module runs the output layer again
         return Phases(
             heads * (forward + share * loss),
