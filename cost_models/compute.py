@@ -353,9 +353,13 @@ router top-k and auxiliary-loss kernels on ``[tokens, E]``, permutation-index co
 the dispatcher's device-to-host sync of per-expert token counts (Megatron
 ``token_dispatcher.py`` ``preprocess``). Calibrated on the H100 Megatron-Bridge MoE rows, which
 ran without CUDA graphs. With graphs (``StackSpec.cuda_graphs`` ``layers`` or ``full``) the
-router and the preprocessing run inside the graph and the host sync is gone (Megatron-Bridge's
-Blackwell MoE recipes capture ``moe_router`` and ``moe_preprocess``; the full-iteration ones
-pad experts to a fixed capacity so that no count goes to the host): 0."""
+router and the preprocessing replay from the graph (Megatron-Bridge's Blackwell MoE recipes
+capture ``moe_router`` and ``moe_preprocess``; the full-iteration ones pad experts to a fixed
+capacity so that no count goes to the host): 0. Under layer graphs the counts' device-to-host
+sync stays (Megatron core_v0.17.0 ``token_dispatcher.py`` L440-445 only moves the copy before
+the EP all-to-all; ``experts.py`` L344 ``tokens_per_expert.tolist()``), but the Blackwell Qwen3
+rows with layer graphs bound its cost near zero (the 1 ms kept there: +23% to +29%,
+benchmarks/README.md "Blackwell")."""
 MOE_LOAD_IMBALANCE = 1.0
 """Tokens on the busiest expert rank over the mean, for dropless routing. 1.0 is the balanced
 case the published MoE benchmarks force (Megatron ``--moe-router-force-load-balancing``,
