@@ -7,13 +7,18 @@ Megatron-FSDP) and the precision it printed (BF16, FP8 = current scaling, MXFP8,
 the table does not print comes from the recipe that ran it: ``blackwell_recipes.csv`` beside
 ``runs.csv`` holds, per row, the CUDA-graph scope, the layers offloaded to the host, EP and TP
 overlap, the GEMMs in low precision, the recompute (granularity and modules), whether the experts
-ran Transformer Engine's fused grouped MLP (``cutedsl_fused_grouped_mlp``) and, where the
-container's config contradicts the table, the EP it set, each with the Megatron-Bridge recipe
-(release tag and workload config) it was read from. A row missing from
-that table (a run from another source) gets ``DEFAULT_RECIPE``. Every row runs on the
-``megatron-bridge-25.09`` stack (BF16 gradients, TP overlap, fused cross entropy, no dropout);
-MoE rows add the BF16 Adam moments and the flex (HybridEP) dispatcher of Megatron-Bridge's MoE
-recipes, as the H100 MoE rows do (``validate_published.MBRIDGE_MOE_SWITCHES``).
+ran Transformer Engine's fused grouped MLP (``cutedsl_fused_grouped_mlp``), the token dispatcher
+where the recipe does not run the flex one, the cross entropy where it is not Transformer
+Engine's (``native``: the GPT-OSS recipes before v0.6.0) and, where the container's config
+contradicts the table, the EP it set, each with the Megatron-Bridge recipe (release tag and
+workload config) it was read from. A row missing from that table (a run from another source)
+gets ``DEFAULT_RECIPE``. Every row runs on the ``megatron-bridge-25.09`` stack (BF16 gradients,
+TP overlap, fused cross entropy, no dropout); MoE rows add the BF16 Adam moments and the flex
+(HybridEP / DeepEP) dispatcher of Megatron-Bridge's MoE recipes, as the H100 MoE rows do
+(``validate_published.MBRIDGE_MOE_SWITCHES``), unless ``moe_dispatcher`` names another: a
+workload config without ``moe_flex_dispatcher_backend`` keeps the model provider's
+``moe_token_dispatcher_type="alltoall"`` (``gpt_oss_provider.py``, ``qwen_provider.py``; v0.2.0's
+``apply_flex_dispatcher_backend`` also refuses HybridEP off GB200 / GB300).
 """
 
 from __future__ import annotations
@@ -68,9 +73,12 @@ DEFAULT_RECIPE: dict[str, str] = {
     "recompute_modules": "",
     "moe_fused_mlp": "false",
     "ep": "",
+    "moe_dispatcher": "",
+    "cross_entropy_impl": "",
 }
 """What a row without a ``blackwell_recipes.csv`` entry is assumed to have run."""
 MOE_SWITCHES = {"moe_dispatcher": "flex"}
+"""The MoE rows' cost switches where ``moe_dispatcher`` is empty."""
 _SIXTEEN = (4,) + (4,) * 14 + (1,)
 DEEPSEEK_V3_LAYOUTS: dict[tuple[int, int], tuple[int, ...]] = {
     (4, 1): (16, 16, 16, 13),
@@ -162,6 +170,11 @@ def row_layout(row: pd.Series, *, recompute: str, zero: int) -> Layout:
     )
 
 
+def moe_switches(recipe: dict[str, str]) -> dict[str, str]:
+    """``MOE_SWITCHES`` with the dispatcher the row's recipe ran, where it names one."""
+    return {**MOE_SWITCHES, **({"moe_dispatcher": d} if (d := recipe["moe_dispatcher"]) else {})}
+
+
 def build_blackwell(row: pd.Series, case_type) -> object | str:
     """A ``case_type`` (``validate_published.Case``) for a Blackwell row, or why it cannot be
     modelled."""
@@ -189,6 +202,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         ep_comm_overlap=recipe["ep_comm_overlap"] == "true",
         tp_comm_overlap=recipe["tp_comm_overlap"] == "true",
         moe_fused_mlp=recipe["moe_fused_mlp"] == "true",
+        cross_entropy_impl=recipe["cross_entropy_impl"] or "te",
         optimizer_state_dtype="bf16" if model.is_moe else "fp32",
     )
     if recipe["recompute_modules"]:
@@ -220,7 +234,7 @@ def build_blackwell(row: pd.Series, case_type) -> object | str:
         training=training,
         layout=layout,
         measured_step_s=step_s,
-        cost_switches=dict(MOE_SWITCHES) if model.is_moe else {},
+        cost_switches=moe_switches(recipe) if model.is_moe else {},
         stage_layers=per_stage,
     )
 

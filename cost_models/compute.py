@@ -80,6 +80,15 @@ LOSS_FORWARD_BYTES_PER_LOGIT = 38.0
 normalise 8; the backward's scale 8 and cast 6 are the rest)."""
 FUSED_LOSS_FORWARD_BYTES_PER_LOGIT = 4.0
 """The forward's share of ``FUSED_LOSS_BYTES_PER_LOGIT`` (the two reads of the logits)."""
+NATIVE_LOSS_BYTES_PER_LOGIT = 32.0
+"""The same for Megatron's ``native`` fused cross entropy (``StackSpec.cross_entropy_impl``;
+``fusions/fused_cross_entropy.py`` L12-84 at core_v0.17.0: the arithmetic of
+``LOSS_BYTES_PER_LOGIT`` in four ``jit_fuser`` functions, ``torch.compile`` since torch 2.2,
+``jit.py`` L16-33, each one fused pass): the BF16 -> FP32 copy with its max (read 2, write 4),
+subtract and exp in place with the sum (read 4, write 4), normalise in place (read 4, write 4);
+backward, the in-place scaling of the saved softmax and its BF16 cast (read 4, write 4 + 2)."""
+NATIVE_LOSS_FORWARD_BYTES_PER_LOGIT = 22.0
+"""The forward's share of ``NATIVE_LOSS_BYTES_PER_LOGIT`` (copy 6, exp 8, normalise 8)."""
 
 
 def mlp_up_width(model: ModelSpec, ffn: int) -> int:
@@ -344,9 +353,13 @@ router top-k and auxiliary-loss kernels on ``[tokens, E]``, permutation-index co
 the dispatcher's device-to-host sync of per-expert token counts (Megatron
 ``token_dispatcher.py`` ``preprocess``). Calibrated on the H100 Megatron-Bridge MoE rows, which
 ran without CUDA graphs. With graphs (``StackSpec.cuda_graphs`` ``layers`` or ``full``) the
-router and the preprocessing run inside the graph and the host sync is gone (Megatron-Bridge's
-Blackwell MoE recipes capture ``moe_router`` and ``moe_preprocess``; the full-iteration ones
-pad experts to a fixed capacity so that no count goes to the host): 0."""
+router and the preprocessing replay from the graph (Megatron-Bridge's Blackwell MoE recipes
+capture ``moe_router`` and ``moe_preprocess``; the full-iteration ones pad experts to a fixed
+capacity so that no count goes to the host): 0. Under layer graphs the counts' device-to-host
+sync stays (Megatron core_v0.17.0 ``token_dispatcher.py`` L440-445 only moves the copy before
+the EP all-to-all; ``experts.py`` L344 ``tokens_per_expert.tolist()``), but the Blackwell Qwen3
+rows with layer graphs bound its cost near zero (the 1 ms kept there: +23% to +29%,
+benchmarks/README.md "Blackwell")."""
 MOE_LOAD_IMBALANCE = 1.0
 """Tokens on the busiest expert rank over the mean, for dropless routing. 1.0 is the balanced
 case the published MoE benchmarks force (Megatron ``--moe-router-force-load-balancing``,
@@ -502,6 +515,15 @@ def expert_path_s(ctx: TermContext, *, rows: np.ndarray, etp: np.ndarray) -> tup
     return -memory_time_s(fwd * rows, ctx), -memory_time_s(bwd * rows, ctx)
 
 
+def loss_bytes_per_logit(stack) -> tuple[float, float]:
+    """(forward + backward, forward) HBM bytes per logit of the stack's cross entropy."""
+    if not stack.cross_entropy_fusion:
+        return LOSS_BYTES_PER_LOGIT, LOSS_FORWARD_BYTES_PER_LOGIT
+    if stack.cross_entropy_impl == "native":
+        return NATIVE_LOSS_BYTES_PER_LOGIT, NATIVE_LOSS_FORWARD_BYTES_PER_LOGIT
+    return FUSED_LOSS_BYTES_PER_LOGIT, FUSED_LOSS_FORWARD_BYTES_PER_LOGIT
+
+
 def moe_stage_layers(counts: dict[str, np.ndarray]) -> np.ndarray:
     """MoE layers among a stage's layer-kind counts."""
     moe = [n for kind, n in counts.items() if kind.endswith("/moe")]
@@ -532,15 +554,9 @@ class LogitsComputeTime:
         forward = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         backward = linear_backward_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         weight = linear_weight_grad_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        fused = ctx.training.stack.cross_entropy_fusion
-        loss = memory_time_s(
-            (FUSED_LOSS_BYTES_PER_LOGIT if fused else LOSS_BYTES_PER_LOGIT) * tokens * vocab, ctx
-        )
-        share = (
-            FUSED_LOSS_FORWARD_BYTES_PER_LOGIT / FUSED_LOSS_BYTES_PER_LOGIT
-            if fused
-            else LOSS_FORWARD_BYTES_PER_LOGIT / LOSS_BYTES_PER_LOGIT
-        )
+        total, first = loss_bytes_per_logit(ctx.training.stack)
+        loss = memory_time_s(total * tokens * vocab, ctx)
+        share = first / total
         heads = 1 + ctx.model.num_mtp_layers  # each MTP module runs the output layer again
         return Phases(
             heads * (forward + share * loss),

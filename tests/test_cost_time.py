@@ -180,3 +180,27 @@ def test_unfused_attention_counts_each_score_byte_once() -> None:
     scores = mbs * LLAMA3_8B.num_attention_heads / tp * seq * seq
     bytes_per_score = time_s * H100.hbm_bytes_per_s * HBM_EFFICIENCY / scores
     assert bytes_per_score == pytest.approx(13.0, rel=0.02)
+
+
+def test_native_cross_entropy_sits_between_te_and_unfused() -> None:
+    """Megatron's native fused cross entropy (torch.compile'd passes over FP32 logits) moves
+    fewer bytes than the unfused one and more than Transformer Engine's one-pass kernel; the
+    implementation matters only when the loss is fused."""
+    import dataclasses
+
+    from autopar.costs.terms import grid_of
+    from cost_models.compute import LogitsComputeTime
+
+    base = context(num_gpus=8, gbs=8)
+    grid = grid_of([Layout(tp=1, pp=1, dp=8, mbs=1, grad_accum=1)])
+
+    def loss_s(**switches) -> float:
+        stack = dataclasses.replace(base.training.stack, **switches)
+        ctx = dataclasses.replace(base, training=dataclasses.replace(base.training, stack=stack))
+        return float(LogitsComputeTime().evaluate(grid, ctx)[0])
+
+    te = loss_s(cross_entropy_fusion=True, cross_entropy_impl="te")
+    native = loss_s(cross_entropy_fusion=True, cross_entropy_impl="native")
+    unfused = loss_s(cross_entropy_fusion=False, cross_entropy_impl="native")
+    assert te < native < unfused
+    assert loss_s(cross_entropy_fusion=False, cross_entropy_impl="te") == unfused

@@ -177,6 +177,8 @@ def _megatron(lay: Layout, problem) -> None:
     assert config.tp_comm_overlap == (stack.tp_comm_overlap and lay.tp > 1)
     assert config.hidden_dropout == config.attention_dropout == (0.1 if stack.dropout else 0.0)
     assert config.cross_entropy_loss_fusion == stack.cross_entropy_fusion
+    if stack.cross_entropy_fusion:
+        assert config.cross_entropy_fusion_impl == stack.cross_entropy_impl
     assert config.cp_comm_type == (stack.cp_comm_type if lay.cp > 1 else None)
     args = consumers.megatron_parse(emit.megatron_args(lay, problem))
     impl = {"none": None, "layers": ["transformer_engine"], "full": ["full_iteration"]}

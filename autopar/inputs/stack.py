@@ -200,6 +200,18 @@ class StackSpec:
         "read once forward and the gradient written once.",
         label="fused CE",
     )
+    cross_entropy_impl: str = switch(
+        "te",
+        help="Which fused cross entropy runs (Megatron --cross-entropy-fusion-impl): te, "
+        "Transformer Engine's one-pass kernel; native, Megatron's compiled passes in FP32.",
+        choices=("te", "native"),
+        label="CE impl",
+    )
+    """With ``cross_entropy_fusion``: ``te`` (``te_parallel_cross_entropy``) or ``native``
+    (``fused_vocab_parallel_cross_entropy``, Megatron ``fusions/fused_cross_entropy.py``; the
+    default of Megatron's ``cross_entropy_fusion_impl``, model_parallel_config.py L238 at
+    core_v0.17.0, and what Megatron-Bridge's GPT-OSS recipes set, recipes/gpt_oss/gpt_oss.py L105
+    at v0.4.0)."""
     dropout: bool = switch(
         True,
         help="Hidden and attention dropout on, masks stored for backward (Megatron's 0.1); "

@@ -217,6 +217,8 @@ def _stack(lay: Layout, model: ModelSpec, stack: StackSpec) -> dict[str, dict[st
         "attention_dropout": 0.1 if stack.dropout else 0.0,
         "cross_entropy_loss_fusion": stack.cross_entropy_fusion,
     }
+    if stack.cross_entropy_fusion:  # the implementation the cost model priced
+        fields["cross_entropy_fusion_impl"] = stack.cross_entropy_impl
     if lay.cp > 1:
         fields["cp_comm_type"] = stack.cp_comm_type
     if not stack.flash_attention:

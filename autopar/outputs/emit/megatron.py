@@ -434,8 +434,9 @@ def _stack(model: ModelSpec, lay: Layout, stack: StackSpec) -> list[Flag]:
     # --overlap-moe-expert-parallel-comm comes with the combined 1F1B schedule (_pipeline)
     if stack.moe_fused_mlp and model.is_moe:  # transformer_config.py L525
         flags.append(("--use-transformer-engine-op-fuser", None))
-    if stack.cross_entropy_fusion:
+    if stack.cross_entropy_fusion:  # Megatron's default implementation is native
         flags.append(("--cross-entropy-loss-fusion", None))
+        flags.append(("--cross-entropy-fusion-impl", stack.cross_entropy_impl))
     if not stack.dropout:
         flags += [("--hidden-dropout", "0"), ("--attention-dropout", "0")]
     if not stack.flash_attention:
