@@ -7,8 +7,8 @@ layouts for Llama-3 70B on 1,024 GPUs, 890,334 for DeepSeek-V3 on 2,048, under a
 each axis's answer is the true fastest fitting layout with that axis changed, ties broken as
 the solver breaks them (whole microseconds, then ``tie_key``). When the time limit ends scoring
 first, every axis is marked ``cut short``: scoring stops only once the deadline has passed
-(``autopar.base.deadline``), so no time is left for any other search (a CP-SAT re-solve per axis
-answered here once; past the deadline it never ran).
+(``autopar.base.deadline``), so no time is left for any other search (the CP-SAT re-solve per
+axis that used to follow always got none, and was removed).
 """
 
 from __future__ import annotations
