@@ -163,7 +163,6 @@ def solve_problem(
             cm,
             result.best,
             deadline=deadline,
-            num_workers=num_workers,
             scores=scores if shared else None,
         )
         result = dataclasses.replace(result, alternatives=found)
@@ -333,13 +332,14 @@ def optimum_of(
     cost_model: str | CostModel | None = None,
 ) -> Optimum | None:
     """How far ``estimate`` (from ``evaluate_problem``) is from the fastest uniform layout of
-    ``problem`` that fits, found within ``time_limit`` seconds (every layout scored when the
-    space allows it, else CP-SAT); None when nothing fits or the limit ends the search first."""
+    ``problem`` that fits, every layout scored within ``time_limit`` seconds; None when nothing
+    fits or the limit ends the scoring first. ``num_workers`` is checked as ``solve`` checks it;
+    scoring uses no CP-SAT workers."""
     check_solve_options(top=1, time_limit=time_limit, num_workers=num_workers)
     deadline = time.perf_counter() + time_limit
     ctx, cm = make_context(problem), load_cost_model(cost_model)
     space = build_space(problem)
-    return find_optimum(space, ctx, cm, estimate, deadline=deadline, num_workers=num_workers)
+    return find_optimum(space, ctx, cm, estimate, deadline=deadline)
 
 
 def evaluate(

@@ -36,7 +36,7 @@ from autopar.inputs.specs import ModelSpec
 from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
-from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES
+from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES, gemm_dtype
 from cost_models.memory import axes_of, without_unread
 from cost_models.shapes import (
     ONE_F_ONE_B,
@@ -71,13 +71,10 @@ def _schedule_of(grid: Grid) -> dict[str, np.ndarray]:
 
 
 def fp8_linear_gemms(ctx: TermContext) -> frozenset[str]:
-    """The linear layers whose inputs Transformer Engine keeps as a low-precision copy for
-    backward (FP8, or FP4 with NVFP4; empty in BF16 training)."""
-    if ctx.training.precision == "fp8":
-        return frozenset(ctx.training.stack.fp8_gemms)
-    if ctx.training.precision == "nvfp4":
-        return frozenset(ctx.training.stack.fp8_gemms) & FP4_GEMMS
-    return frozenset()
+    """The linear layers (``FP4_GEMMS``: qkv, proj, fc1, fc2) whose inputs Transformer Engine
+    keeps as a low-precision copy for backward: those ``gemm_dtype`` runs in FP8 or FP4 (none
+    in BF16 training)."""
+    return frozenset(gemm for gemm in FP4_GEMMS if gemm_dtype(ctx, gemm) != "bf16")
 
 
 def saved_copy_bytes(ctx: TermContext) -> float:

@@ -1,5 +1,6 @@
 """Why this layout (issue 24): for each axis, the fastest layout with that axis changed, checked
-against the brute-force oracle and against CP-SAT re-solves; evaluate's gap to the optimum."""
+against the brute-force oracle; a deadline that cuts the scoring short; evaluate's gap to the
+optimum."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from autopar import api
 from autopar.base.axes import AXIS, FREE_AXES, GIVEN_AXES
 from autopar.cli import app
 from autopar.costs.plugin import load_cost_model
+from autopar.costs.score import score_space
 from autopar.layout.space import build_space
 from autopar.outputs.why import alternatives_text
 from autopar.search import alternatives as search
@@ -52,24 +54,63 @@ def test_each_alternative_is_the_oracles_fastest_with_that_axis_changed(small):
         assert item.estimate.time_s[item.grows] >= result.best.time_s[item.grows]
 
 
-def test_cpsat_re_solves_agree_with_the_enumeration(small, monkeypatch):
-    problem, result, ctx, cm, space = small
-    monkeypatch.setattr(search, "_scores", lambda *_: None)  # scoring cut short: re-solve
-    found = search.find_alternatives(space, ctx, cm, result.best, deadline=time.perf_counter() + 60)
-    assert found.method == "cp-sat" and found.layouts is None
-    exact = {a.axis: a for a in result.alternatives.items}
-    for item in found.items:
-        assert item.outcome == "found" and item.proven
-        assert item.estimate.step_time_s == pytest.approx(
-            exact[item.axis].estimate.step_time_s, abs=2e-6
-        )
+class _Clock:
+    """A deterministic ``time.perf_counter``: each reading one second after the last."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
 
 
-def test_no_time_left_marks_the_axes_cut_short(small, monkeypatch):
+def _readings(small, clock: _Clock) -> int:
+    """How many clock readings scoring ``small``'s space whole takes."""
+    _, _, ctx, cm, space = small
+    before = clock.now
+    assert score_space(space, ctx, cm, by_axis=True, deadline=clock.now + 1e9).complete
+    return int(clock.now - before)
+
+
+def test_scoring_stops_early_only_past_its_deadline(small, monkeypatch):
+    """What lets a scoring cut short end "why this layout" at once: it stops only once the
+    deadline has passed, so no time is left for another search."""
+    _, _, ctx, cm, space = small
+    clock = _Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    total = _readings(small, clock)
+    cut = 0
+    for share in range(0, total, max(1, total // 7)):
+        deadline = clock.now + share
+        scores = score_space(space, ctx, cm, by_axis=True, deadline=deadline)
+        if not scores.complete:
+            cut += 1
+            assert clock() > deadline, f"scoring stopped {deadline - clock.now:.0f} s early"
+    assert cut, "no deadline cut the scoring short"
+
+
+def test_a_scoring_the_deadline_cuts_short_marks_every_axis_cut_short(small, monkeypatch):
     problem, result, ctx, cm, space = small
-    monkeypatch.setattr(search, "_scores", lambda *_: None)
+    clock = _Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    deadline = clock.now + _readings(small, clock) // 2  # strikes mid-scoring
+    found = search.find_alternatives(space, ctx, cm, result.best, deadline=deadline)
+    assert [item.axis for item in found.items] == [a.axis for a in result.alternatives.items]
+    assert {item.outcome for item in found.items} == {"cut short"}
+    assert found.layouts is None and found.method == "enumeration"
+    text = alternatives_text(found)
+    assert "the time limit ran out before every layout was scored" in text
+    assert text.count("not searched, the time limit ran out first") == len(found.items)
+    deadline = clock.now + _readings(small, clock) // 2
+    assert search.find_optimum(space, ctx, cm, result.best, deadline=deadline) is None
+
+
+def test_no_time_left_marks_the_axes_cut_short(small):
+    problem, result, ctx, cm, space = small
     found = search.find_alternatives(space, ctx, cm, result.best, deadline=time.perf_counter())
     assert {item.outcome for item in found.items} == {"cut short"}
+    assert len(found.items) == len(result.alternatives.items)
     text = alternatives_text(found)
     assert text.count("not searched, the time limit ran out first") == len(found.items)
 

@@ -99,3 +99,24 @@ def test_the_default_batch_is_named_when_it_is_the_trouble() -> None:
 def test_prefer_must_be_known() -> None:
     with pytest.raises(InputError, match="--prefer"):
         autopar.solve(model="llama-8b", gpus=8, prefer="cheapest")
+
+
+def test_a_shorter_sequence_changes_the_sequence_alone() -> None:
+    """The sequence suggestion halves --seq-len and leaves every other part of the problem as
+    it was; an odd length gets none."""
+    import dataclasses
+
+    from autopar.search.nearby import nearby_sequences
+
+    problem = autopar.make_problem(model="llama-8b", gpus=16, seq_len=6144, global_batch=64)
+    ((change, changed),) = nearby_sequences(problem)
+    assert _flags(change) == ["--seq-len"] and "3072 tokens" in change
+    assert changed.training.seq_len == problem.training.seq_len // 2
+    assert dataclasses.replace(changed.training, seq_len=6144) == problem.training
+    assert (changed.model, changed.cluster, changed.options) == (
+        problem.model,
+        problem.cluster,
+        problem.options,
+    )
+    odd = autopar.make_problem(model="llama-8b", gpus=16, seq_len=4097, global_batch=64)
+    assert nearby_sequences(odd) == []

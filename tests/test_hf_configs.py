@@ -168,3 +168,34 @@ def test_megatron_refuses_what_it_cannot_say(name, named):
     with pytest.raises(InputError) as error:
         _megatron(name)
     assert "cannot express" in str(error.value) and named in str(error.value)
+
+
+@pytest.mark.parametrize("family", sorted(set(hf_keys.FAMILIES) - {"nemotron_h"}))
+def test_a_familys_row_says_whether_its_mlp_is_gated(family):
+    """SiLU makes a gated family's MLP SwiGLU; a family whose row is not gated refuses it (an
+    ungated SiLU MLP is not modelled) and reads GELU as GELU."""
+    from autopar.inputs.hf_details import activation_of
+
+    silu = {"model_type": family, "hidden_act": "silu"}
+    if hf_keys.FAMILIES[family].gated_mlp:
+        assert activation_of(silu, family) == ("swiglu", "silu")
+        assert activation_of({**silu, "hidden_act": "gelu_pytorch_tanh"}, family)[0] == "geglu"
+    else:
+        with pytest.raises(InputError, match="ungated MLP with silu"):
+            activation_of(silu, family)
+        assert activation_of({**silu, "hidden_act": "gelu"}, family) == ("gelu", "gelu")
+
+
+@pytest.mark.parametrize("written", [{}, {"mlp_kind": "swiglu"}], ids=["key", "beside"])
+def test_the_activation_key_is_read_once(written, monkeypatch):
+    """A family's activation key gives mlp_kind and activation in one reading, and one reading
+    checks an autopar mlp_kind written beside it (a preset)."""
+    from autopar.inputs import hf_config, hf_details
+
+    calls = []
+    read = hf_details.activation_of
+    monkeypatch.setattr(hf_details, "activation_of", lambda *a: calls.append(a) or read(*a))
+    data = {**json.loads((HF / "llama-3.1-8b.json").read_text()), **written}
+    model = hf_config.model_from_mapping(data, name="llama")
+    assert len(calls) == 1
+    assert (model.mlp_kind, model.activation) == ("swiglu", "silu")

@@ -117,19 +117,22 @@ def _check_model_keys(data: Mapping[str, Any]) -> None:
             raise unknown_key(key, known)
 
 
-def _mlp_kind(data: Mapping[str, Any]) -> str:
+def _mlp_kind(data: Mapping[str, Any]) -> dict[str, str]:
+    """``mlp_kind``; with ``activation`` too when a family's activation key gave both (read
+    once: ``hf_details.detail_fields`` reads it only when an autopar ``mlp_kind`` is written)."""
     if "mlp_kind" in data:
-        return choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")
+        return {"mlp_kind": choice(data, "mlp_kind", ("swiglu", "gelu", "squared_relu"), "swiglu")}
     model_type = data.get("model_type")
     if model_type in hf_keys.FAMILIES and model_type != "nemotron_h":  # nemotron_h: its families
-        return hf_details.activation_of(data, str(model_type))[0]  # gated by its modeling code
+        mlp_kind, activation = hf_details.activation_of(data, str(model_type))  # gated per row
+        return {"mlp_kind": mlp_kind, "activation": activation}
     act_key = "hidden_act" if "hidden_act" in data else "activation_function"
     act = string(data, act_key, "silu")
     if act in ("silu", "swish", "swiglu"):
-        return "swiglu"
+        return {"mlp_kind": "swiglu"}
     activation = hf_details.ACTIVATION_NAMES.get(act)  # the ungated ones, as a family reads them
     if activation in hf_details.UNGATED_KINDS:
-        return hf_details.UNGATED_KINDS[activation]
+        return {"mlp_kind": hf_details.UNGATED_KINDS[activation]}
     raise InputError(
         f"cannot tell the MLP kind from {act_key} {excerpt(act)}; set mlp_kind to swiglu, gelu "
         "or squared_relu",
@@ -162,7 +165,8 @@ def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
             raise InputError("required key is missing", field=key)
     hidden = _model_integer(data, "hidden_size")
     heads = _model_integer(data, "num_attention_heads")
-    mlp_kind = _mlp_kind(data)
+    mlp = _mlp_kind(data)
+    mlp_kind = mlp["mlp_kind"]
     fields: dict[str, Any] = {
         "name": model_name(data, name),
         "num_layers": _model_integer(data, "num_hidden_layers"),
@@ -172,7 +176,7 @@ def _model_spec(data: Mapping[str, Any], *, name: str) -> ModelSpec:
         "ffn_hidden_size": _model_integer(data, "intermediate_size", default=4 * hidden),
         "vocab_size": _model_integer(data, "vocab_size"),
         "head_dim": _model_integer(data, "head_dim", default=0),
-        "mlp_kind": mlp_kind,
+        **mlp,
         # transformers' PretrainedConfig defaults tie_word_embeddings to True.
         "tied_embeddings": boolean(data, "tie_word_embeddings", True),
         "max_position_embeddings": _model_integer(data, "max_position_embeddings", default=0),

@@ -29,26 +29,6 @@ ACTIVATION_NAMES: dict[str, str] = {
     "relu": "relu",
     "relu2": "relu2",
 }
-GATED_FAMILIES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "phi3",
-        "gemma2",
-        "gemma3_text",
-        "deepseek_v2",
-        "deepseek_v3",
-        "kimi_k2",
-        "gpt_oss",
-        "llama4_text",
-    }
-)
-"""Families whose MLP is gated (``act(gate(x)) * up(x)``) in their modeling code."""
 GATED_KINDS = {"silu": "swiglu", "gelu_tanh": "geglu"}
 UNGATED_KINDS = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "gelu", "relu2": "squared_relu"}
 ROPE_KEYS: dict[str, tuple[str, ...]] = {
@@ -66,9 +46,6 @@ ROPE_KEYS: dict[str, tuple[str, ...]] = {
     "linear": ("factor",),
 }
 MAX_FLOAT = 1e12
-RENORMALISED = frozenset({"mixtral", "gpt_oss", "llama4_text"})
-"""Routers whose modeling code normalises the top-k probabilities whatever the config says
-(Mixtral and GPT-OSS: softmax over the top-k logits; Llama 4: top-1)."""
 
 
 def _number(data: Mapping[str, Any], key: str, default: float, *, zero_ok: bool = False) -> float:
@@ -137,7 +114,7 @@ def activation_of(data: Mapping[str, Any], family: str) -> tuple[str, str]:
             field=key,
         )
     activation = ACTIVATION_NAMES[name]
-    if family in GATED_FAMILIES:
+    if hf_keys.FAMILIES[family].gated_mlp:
         if activation not in GATED_KINDS:
             raise InputError(
                 f"a gated MLP with {name} is not modelled (silu or gelu_pytorch_tanh)", field=key
@@ -148,12 +125,10 @@ def activation_of(data: Mapping[str, Any], family: str) -> tuple[str, str]:
     return UNGATED_KINDS[activation], activation
 
 
-def _activation_fields(data: Mapping[str, Any], family: str) -> dict[str, str]:
-    """``mlp_kind`` and ``activation`` from the activation key; an autopar ``mlp_kind`` written
-    beside it (the presets) must agree with what the key gives, and then only names it."""
+def _written_mlp_kind(data: Mapping[str, Any], family: str) -> dict[str, str]:
+    """``activation`` from the activation key when an autopar ``mlp_kind`` is written beside it
+    (the presets): it must agree with the key's, and then only names it."""
     mlp_kind, activation = activation_of(data, family)
-    if "mlp_kind" not in data:
-        return {"mlp_kind": mlp_kind, "activation": activation}
     if data["mlp_kind"] != mlp_kind:
         raise InputError(
             f"{excerpt(data['mlp_kind'])} contradicts the activation key, which gives "
@@ -277,7 +252,7 @@ def _router(data: Mapping[str, Any], family: str) -> dict[str, Any]:
     out["moe_router_topk_scaling_factor"] = _number(data, "routed_scaling_factor", 1.0)
     if family == "llama4_text":  # modeling_llama4.py: sigmoid of the top-k logits
         out["moe_router_score_function"] = "sigmoid"
-    always = family in RENORMALISED
+    always = hf_keys.FAMILIES[family].renormalised_topk
     out["moe_router_pre_softmax"] = not (always or hf_families.flag(data, "norm_topk_prob", False))
     if hf_families.flag(data, "seq_aux", False):
         out["moe_router_load_balancing"] = "seq_aux_loss"
@@ -290,15 +265,16 @@ def detail_fields(data: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[st
     to the modeling code unless an autopar key set it (``explicit``)."""
     family = str(data["model_type"])
     out: dict[str, Any] = {"rope": rope_spec(data)}
-    if family != "nemotron_h":  # nemotron_h: mlp_hidden_act
-        out |= _activation_fields(data, family)
+    if "mlp_kind" in data and family != "nemotron_h":  # nemotron_h: mlp_hidden_act
+        out |= _written_mlp_kind(data, family)  # without one, hf_config read the key already
     eps_key = next(
         (k for k in ("rms_norm_eps", "layer_norm_epsilon", "norm_eps") if k in data), None
     )
     if eps_key is not None:
         out["norm_epsilon"] = _number(data, eps_key, 1e-5)
-    unbiased = ("qwen3", "qwen3_moe", "llama", "phi3", "gemma2", "gemma3_text", "mistral")
-    if family in unbiased and hf_families.flag(data, "attention_bias", False):
+    if hf_keys.FAMILIES[family].refuses_attention_bias and hf_families.flag(
+        data, "attention_bias", False
+    ):
         raise InputError(
             "true (biases on q, k, v and the output projection) is not modelled",
             field="attention_bias",

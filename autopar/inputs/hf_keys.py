@@ -133,14 +133,24 @@ COMMON_HARMLESS: dict[str, str] = {
 class Family:
     """One ``model_type``: the keys it reads beyond ``COMMON_READ``, those ignored as harmless
     (key -> why), those refused when set to anything but their no-op value (key -> what they
-    change), and what its modeling code fixes that the config does not say (``implied``:
-    ``ModelSpec`` field -> value)."""
+    change), what its modeling code fixes that the config does not say (``implied``:
+    ``ModelSpec`` field -> value), and the facts of its modeling code the details read
+    (``gated_mlp``, ``refuses_attention_bias``, ``renormalised_topk``)."""
 
     source: str
     read: tuple[str, ...] = ()
     harmless: Mapping[str, str] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)
     implied: Mapping[str, Any] = field(default_factory=dict)
+    gated_mlp: bool = False
+    """The MLP is gated in the modeling code (``act(gate(x)) * up(x)``): the activation key
+    gives SwiGLU or GeGLU (``autopar.inputs.hf_details.activation_of``)."""
+    refuses_attention_bias: bool = False
+    """``attention_bias: true`` (biases on q, k, v and the output projection) is not modelled
+    for this family."""
+    renormalised_topk: bool = False
+    """The router normalises the top-k probabilities whatever ``norm_topk_prob`` says (Mixtral
+    and GPT-OSS: softmax over the top-k logits; Llama 4: top-1)."""
 
 
 _SLIDING = ("sliding_window", "use_sliding_window", "max_window_layers", "layer_types")
@@ -169,6 +179,7 @@ _DEEPSEEK_READ = (
 _DEEPSEEK = Family(
     source="transformers models/deepseek_v3/configuration_deepseek_v3.py, modeling_deepseek_v3.py "
     "(DeepseekV3TopkRouter: sigmoid scores, e_score_correction_bias, routed_scaling_factor)",
+    gated_mlp=True,
     read=_DEEPSEEK_READ,
     harmless={
         "aux_loss_alpha": _LOSS,
@@ -186,16 +197,22 @@ _GEMMA_IMPLIED = {"gemma_norms": True, "norm_zero_centered": True, "tied_embeddi
 FAMILIES: dict[str, Family] = {
     "llama": Family(
         source="transformers models/llama/configuration_llama.py, modeling_llama.py",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=("attention_bias", "mlp_bias"),
     ),
     "mistral": Family(
         source="transformers models/mistral/configuration_mistral.py, modeling_mistral.py "
         "(sliding_window: every layer attends to the last sliding_window keys)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=("sliding_window",),
     ),
     "mixtral": Family(
         source="transformers models/mixtral/configuration_mixtral.py, modeling_mixtral.py "
         "(softmax over the top-k logits: normalised top-k probabilities)",
+        gated_mlp=True,
+        renormalised_topk=True,
         read=("sliding_window", "num_local_experts", "num_experts_per_tok"),
         harmless=_ROUTER_LOSS,
         refused={"router_jitter_noise": "multiplies the router input by noise in training"},
@@ -203,6 +220,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(
         source="transformers models/qwen2/modeling_qwen2.py (q_proj/k_proj/v_proj bias=True, "
         "o_proj bias=False; sliding layers from max_window_layers on, when use_sliding_window)",
+        gated_mlp=True,
         read=_SLIDING,
         refused={"use_mrope": "multimodal rotary sections (Qwen2-VL)"},
         implied={"qkv_bias": True},
@@ -210,18 +228,23 @@ FAMILIES: dict[str, Family] = {
     "qwen2_moe": Family(
         source="transformers models/qwen2_moe/modeling_qwen2_moe.py (q/k/v biases; "
         "shared_expert_gate: a sigmoid gate on the shared expert; norm_topk_prob)",
+        gated_mlp=True,
         read=(*_SLIDING, *_QWEN_MOE),
         harmless=_ROUTER_LOSS,
         implied={"qkv_bias": True},
     ),
     "qwen3": Family(
         source="transformers models/qwen3/modeling_qwen3.py (q_norm/k_norm: RMSNorm per head)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=(*_SLIDING, "attention_bias"),
         implied={"qk_layernorm": True},
     ),
     "qwen3_moe": Family(
         source="transformers models/qwen3_moe/modeling_qwen3_moe.py (q_norm/k_norm, no shared "
         "expert)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=(*_SLIDING, "attention_bias", *_QWEN_MOE),
         harmless=_ROUTER_LOSS,
         implied={"qk_layernorm": True},
@@ -229,6 +252,8 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(
         source="transformers models/phi3/configuration_phi3.py, modeling_phi3.py (sliding_window "
         "on every layer; partial_rotary_factor)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=("sliding_window", "attention_bias", "partial_rotary_factor"),
         harmless={
             "original_max_position_embeddings": "read by longrope scaling only (rope_scaling)",
@@ -238,6 +263,8 @@ FAMILIES: dict[str, Family] = {
         source="transformers models/gemma2/modeling_gemma2.py (GeGLU with gelu_pytorch_tanh; "
         "post-attention and post-feedforward RMSNorms; RMSNorm weights as 1 + w; embeddings "
         "scaled by sqrt(hidden); even layers slide; tanh soft-capping; query_pre_attn_scalar)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=(
             "hidden_activation",
             "attention_bias",
@@ -253,6 +280,8 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(
         source="transformers models/gemma3/modeling_gemma3.py (as gemma2, plus q/k RMSNorm; "
         "every sliding_window_pattern-th layer full; local layers use rope_local_base_freq)",
+        gated_mlp=True,
+        refuses_attention_bias=True,
         read=(
             "hidden_activation",
             "attention_bias",
@@ -304,6 +333,8 @@ FAMILIES: dict[str, Family] = {
     "kimi_k2": _DEEPSEEK,
     "gpt_oss": Family(
         source="transformers models/gpt_oss/configuration_gpt_oss.py, modeling_gpt_oss.py",
+        gated_mlp=True,
+        renormalised_topk=True,
         read=(
             "num_local_experts",
             "num_experts_per_tok",
@@ -322,6 +353,8 @@ FAMILIES: dict[str, Family] = {
     ),
     "llama4_text": Family(
         source="transformers models/llama4/configuration_llama4.py, modeling_llama4.py",
+        gated_mlp=True,
+        renormalised_topk=True,
         read=(
             "num_local_experts",
             "num_experts_per_tok",

@@ -14,7 +14,7 @@ from autopar.base.axes import AXIS
 from autopar.layout.plan import Estimate, Layout
 
 Outcome = Literal["found", "none fits", "none allowed", "cut short"]
-Method = Literal["enumeration", "cp-sat"]
+Method = Literal["enumeration"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,11 +32,10 @@ class Alternative:
     grows: str | None = None
     """The time category (``estimate.time_s`` key) that grows most from the chosen layout."""
     min_memory_bytes: float | None = None
-    """``none fits``: the least memory per GPU of any layout with the axis changed (None when a
-    CP-SAT re-solve proved that none fits, which does not price them)."""
+    """``none fits``: the least memory per GPU of any layout with the axis changed."""
     proven: bool = True
-    """Whether the layout is known to be the fastest (a complete enumeration, or CP-SAT proved
-    it); False when a time limit stopped CP-SAT first."""
+    """Whether the layout is known to be the fastest: always, as every layout was scored (the
+    JSON keeps the field)."""
 
     @property
     def value(self) -> Any:
@@ -79,10 +78,10 @@ class Alternatives:
     chosen: Estimate
     items: tuple[Alternative, ...]
     method: Method
-    """``enumeration``: every layout the rules allow was scored (exact); ``cp-sat``: one
-    re-solve per axis with that axis's value excluded."""
+    """``enumeration``: every layout the rules allow was scored (exact)."""
     layouts: int | None
-    """How many layouts the enumeration scored."""
+    """How many layouts the enumeration scored; None when the time limit ran out first (every
+    axis ``cut short``)."""
     time_s: float
     """What finding them added to the solve (little when the search's own scoring by step time
     is read: ``autopar.search.alternatives.find_alternatives``)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from autopar.base.axes import AXIS
 from autopar.inputs.specs import GIB
-from autopar.layout.alternatives import Alternative, Alternatives, Method, Optimum
+from autopar.layout.alternatives import Alternative, Alternatives, Optimum
 from autopar.layout.plan import Estimate
 
 
@@ -23,10 +23,10 @@ def _percent(fraction: float) -> str:
     return f"{fraction:+.2%}" if abs(fraction) < 0.001 else f"{fraction:+.1%}"
 
 
-def _how(method: Method, layouts: int | None, time_s: float) -> str:
-    if method == "enumeration":
-        return f"every one of {layouts:,} layouts scored, {time_s:.2f} s"
-    return f"one CP-SAT re-solve per axis, {time_s:.2f} s"
+def _how(layouts: int | None, time_s: float) -> str:
+    if layouts is None:  # the time limit ran out before the scoring covered the space
+        return f"the time limit ran out before every layout was scored, {time_s:.2f} s"
+    return f"every one of {layouts:,} layouts scored, {time_s:.2f} s"
 
 
 def _line(item: Alternative, chosen: Estimate) -> str:
@@ -38,8 +38,6 @@ def _line(item: Alternative, chosen: Estimate) -> str:
         return f"{title}: the rules allow no other value here than {value}"
     if item.outcome == "none fits":
         least = item.min_memory_bytes
-        if least is None:
-            return f"{title}: no other value fits (CP-SAT proved it)"
         capacity = chosen.capacity_bytes / GIB
         return (
             f"{title}: no other value fits (at least {least / GIB:.1f} GiB per GPU with "
@@ -56,14 +54,12 @@ def _line(item: Alternative, chosen: Estimate) -> str:
     )
     if also:
         text += f"; with {also}"
-    if not item.proven:
-        text += " (best found before the time limit)"
     return text
 
 
 def alternatives_text(alternatives: Alternatives) -> str:
     """The "why this layout" block of ``solve``'s table output."""
-    how = _how(alternatives.method, alternatives.layouts, alternatives.time_s)
+    how = _how(alternatives.layouts, alternatives.time_s)
     lines = [f"why this layout (the fastest layout with each axis changed; {how})"]
     lines += [f"  {_line(item, alternatives.chosen)}" for item in alternatives.items]
     return "\n".join(lines)
@@ -74,9 +70,8 @@ def optimum_text(optimum: Optimum | None, given: Estimate) -> str:
     if optimum is None:
         return "optimum      not found (no layout fits, or the time limit ran out first)"
     best = optimum.estimate
-    how = _how(optimum.method, optimum.layouts, optimum.time_s)
-    found = "" if optimum.proven else ", best found before the time limit"
-    head = f"optimum      {best.step_time_s:.3f} s/step: {best.layout.text()} ({how}{found})"
+    how = _how(optimum.layouts, optimum.time_s)
+    head = f"optimum      {best.step_time_s:.3f} s/step: {best.layout.text()} ({how})"
     indent = " " * 13
     if best.layout == given.layout:
         return f"{head}\n{indent}this layout is the optimum"

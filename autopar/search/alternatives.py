@@ -6,13 +6,13 @@ keeps the fastest fitting layout and the least memory of every value of every ax
 layouts for Llama-3 70B on 1,024 GPUs, 890,334 for DeepSeek-V3 on 2,048, under a second), so
 each axis's answer is the true fastest fitting layout with that axis changed, ties broken as
 the solver breaks them (whole microseconds, then ``tie_key``). When the time limit ends scoring
-first, each axis gets a CP-SAT re-solve with its chosen value excluded, sharing the time left
-evenly; what the time did not cover is marked ``cut short``.
+first, every axis is marked ``cut short``: scoring stops only once the deadline has passed
+(``autopar.base.deadline``), so no time is left for any other search (the CP-SAT re-solve per
+axis that used to follow always got none, and was removed).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from autopar.base.axes import AXIS, FREE_AXES
@@ -22,7 +22,6 @@ from autopar.costs.terms import CostModel, TermContext
 from autopar.layout.alternatives import Alternative, Alternatives, Optimum
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.space import Space
-from autopar.search.solver import solve_space
 
 
 def _scores(
@@ -43,7 +42,7 @@ def _axes(space: Space) -> list[str]:
     return [a for a in FREE_AXES if len(space.domains[a]) > 1]
 
 
-def _found(axis: str, chosen: Estimate, estimate: Estimate, proven: bool) -> Alternative:
+def _found(axis: str, chosen: Estimate, estimate: Estimate) -> Alternative:
     grows = max(estimate.time_s, key=lambda k: estimate.time_s[k] - chosen.time_s.get(k, 0.0))
     return Alternative(
         axis=axis,
@@ -52,7 +51,6 @@ def _found(axis: str, chosen: Estimate, estimate: Estimate, proven: bool) -> Alt
         estimate=estimate,
         slowdown=estimate.step_time_s / chosen.step_time_s - 1.0,
         grows=grows,
-        proven=proven,
     )
 
 
@@ -75,35 +73,16 @@ def _by_enumeration(scores: Scores, space, ctx, cm, chosen: Estimate) -> list[Al
         )
     layouts = [Layout.from_grid_row(r) for r in rows.values()]
     for axis, estimate in zip(rows, estimate_many(layouts, ctx, cm), strict=True):
-        out[axis] = _found(axis, chosen, estimate, proven=True)
+        out[axis] = _found(axis, chosen, estimate)
     return [out[a] for a in _axes(space) if a in out]
 
 
-def _excluding(space: Space, axis: str, value: int) -> Space:
-    domains = {**space.domains, axis: tuple(v for v in space.domains[axis] if v != value)}
-    return dataclasses.replace(space, domains=domains)
-
-
-def _by_cpsat(space, ctx, cm, chosen: Estimate, deadline: float, workers) -> list[Alternative]:
-    """One re-solve per axis with the chosen value excluded, the time left shared evenly."""
-    row = chosen.layout.grid_row()
-    axes = _axes(space)
-    out = []
-    for k, axis in enumerate(axes):
-        value = getattr(chosen.layout, AXIS[axis].layout_attr)
-        share = (deadline - time.perf_counter()) / (len(axes) - k)
-        if share <= 0:
-            out.append(Alternative(axis=axis, chosen=value, outcome="cut short"))
-            continue
-        result = solve_space(
-            _excluding(space, axis, row[axis]), ctx, cm, time_limit_s=share, num_workers=workers
-        )
-        if result.layouts:
-            out.append(_found(axis, chosen, result.best, proven=result.status == "optimal"))
-        else:
-            outcome = "none fits" if result.status == "infeasible" else "cut short"
-            out.append(Alternative(axis=axis, chosen=value, outcome=outcome))
-    return out
+def _cut_short(space: Space, chosen: Estimate) -> list[Alternative]:
+    """Every axis, when the deadline passed before scoring covered the space."""
+    return [
+        Alternative(axis=a, chosen=getattr(chosen.layout, AXIS[a].layout_attr), outcome="cut short")
+        for a in _axes(space)
+    ]
 
 
 def find_alternatives(
@@ -113,7 +92,6 @@ def find_alternatives(
     chosen: Estimate,
     *,
     deadline: float,
-    num_workers: int | None = None,
     scores: Scores | None = None,
 ) -> Alternatives:
     """For each axis of ``space`` with more than one value, the fastest fitting layout whose
@@ -122,50 +100,34 @@ def find_alternatives(
     (``autopar.search.solver.solve_scored``), read instead of scoring it again."""
     start = time.perf_counter()
     scores = _scores(space, ctx, cost_model, deadline, scores)
-    if scores is not None:
-        items = _by_enumeration(scores, space, ctx, cost_model, chosen)
-        method, count = "enumeration", scores.layouts
+    if scores is None:
+        items, count = _cut_short(space, chosen), None
     else:
-        items = _by_cpsat(space, ctx, cost_model, chosen, deadline, num_workers)
-        method, count = "cp-sat", None
+        items, count = _by_enumeration(scores, space, ctx, cost_model, chosen), scores.layouts
     return Alternatives(
         chosen=chosen,
         items=tuple(items),
-        method=method,
+        method="enumeration",
         layouts=count,
         time_s=time.perf_counter() - start,
     )
 
 
 def find_optimum(
-    space: Space,
-    ctx: TermContext,
-    cost_model: CostModel,
-    given: Estimate,
-    *,
-    deadline: float,
-    num_workers: int | None = None,
+    space: Space, ctx: TermContext, cost_model: CostModel, given: Estimate, *, deadline: float
 ) -> Optimum | None:
     """The fastest fitting layout of ``space`` and ``given``'s gap to it; None when nothing fits
-    or the time limit ends the search before any layout is found."""
+    or the deadline passes before every layout is scored."""
     start = time.perf_counter()
     scores = _scores(space, ctx, cost_model, deadline)
-    if scores is not None:
-        if not scores.best:
-            return None
-        (best,) = estimate_many([Layout.from_grid_row(scores.best[0].row)], ctx, cost_model)
-        proven, method, count = True, "enumeration", scores.layouts
-    else:
-        left = max(0.0, deadline - time.perf_counter())
-        result = solve_space(space, ctx, cost_model, time_limit_s=left, num_workers=num_workers)
-        if not result.layouts:
-            return None
-        best, proven, method, count = result.best, result.status == "optimal", "cp-sat", None
+    if scores is None or not scores.best:
+        return None
+    (best,) = estimate_many([Layout.from_grid_row(scores.best[0].row)], ctx, cost_model)
     return Optimum(
         estimate=best,
         gap=given.step_time_s / best.step_time_s - 1.0,
-        proven=proven,
-        method=method,
-        layouts=count,
+        proven=True,
+        method="enumeration",
+        layouts=scores.layouts,
         time_s=time.perf_counter() - start,
     )

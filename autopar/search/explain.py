@@ -31,7 +31,7 @@ from autopar.layout.results import Explanation, NearestMiss, RuleFamily
 from autopar.layout.space import Space, build_space
 from autopar.search import interrupt
 from autopar.search.cpsat import build_model, make_solver
-from autopar.search.nearby import lifts, nearby_batches, nearby_gpu_counts
+from autopar.search.nearby import lifts, nearby_batches, nearby_gpu_counts, nearby_sequences
 
 CORE_TIME_S = 10.0
 SENSIBLE_SLOWDOWN = 2.0
@@ -142,16 +142,8 @@ def _candidates(problem: Problem, miss: NearestMiss | None) -> list[tuple[str, P
     restriction in force, the batch, the sequence, a bigger GPU."""
     out = list(lifts(problem))
     out += nearby_batches(problem)
-    t = problem.training
-    if t.seq_len % 2 == 0 and miss is not None:
-        half = t.seq_len // 2
-        out.append(
-            (
-                f"train with sequences of {half} tokens (--seq-len {half})",
-                dataclasses.replace(problem, training=dataclasses.replace(t, seq_len=half)),
-            )
-        )
     if miss is not None:
+        out += nearby_sequences(problem)
         out += _bigger_gpus(problem)
     return out
 

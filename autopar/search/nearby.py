@@ -10,6 +10,7 @@ checks each by scoring it.
   layers, the batch), so only counts with a chance are tried; when memory binds, the power-of-
   two multiples that spread the nearest miss thin enough.
 - Batches (``nearby_batches``): half the batch, and the nearest multiple of the GPU count.
+- Sequences (``nearby_sequences``): half the sequence length, when it halves evenly.
 """
 
 from __future__ import annotations
@@ -129,4 +130,18 @@ def nearby_batches(problem: Problem) -> list[Change]:
             _training(problem, global_batch_sequences=b),
         )
         for b in sorted(batches)
+    ]
+
+
+def nearby_sequences(problem: Problem) -> list[Change]:
+    """Half the sequence length, when it halves evenly."""
+    seq_len = problem.training.seq_len
+    if seq_len % 2:
+        return []
+    half = seq_len // 2
+    return [
+        (
+            f"train with sequences of {half} tokens (--seq-len {half})",
+            _training(problem, seq_len=half),
+        )
     ]

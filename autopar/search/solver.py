@@ -168,10 +168,13 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied_by, 
     shown = tied[0].row if tied and prefer == "fastest" else scores.best[0].row
     if shown not in rows and top_k > 1:
         rows[-1] = shown  # the preferred tie, or the fastest, is always among the layouts
-    # the fastest and the preferred tie are estimated in the same (vectorised) call
+    # the fastest and the preferred tie: the rows' estimates, or estimated in the same
+    # (vectorised) call when they are not among the rows
     pair = [scores.best[0].row, tied[0].row] if tied else []
-    estimated = estimate_many(layouts_from_rows(rows + pair), ctx, cost_model)
-    estimates, extra = tuple(estimated[: len(rows)]), estimated[len(rows) :]
+    missing = [row for row in pair if row not in rows]
+    estimated = estimate_many(layouts_from_rows(rows + missing), ctx, cost_model)
+    estimates = tuple(estimated[: len(rows)])
+    extra = [estimated[(rows + missing).index(row)] for row in pair]
     ties = None
     if tied:
         within = {tuple(item.row.items()) for item in tied}

@@ -12,6 +12,7 @@ import pytest
 
 import autopar
 from autopar.cli import app
+from tests.fuzz import timing
 from tests.fuzz.contract import run_api, run_cli
 from tests.fuzz.generators import GENERATORS, make_case
 
@@ -56,7 +57,8 @@ def test_every_kind_is_generated_and_cases_replay() -> None:
     ids=["831600-gpus", "997920-gpus", "maxima"],
 )
 def test_search_at_the_documented_maxima_keeps_its_time_limit(options) -> None:
+    slack = timing.slack_s()
     start = time.perf_counter()
     result = autopar.solve(time_limit=1.0, top=5, **options)
-    assert time.perf_counter() - start < 1.0 + 1.0
+    timing.assert_within_limit(time.perf_counter() - start, 1.0, slack)
     json.dumps(result.to_dict(), allow_nan=False)
