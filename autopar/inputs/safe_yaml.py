@@ -17,6 +17,8 @@ Numbers are checked where they are read (``autopar.inputs.loading``), before any
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -89,7 +91,18 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES, errors: str
 
 
 def load_mapping_text(text: str, *, source: str, json_syntax: bool) -> dict[str, Any]:
-    """Parse ``text`` (JSON or YAML) into one mapping with string keys, within the limits."""
+    """Parse ``text`` (JSON or YAML) into one mapping with string keys, within the limits.
+
+    A text parsed before is not parsed again: the checked tree is kept by content (``_parsed``)
+    and each caller gets its own deep copy, so a caller that changes its mapping changes no
+    one else's. Presets are read on every ``make_problem``: PyYAML's pure-Python loader and the
+    event pass took about two thirds of building a problem from three presets."""
+    return copy.deepcopy(_parsed(text, source, json_syntax))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str, source: str, json_syntax: bool) -> dict[str, Any]:
+    """The checked mapping of one text (a refused text raises each time: errors are not kept)."""
     data = _load_json(text, source) if json_syntax else _load_yaml(text, source)
     _check_tree(data, source)
     if not isinstance(data, dict):
