@@ -37,6 +37,7 @@ import numpy as np
 
 from autopar.costs.schedule_orders import (
     V_SHAPED,
+    first_chunks,
     pipeline_length,
     rank_steps,
 )
@@ -152,9 +153,7 @@ def in_flight(pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int
         return (min(pp - stage, m),)
     total = m * vpp
     warmup = min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
-    units = min(warmup + 1, total)
-    order = schedule_chunks(m, vpp, pp)[:units]
-    return tuple(order.count(j) for j in range(vpp))
+    return first_chunks(m, vpp, pp, min(warmup + 1, total))
 
 
 class PipelineSchedule(Protocol):

@@ -39,6 +39,21 @@ def megatron_chunks(num_microbatches: int, vpp: int, group: int) -> tuple[int, .
     return tuple(out)
 
 
+def first_chunks(m: int, vpp: int, group: int, units: int) -> tuple[int, ...]:
+    """How many of the first ``units`` forwards of ``megatron_chunks(m, vpp, group)`` fall on
+    each chunk, group by group (each group of micro-batches runs through every chunk)."""
+    counts = [0] * vpp
+    for first in range(0, m, group):
+        size = min(group, m - first)
+        for chunk in range(vpp):
+            take = min(size, units)
+            counts[chunk] += take
+            units -= take
+            if units == 0:
+                return tuple(counts)
+    return tuple(counts)
+
+
 def _one_f_one_b(pp: int, vpp: int, m: int, rank: int) -> list[Step]:
     """torch ``Schedule1F1B._step_microbatches`` (schedules.py L1263-1390: ``min(m, pp - rank)``
     forwards, then backward / forward alternating), which is Megatron's

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from autopar.costs.schedule import _schedule_graph, local_chunks, simulate
-from autopar.costs.schedule_orders import V_SHAPED
+from autopar.costs.schedule_orders import V_SHAPED, first_chunks
 
 EXTRAPOLATE_ABOVE = 3
 """Past ``3*pp`` micro-batches a schedule's activation peak no longer grows (its warm-up is
@@ -136,21 +136,6 @@ def _held_at_peak(arrays, vpp: int, *, sequential_pairs: bool) -> tuple[int, ...
     return tuple(int(x) for x in held[peak])
 
 
-def _first_chunks(m: int, vpp: int, group: int, units: int) -> tuple[int, ...]:
-    """How many of the first ``units`` forwards of ``megatron_chunks(m, vpp, group)`` fall on
-    each chunk, group by group (each group of micro-batches runs through every chunk)."""
-    counts = [0] * vpp
-    for first in range(0, m, group):
-        size = min(group, m - first)
-        for chunk in range(vpp):
-            take = min(size, units)
-            counts[chunk] += take
-            units -= take
-            if units == 0:
-                return tuple(counts)
-    return tuple(counts)
-
-
 def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple | None:
     """The peaks that have a closed form (each equal to the order's in
     ``tests/test_schedule_slots.py``), or ``None``. The loop-style schedules peak once their
@@ -168,7 +153,7 @@ def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tu
         group = m // max(1, m // pp)
         factor, extra = (1, rank) if schedule == "zb-h1" else (2, 0)
         warm = min((vpp - 1) * group + factor * (pp - 1 - rank), total)
-        return _first_chunks(m, vpp, group, min(warm + 1 + extra, total))
+        return first_chunks(m, vpp, group, min(warm + 1 + extra, total))
     if schedule == "zb-v" and m >= 2 * pp - 1:
         return (2 * pp - rank - 1, rank + 1)
     if schedule == "dualpipe-v" and m >= 2 * pp:
