@@ -389,7 +389,7 @@ def simulate(
             raise AssertionError(f"{schedule} deadlocked")
         remaining -= progressed
     step = max(free)
-    counts = _critical_counts(graph, came, done, step) if came is not None else (0, 0, 0, 0)
+    counts = _critical_counts(graph, came, done) if came is not None else (0, 0, 0, 0)
     spans = tuple(
         (done[base] - dur[0], end) if dur else (0.0, 0.0)
         for base, dur, end in zip(graph.offsets, durations, free, strict=True)
@@ -397,7 +397,7 @@ def simulate(
     return Simulation(step_s=step, critical=counts, spans=spans)
 
 
-def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: float):
+def _critical_counts(graph: _Graph, came: list[int], done: list[float]):
     """The operations on the longest path, walked back from the last step to finish."""
     rank_of = np.searchsorted(np.asarray(graph.offsets), np.arange(len(done)), side="right") - 1
     i = int(np.argmax(done))

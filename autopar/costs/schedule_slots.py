@@ -73,6 +73,12 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
     return None
 
 
+CLOSED_FORMS: frozenset[str] = frozenset({"1f1b", "combined-1f1b", "gpipe"})
+"""Schedules whose slots are a closed form with one longest path at every shape they run
+(``_closed_slots``; elsewhere not ``orderable``): ``ratio_free`` everywhere, so scoring them
+never gives a lower bound (``tests/test_schedule_slots.py``)."""
+
+
 def ratio_free(schedule: str, pp: int, vpp: int, m: int) -> bool:
     """Whether ``schedule_slots`` are the same at every phase time: a closed form with one
     longest path (all but ZB-H1's, whose path is the longest of three forms)."""

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from autopar.base.axes import tie_key
+from autopar.base.axes import PIPELINE_SCHEDULES, tie_key
 from autopar.costs.error_bands import ErrorBand
 from autopar.costs.estimate import estimate_many
+from autopar.costs.schedule_slots import CLOSED_FORMS
 from autopar.costs.score import Scored, Scores, score_space
 from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.coverage import Coverage
@@ -106,7 +107,10 @@ def solve_scored(
     scores = None
     if method in ("auto", "enumerate"):
         rel = band.rel_error if band is not None else 0.0
-        asked = top_k if space.domains.get("schedule", (0,)) == (0,) else max(top_k, CLOSE_FIRST)
+        closed = all(
+            PIPELINE_SCHEDULES[c] in CLOSED_FORMS for c in space.domains.get("schedule", (0,))
+        )
+        asked = top_k if closed else max(top_k, CLOSE_FIRST)
 
         def scored(bound_s: float | None, top: int, *, per_axis: bool = False) -> Scores:
             limits = [b for b in (bound_s, upper_bound_s) if b is not None and np.isfinite(b)]
