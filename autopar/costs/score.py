@@ -291,6 +291,20 @@ def scored_order(item: Scored) -> tuple:
     return (item.step_us, tie_key(item.row))
 
 
+def sorted_scored(items, primary=lambda s: s.step_us) -> list[Scored]:
+    """``items`` sorted by ``(primary, tie_key)``, the tie key computed only among equal
+    primaries (``sorted(key=scored_order)``'s list when ``primary`` is the step time)."""
+    out = sorted(items, key=primary)
+    keys = [primary(s) for s in out]
+    start = 0
+    for end in range(1, len(out) + 1):
+        if end == len(out) or keys[end] != keys[start]:
+            if end - start > 1:
+                out[start:end] = sorted(out[start:end], key=lambda s: tie_key(s.row))
+            start = end
+    return out
+
+
 def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -> None:
     times, memory = figures[0], figures[1]
     flat_t = np.where(fits, times, np.inf).ravel()
@@ -300,7 +314,7 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
         picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
-        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=scored_order)
+        acc.best = sorted_scored(acc.best + _scored(chunk, fold, figures, picked))
         acc.best = _keep_top(acc.best, top)
         if band > 0:
             limit = min(best_so_far, float(flat_t.min())) * (1 + band)
@@ -379,7 +393,7 @@ def _within(band_rows: list[Scored], best: list[Scored], band: float) -> tuple[S
     if band <= 0 or not best:
         return ()
     limit = best[0].step_s * (1 + band)
-    return tuple(sorted((s for s in band_rows if s.step_s <= limit), key=scored_order))
+    return tuple(sorted_scored(s for s in band_rows if s.step_s <= limit))
 
 
 def _front(items: list[Scored]) -> tuple[Scored, ...]:
