@@ -26,6 +26,9 @@ Op = tuple[str, int, int]
 Step = tuple[Op, ...]
 
 V_SHAPED: frozenset[str] = frozenset({"zb-v", "dualpipe-v"})
+PAIRED: frozenset[str] = frozenset({"combined-1f1b", "dualpipe-v", "dualpipe"})
+"""The schedules with steps of two operations (a forward issued with a backward), the only
+ones whose pairs hide communication (``tests/test_schedule_orders.py`` checks the orders)."""
 
 
 @functools.cache
