@@ -142,6 +142,18 @@ def _held_at_peak(arrays, vpp: int, *, sequential_pairs: bool) -> tuple[int, ...
     return tuple(int(x) for x in held[peak])
 
 
+def interleaved_peak_units(pp, vpp, m, rank=0, *, zero_bubble: bool = False):
+    """Chunk forwards an interleaved loop-style rank holds at its peak (``vpp > 1``): its
+    warm-up, ``(vpp-1)*g + 2*(pp-1-rank)`` forwards with ``g = m // max(1, m // pp)``
+    micro-batches per group (Megatron ``get_pp_rank_microbatches``, torch ``_get_warmup_ops``),
+    plus one, at most all ``m*vpp``; ZB-H1 warms up ``pp-1-rank`` fewer and frees nothing for
+    ``rank`` more steps (``_closed_in_flight``). Scalars or arrays (the activation terms,
+    ``cost_models.pipeline``)."""
+    group = m // np.maximum(1, m // np.maximum(pp, 1))
+    factor, extra = (1, rank) if zero_bubble else (2, 0)
+    return np.minimum((vpp - 1) * group + factor * (pp - 1 - rank) + 1 + extra, m * vpp)
+
+
 def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple | None:
     """The peaks that have a closed form (each equal to the order's in
     ``tests/test_schedule_slots.py``), or ``None``. The loop-style schedules peak once their
@@ -157,9 +169,9 @@ def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tu
         if vpp == 1:
             return (min(pp - rank, m),)
         group = m // max(1, m // pp)
-        factor, extra = (1, rank) if schedule == "zb-h1" else (2, 0)
-        warm = min((vpp - 1) * group + factor * (pp - 1 - rank), total)
-        return first_chunks(m, vpp, group, min(warm + 1 + extra, total))
+        zero_bubble = schedule == "zb-h1"
+        units = int(interleaved_peak_units(pp, vpp, m, rank, zero_bubble=zero_bubble))
+        return first_chunks(m, vpp, group, min(units, total))
     if schedule == "zb-v" and m >= 2 * pp - 1:
         return (2 * pp - rank - 1, rank + 1)
     if schedule == "dualpipe-v" and m >= 2 * pp:

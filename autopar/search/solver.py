@@ -131,9 +131,7 @@ def solve_scored(
         if scores.complete and needs_closing(scores, top_k):
             # a schedule's score is a lower bound of its simulated step: close it
             # (autopar.search.exact); the rescoring keeps no per-axis bests
-            objective = Objective(
-                ctx=ctx, cost_model=cost_model, time_factor=time_factor, upper_bound_s=upper_bound_s
-            )
+            objective = Objective(ctx=ctx, cost_model=cost_model, goal=goal)
             scores, proven = close(scores, scored, objective, top_k=top_k, asked=asked, band=rel)
         if scores.complete:
             tied = (band, prefer)
