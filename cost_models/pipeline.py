@@ -14,7 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
+from autopar.costs.schedule_slots import (
+    in_flight_chunks,
+    interleaved_peak_units,
+    ratio_free,
+    schedule_slots,
+)
 from autopar.costs.terms import FORWARD_SHARE, Grid, Phases, TermContext
 from autopar.layout.split import stage_split
 from cost_models.placement import pp_neighbour_num_nodes
@@ -112,7 +117,8 @@ class PipelineSlots:
 
 
 # ONE_F_ONE_B (cost_models.shapes): the loop-style schedules whose first rank's peak has the
-# closed form ``_one_f_one_b_first`` (``autopar.costs.schedule_slots._closed_in_flight``)
+# closed form ``_one_f_one_b_first`` (``autopar.costs.schedule_slots.interleaved_peak_units``,
+# which ``_closed_in_flight`` counts per chunk)
 
 
 def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -120,8 +126,7 @@ def _one_f_one_b_first(pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> np.nda
     its warm-up forwards plus one, ``(vpp-1)*g + 2*(pp-1) + 1`` chunks of ``g = m //
     max(1, m // pp)`` micro-batch groups (``pp`` under Megatron's ``m % pp == 0``), at most all
     ``m*vpp`` (``_closed_in_flight`` at rank 0; Korthikanti 2022 §4.2.3 ``pp + (pp-1)/vpp``)."""
-    group = m // np.maximum(1, m // np.maximum(pp, 1))
-    chunks = np.minimum((vpp - 1) * group + 2 * (pp - 1) + 1, m * vpp)
+    chunks = interleaved_peak_units(pp, vpp, m)
     return np.where(vpp == 1, np.minimum(pp, m), chunks / np.maximum(vpp, 1)).astype(np.float64)
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.schedule import rank_ops
-from autopar.costs.schedule_orders import rank_steps
-from autopar.costs.schedule_slots import in_flight_chunks
+from autopar.costs.schedule_orders import PAIRED, rank_steps
+from autopar.costs.schedule_slots import in_flight_chunks, orderable
 from autopar.outputs.emit.torchtitan import TORCHTITAN_SCHEDULES
 
 
@@ -86,3 +87,15 @@ def test_memory_per_device_is_deepseeks_table(pp):
     assert _peak("zb-h1", pp, 1, m) == pp
     assert _peak("dualpipe", pp, 1, m) == pp + 1
     assert _peak("dualpipe-v", pp // 2, 2, m) == pp + 1
+
+
+@pytest.mark.parametrize("schedule", PIPELINE_SCHEDULES)
+def test_paired_names_the_schedules_with_two_operation_steps(schedule):
+    """``PAIRED`` is exactly the schedules whose orders issue a forward with a backward (the
+    per-stage costs skip the paired hiding for the others)."""
+    pp, vpp = 4, 1 if schedule in ("gpipe", "dualpipe") else 2
+    m = 16
+    if not orderable(schedule, pp, vpp, m):
+        pytest.skip("no order at this shape")
+    steps = [step for rank in rank_steps(schedule, pp, vpp, m) for step in rank]
+    assert any(len(step) == 2 for step in steps) == (schedule in PAIRED)

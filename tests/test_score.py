@@ -201,3 +201,39 @@ def test_1f1b_alone_is_scored_as_before() -> None:
     scores = score_space(space, ctx, load_cost_model(None), top=20)
     assert scores.best and all(item.exact for item in scores.best)
     assert {item.row["schedule"] for item in scores.best} == {0}
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "framework"),
+    [("qwen3-30b-a3b", 32, "megatron"), ("mixtral-8x7b", 32, "torchtitan")],
+)
+def test_the_schedule_axis_folded_scores_each_layout_once(model, gpus, framework) -> None:
+    """With ``--pipeline-schedule any`` the schedule is a column beside vpp and the rows are
+    scored in (pp, ep, recompute) groups (``autopar.costs.score_tables``): every layout the
+    rules allow is counted once, and the best rows and every axis value's least memory are
+    the oracle's (Megatron: the combined 1F1B beside 1F1B on EP > 1 rows)."""
+    problem = make_problem(
+        model=model, gpus=gpus, global_batch=256, framework=framework, pipeline_schedule="any"
+    )
+    cost_model = load_cost_model(None)
+    ctx, space = make_context(problem), build_space(problem)
+    assert len(space.domains["schedule"]) > 1
+    rows, times, memory = _oracle_rows(space, ctx, cost_model)
+    scores = score_space(space, ctx, cost_model, top=8, by_axis=True)
+    fits = memory <= ctx.cluster.usable_memory_bytes
+    assert (scores.layouts, scores.fitting) == (len(rows), int(fits.sum()))
+    for axis in ("schedule", "vpp", "pp", "ep"):
+        least = scores.least_by_axis[axis]
+        assert set(least) == {r[axis] for r in rows}, axis
+        for value, low in least.items():
+            at = [i for i, r in enumerate(rows) if r[axis] == value]
+            assert low == pytest.approx(min(memory[at]), rel=1e-12), (axis, value)
+    exact = [i for i in range(len(rows)) if fits[i]]
+    for item in scores.best:
+        i = rows.index(item.row)
+        assert item.memory_bytes == pytest.approx(memory[i], rel=1e-12)
+        if item.exact:  # the closed forms (every Megatron schedule) are the simulation
+            assert item.step_s == pytest.approx(times[i], rel=1e-9)
+    if framework == "megatron":  # all exact: the best are the oracle's, in order
+        ranked = sorted(exact, key=lambda i: (int(round(times[i] * US_PER_S)), tie_key(rows[i])))
+        assert [s.row for s in scores.best[:8]] == [rows[i] for i in ranked[:8]]

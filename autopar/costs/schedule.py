@@ -37,6 +37,7 @@ import numpy as np
 
 from autopar.costs.schedule_orders import (
     V_SHAPED,
+    first_chunks,
     pipeline_length,
     rank_steps,
 )
@@ -152,9 +153,7 @@ def in_flight(pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int
         return (min(pp - stage, m),)
     total = m * vpp
     warmup = min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
-    units = min(warmup + 1, total)
-    order = schedule_chunks(m, vpp, pp)[:units]
-    return tuple(order.count(j) for j in range(vpp))
+    return first_chunks(m, vpp, pp, min(warmup + 1, total))
 
 
 class PipelineSchedule(Protocol):
@@ -390,7 +389,7 @@ def simulate(
             raise AssertionError(f"{schedule} deadlocked")
         remaining -= progressed
     step = max(free)
-    counts = _critical_counts(graph, came, done, step) if came is not None else (0, 0, 0, 0)
+    counts = _critical_counts(graph, came, done) if came is not None else (0, 0, 0, 0)
     spans = tuple(
         (done[base] - dur[0], end) if dur else (0.0, 0.0)
         for base, dur, end in zip(graph.offsets, durations, free, strict=True)
@@ -398,7 +397,7 @@ def simulate(
     return Simulation(step_s=step, critical=counts, spans=spans)
 
 
-def _critical_counts(graph: _Graph, came: list[int], done: list[float], step: float):
+def _critical_counts(graph: _Graph, came: list[int], done: list[float]):
     """The operations on the longest path, walked back from the last step to finish."""
     rank_of = np.searchsorted(np.asarray(graph.offsets), np.arange(len(done)), side="right") - 1
     i = int(np.argmax(done))

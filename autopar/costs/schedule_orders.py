@@ -26,6 +26,9 @@ Op = tuple[str, int, int]
 Step = tuple[Op, ...]
 
 V_SHAPED: frozenset[str] = frozenset({"zb-v", "dualpipe-v"})
+PAIRED: frozenset[str] = frozenset({"combined-1f1b", "dualpipe-v", "dualpipe"})
+"""The schedules with steps of two operations (a forward issued with a backward), the only
+ones whose pairs hide communication (``tests/test_schedule_orders.py`` checks the orders)."""
 
 
 @functools.cache
@@ -37,6 +40,21 @@ def megatron_chunks(num_microbatches: int, vpp: int, group: int) -> tuple[int, .
         last = min(first + group, num_microbatches)
         out += [chunk for chunk in range(vpp) for _ in range(first, last)]
     return tuple(out)
+
+
+def first_chunks(m: int, vpp: int, group: int, units: int) -> tuple[int, ...]:
+    """How many of the first ``units`` forwards of ``megatron_chunks(m, vpp, group)`` fall on
+    each chunk, group by group (each group of micro-batches runs through every chunk)."""
+    counts = [0] * vpp
+    for first in range(0, m, group):
+        size = min(group, m - first)
+        for chunk in range(vpp):
+            take = min(size, units)
+            counts[chunk] += take
+            units -= take
+            if units == 0:
+                return tuple(counts)
+    return tuple(counts)
 
 
 def _one_f_one_b(pp: int, vpp: int, m: int, rank: int) -> list[Step]:

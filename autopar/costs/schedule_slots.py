@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from autopar.costs.schedule import _schedule_graph, local_chunks, simulate
-from autopar.costs.schedule_orders import V_SHAPED
+from autopar.costs.schedule_orders import V_SHAPED, first_chunks
 
 EXTRAPOLATE_ABOVE = 3
 """Past ``3*pp`` micro-batches a schedule's activation peak no longer grows (its warm-up is
@@ -71,6 +71,12 @@ def _closed_slots(schedule: str, pp: int, vpp: int, m: int, ratio) -> tuple | No
         shape = forms[max(forms)]
         return tuple(m + extra * k for k in shape) + (0,)
     return None
+
+
+CLOSED_FORMS: frozenset[str] = frozenset({"1f1b", "combined-1f1b", "gpipe"})
+"""Schedules whose slots are a closed form with one longest path at every shape they run
+(``_closed_slots``; elsewhere not ``orderable``): ``ratio_free`` everywhere, so scoring them
+never gives a lower bound (``tests/test_schedule_slots.py``)."""
 
 
 def ratio_free(schedule: str, pp: int, vpp: int, m: int) -> bool:
@@ -136,19 +142,16 @@ def _held_at_peak(arrays, vpp: int, *, sequential_pairs: bool) -> tuple[int, ...
     return tuple(int(x) for x in held[peak])
 
 
-def _first_chunks(m: int, vpp: int, group: int, units: int) -> tuple[int, ...]:
-    """How many of the first ``units`` forwards of ``megatron_chunks(m, vpp, group)`` fall on
-    each chunk, group by group (each group of micro-batches runs through every chunk)."""
-    counts = [0] * vpp
-    for first in range(0, m, group):
-        size = min(group, m - first)
-        for chunk in range(vpp):
-            take = min(size, units)
-            counts[chunk] += take
-            units -= take
-            if units == 0:
-                return tuple(counts)
-    return tuple(counts)
+def interleaved_peak_units(pp, vpp, m, rank=0, *, zero_bubble: bool = False):
+    """Chunk forwards an interleaved loop-style rank holds at its peak (``vpp > 1``): its
+    warm-up, ``(vpp-1)*g + 2*(pp-1-rank)`` forwards with ``g = m // max(1, m // pp)``
+    micro-batches per group (Megatron ``get_pp_rank_microbatches``, torch ``_get_warmup_ops``),
+    plus one, at most all ``m*vpp``; ZB-H1 warms up ``pp-1-rank`` fewer and frees nothing for
+    ``rank`` more steps (``_closed_in_flight``). Scalars or arrays (the activation terms,
+    ``cost_models.pipeline``)."""
+    group = m // np.maximum(1, m // np.maximum(pp, 1))
+    factor, extra = (1, rank) if zero_bubble else (2, 0)
+    return np.minimum((vpp - 1) * group + factor * (pp - 1 - rank) + 1 + extra, m * vpp)
 
 
 def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tuple | None:
@@ -166,9 +169,9 @@ def _closed_in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int) -> tu
         if vpp == 1:
             return (min(pp - rank, m),)
         group = m // max(1, m // pp)
-        factor, extra = (1, rank) if schedule == "zb-h1" else (2, 0)
-        warm = min((vpp - 1) * group + factor * (pp - 1 - rank), total)
-        return _first_chunks(m, vpp, group, min(warm + 1 + extra, total))
+        zero_bubble = schedule == "zb-h1"
+        units = int(interleaved_peak_units(pp, vpp, m, rank, zero_bubble=zero_bubble))
+        return first_chunks(m, vpp, group, min(units, total))
     if schedule == "zb-v" and m >= 2 * pp - 1:
         return (2 * pp - rank - 1, rank + 1)
     if schedule == "dualpipe-v" and m >= 2 * pp:

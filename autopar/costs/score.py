@@ -4,9 +4,11 @@ numpy (issue 21: an answer whatever the load).
 Each term is evaluated once, on its own axes (the keys of ``Space.pruned_grid(term.depends_on)``
 that some layout has: the tables the CP-SAT model links with indicators, DESIGN §3), and its
 values are gathered onto the rows of the space by a key code over those axes. The virtual-stage
-axis is folded: the rows are the layouts of every other axis, each with one column per
-virtual-stage count, and the rules and terms that read ``vpp`` are evaluated on that matrix; the
-space grows with the virtual-stage counts Megatron accepts without the rows growing with them.
+axis, and the pipeline schedule when several are searched, are folded
+(``autopar.costs.score_tables.Fold``): the rows are the layouts of every other axis, each with
+one column per (vpp, schedule) pair, and the rules and terms that read those are evaluated on
+that matrix; the space grows with the virtual-stage counts Megatron accepts and the schedules
+searched without the rows growing with them.
 Step time and memory are composed as ``autopar.costs.terms`` composes them (``steps + slots *
 micro-batch terms``; ``static + in_flight * micro-batch memory``), in float, so every layout has
 the figure ``estimate`` gives it.
@@ -24,6 +26,7 @@ bound, ``Scored.exact`` False; the search simulates those (``autopar.search.exac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -31,6 +34,20 @@ import numpy as np
 
 from autopar.base.axes import AXIS, FREE_AXES, GRID_AXES, tie_key
 from autopar.base.deadline import TimeLimitReached, check_deadline
+from autopar.costs.score_tables import (
+    CHUNK_CELLS,
+    Fold,
+    Table,
+    column_groups,
+    evaluated,
+    fold_of,
+    gather,
+    keys_of,
+    rule_cells,
+    scaled,
+    table_of,
+    unsettled,
+)
 from autopar.costs.terms import (
     FORWARD_SHARE,
     CostModel,
@@ -45,14 +62,12 @@ from autopar.costs.terms import (
     term_phases,
     uniform_slots,
 )
-from autopar.layout.space import DERIVED, Space
+from autopar.layout.space import Space
 
-FOLD_AXIS = "vpp"
 US_PER_S = 1_000_000
-CHUNK_CELLS = 1 << 20
-"""Layout cells (rows x virtual-stage counts) scored at once: about 40 MB of arrays."""
-DENSE_CODES = 1 << 22
-"""A table whose key codes span at most this many values is looked up by index (32 MB)."""
+CHECK_CELLS = CHUNK_CELLS // 8
+"""The deadline is checked once this many cells were scored since the last check (a group of
+rows may be a small chunk)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +113,6 @@ class Scores:
 
 
 @dataclass(slots=True)
-class _Table:
-    """One term's values on its own key axes, indexed by key code (dense when the code space is
-    small, else sorted codes searched)."""
-
-    axes: tuple[str, ...]
-    codes: np.ndarray
-    values: np.ndarray
-    dense: np.ndarray | None = None
-
-
-@dataclass(slots=True)
 class _Acc:
     """Running reductions over the chunks."""
 
@@ -140,54 +144,48 @@ def score_space(
     ``time_factor`` every step time is multiplied by it (the expected time per useful step,
     ``autopar.costs.goodput``), as CP-SAT's objective is; with ``upper_bound_s`` only layouts
     whose (so multiplied) step time is at most that count as fitting."""
-    rows = space.pruned_grid([a for a in GRID_AXES if a != FOLD_AXIS])
-    fold = np.array(space.domains[FOLD_AXIS], dtype=np.int64)
+    fold = fold_of(space)
+    rows = space.pruned_grid([a for a in GRID_AXES if a not in fold.axes])
     count = len(next(iter(rows.values()))) if rows else 0
     if not count or not len(fold):
         return Scores(layouts=0, fitting=0, best=())
-    allowed = None
-    if len(space.domains.get("schedule", ())) > 1:  # 1F1B where a schedule dominates it
-        rows, allowed = _with_a_cell(space, rows, fold)
-        count = len(next(iter(rows.values())))
-    tables: dict[str, _Table] = {}
+    tables: dict[str, Table] = {}
     try:
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
         keys: dict[str, dict[str, np.ndarray]] = {}
         shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for term in terms:  # the deadline checked before each evaluation
-            keys[term.name] = _keys(space, term, rows, fold, shared)
-            tables[term.name] = _table(space, ctx, term, keys[term.name], deadline)
-        phased = _phased_tables(space, ctx, cost_model, keys, tables, deadline)
+            keys[term.name] = keys_of(space, term, rows, fold, shared)
+            tables[term.name] = _table(space, ctx, term, keys[term.name], fold, deadline)
+        phased = _phased_tables(space, ctx, cost_model, keys, tables, fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
-    step = max(1, CHUNK_CELLS // len(fold))
-    acc, complete = _Acc(), True
+    acc, complete, cells = _Acc(), True, 0
     capacity = float(ctx.cluster.usable_memory_bytes)
-    for start in range(0, count, step):
-        if deadline is not None and start:
+    for chunk, columns in _chunks(space, rows, fold):
+        if deadline is not None and cells >= CHECK_CELLS:
+            cells = 0
             try:
                 check_deadline(deadline)
             except TimeLimitReached:  # keep what was scored
                 complete = False
                 break
-        chunk = {a: v[start : start + step] for a, v in rows.items()}
+        cells += len(chunk["tp"]) * len(columns)
         times, memory, valid, exact = _chunk_figures(
-            space, cost_model, tables, chunk, fold, phased, allowed
+            space, cost_model, tables, chunk, columns, phased
         )
-        if allowed is not None:
-            valid &= allowed[start : start + step]
         if time_factor is not None:
             cache: dict[str, np.ndarray] = {}
-            times = times * _gather(space, tables[time_factor.name], chunk, fold, cache)
+            times = times * gather(space, tables[time_factor.name], chunk, columns, cache)
         fits = valid & (memory <= capacity)
         if upper_bound_s is not None:
             fits &= np.round(times * US_PER_S) <= int(upper_bound_s * US_PER_S)
         acc.layouts += int(valid.sum())
         acc.fitting += int(fits.sum())
         figures = (times, memory, exact)
-        _reduce(acc, chunk, fold, figures, valid, fits, top=top, band=band, front=front)
+        _reduce(acc, chunk, columns, figures, valid, fits, top=top, band=band, front=front)
         if by_axis:
-            _reduce_by_axis(acc, chunk, fold, figures, valid, fits)
+            _reduce_by_axis(acc, chunk, columns, figures, valid, fits)
     return Scores(
         layouts=acc.layouts,
         fitting=acc.fitting,
@@ -200,6 +198,16 @@ def score_space(
     )
 
 
+def _chunks(space: Space, rows, fold: Fold):
+    """``(rows, columns)`` of at most about ``CHUNK_CELLS`` cells, group by group
+    (``score_tables.column_groups``)."""
+    for index, columns in column_groups(space, rows, fold):
+        step = max(1, CHUNK_CELLS // len(columns))
+        for start in range(0, len(index), step):
+            part = index[start : start + step]
+            yield {a: v[part] for a, v in rows.items()}, columns
+
+
 def _all_terms(cost_model: CostModel) -> Iterable:
     yield from cost_model.step_terms
     yield from cost_model.microbatch_terms
@@ -209,154 +217,35 @@ def _all_terms(cost_model: CostModel) -> Iterable:
     yield cost_model.in_flight
 
 
-def _radix(space: Space, axis: str) -> int:
-    return len(space.domains[axis]) + 1
-
-
-def _index(space: Space, grid: dict[str, np.ndarray], axis: str, cache: dict | None = None):
-    """Position of each row's value in the axis's domain (memoised per chunk in ``cache``)."""
-    if cache is not None and axis in cache:
-        return cache[axis]
-    domain = np.array(space.domains[axis], dtype=np.int64)
-    index = np.searchsorted(domain, grid[axis])
-    if cache is not None:
-        cache[axis] = index
-    return index
-
-
-def _codes(space: Space, grid: dict[str, np.ndarray], axes: tuple[str, ...], cache=None):
-    """Mixed-radix code of each row over ``axes`` (index of its value in each domain)."""
-    code = np.zeros(len(grid[axes[0]]), dtype=np.int64)
-    for axis in axes:
-        code = code * _radix(space, axis) + _index(space, grid, axis, cache)
-    return code
-
-
-def _table(space: Space, ctx: TermContext, term, sub, deadline=None) -> _Table:
-    """``term`` on its keys ``sub`` (``_keys``)."""
+def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None) -> Table:
+    """``term`` on its keys ``sub`` (``keys_of``)."""
     size = len(next(iter(sub.values()))) if sub else 1
-    values = _evaluated(term, sub, ctx, size, deadline)
-    return _table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values)
+    values = evaluated(term, sub, ctx, size, deadline)
+    return table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values, fold)
 
 
-def _table_of(space: Space, axes: tuple[str, ...], sub, values: np.ndarray) -> _Table:
-    """A table of ``values`` on the keys ``sub`` over ``axes``."""
-    values = np.asarray(values, dtype=np.float64)
-    if not axes:
-        return _Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
-    ordered = (*[a for a in axes if a != FOLD_AXIS], *[a for a in axes if a == FOLD_AXIS])
-    codes = _codes(space, sub, ordered)
-    span = int(np.prod([_radix(space, a) for a in ordered]))
-    if span <= DENSE_CODES:
-        dense = np.full(span, np.nan)
-        dense[codes] = values
-        return _Table(axes=ordered, codes=codes, values=values, dense=dense)
-    order = np.argsort(codes, kind="stable")
-    return _Table(axes=ordered, codes=codes[order], values=values[order])
-
-
-def _scaled(table: _Table, factor: float) -> _Table:
-    """``table`` with every value times ``factor``."""
-    dense = None if table.dense is None else table.dense * factor
-    return _Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
-
-
-def _keys(space: Space, term, rows: dict[str, np.ndarray], fold: np.ndarray, cache=None):
-    """The term's keys that some row of the space has: its axes' distinct combinations among
-    ``rows`` (with the derived columns they fix), crossed with the virtual-stage counts when it
-    reads them, less the cells its rules over ``vpp`` forbid; the same keys as
-    ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
-    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows).
-    Terms over the same axes share their keys (``cache``, by axes)."""
-    free = tuple(space.free_axes(term_axes(term, space.domains)))
-    if cache is None:
-        return _axes_keys(space, free, rows, fold)
-    if free not in cache:
-        cache[free] = _axes_keys(space, free, rows, fold)
-    return cache[free]
-
-
-def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: np.ndarray):
-    outer = [a for a in free if a != FOLD_AXIS]
-    if not free:
-        return {}
-    if outer:
-        _, first = np.unique(_codes(space, rows, tuple(outer)), return_index=True)
-        derived = [a for a in DERIVED if a in rows and set(space.free_axes([a])) <= set(outer)]
-        sub = {a: rows[a][first] for a in (*outer, *derived)}
-    else:
-        sub = {}
-    if FOLD_AXIS not in free:
-        return sub
-    n = len(first) if outer else 1
-    sub = {a: np.repeat(v, len(fold)) for a, v in sub.items()}
-    sub[FOLD_AXIS] = np.tile(fold, n)
-    keep = np.ones(len(sub[FOLD_AXIS]), dtype=bool)
-    for rule in space.rules:
-        if FOLD_AXIS in rule.axes and set(rule.axes) <= set(sub):
-            keep &= rule.check(sub)
-    return {a: v[keep] for a, v in sub.items()}
-
-
-def _evaluated(term, sub: dict[str, np.ndarray], ctx: TermContext, size: int, deadline):
-    """``term`` on every row of ``sub``, ``CHUNK_CELLS`` rows at a time, the deadline checked
-    before each (a term over millions of keys takes seconds: 997,920 GPUs)."""
-    check_deadline(deadline)
-    if size <= CHUNK_CELLS:
-        return np.broadcast_to(np.asarray(term.evaluate(sub, ctx), dtype=np.float64), (size,))
-    out = np.empty(size)
-    for start in range(0, size, CHUNK_CELLS):
-        check_deadline(deadline)
-        part = {a: v[start : start + CHUNK_CELLS] for a, v in sub.items()}
-        out[start : start + CHUNK_CELLS] = term.evaluate(part, ctx)
-    return out
-
-
-def _gather(space: Space, table: _Table, chunk, fold: np.ndarray, cache: dict):
-    """The table's value on every row (a column) or every (row, vpp) cell (a matrix); NaN where
-    the table has no such key (a combination the rules forbid)."""
-    if not table.axes:
-        return table.values[0]
-    folded = table.axes[-1] == FOLD_AXIS
-    outer = table.axes[:-1] if folded else table.axes
-    code = (
-        _codes(space, chunk, outer, cache) if outer else np.zeros(len(chunk["tp"]), dtype=np.int64)
-    )
-    if folded:
-        fold_index = np.searchsorted(np.array(space.domains[FOLD_AXIS], dtype=np.int64), fold)
-        code = code[:, None] * _radix(space, FOLD_AXIS) + fold_index[None, :]
-    if table.dense is not None:
-        out = table.dense[code]
-    else:
-        pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
-        out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
-    return out if folded else out[:, None]
-
-
-def _chunk_figures(
-    space: Space, cost_model: CostModel, tables, chunk, fold, phased=None, allowed=None
-):
+def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fold, phased=None):
     """Step time, memory, validity and (with ``phased``, else ``None``) exactness of every
-    (row, vpp) cell of a chunk."""
+    (row, column) cell of a chunk."""
 
     cache: dict[str, np.ndarray] = {}
 
     def total(terms) -> np.ndarray:
         out = np.zeros((len(chunk["tp"]), 1))
         for term in terms:
-            out = out + _gather(space, tables[term.name], chunk, fold, cache)
+            out = out + gather(space, tables[term.name], chunk, fold, cache)
         return out
 
-    def gather(table: _Table) -> np.ndarray:
-        return _gather(space, table, chunk, fold, cache)
+    def cells(table: Table) -> np.ndarray:
+        return gather(space, table, chunk, fold, cache)
 
-    in_flight = gather(tables[cost_model.in_flight.name])
+    in_flight = cells(tables[cost_model.in_flight.name])
     exact = None
     if phased is None:
-        slots = gather(tables[cost_model.slots.name])
+        slots = cells(tables[cost_model.slots.name])
         micro = slots * total(cost_model.microbatch_terms)
     else:
-        micro, exact = phased.figures(gather, total(cost_model.microbatch_terms))
+        micro, exact = phased.figures(cells, total(cost_model.microbatch_terms))
     times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
@@ -364,56 +253,27 @@ def _chunk_figures(
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
     valid = np.isfinite(times) & np.isfinite(memory)
-    if allowed is None:  # else the rules over vpp were checked by _with_a_cell
-        for rule in space.rules:
-            if FOLD_AXIS in rule.axes:
-                valid &= _rule_cells(space, rule, chunk, fold, cache)
+    for rule in space.rules:
+        if unsettled(rule, fold):
+            valid &= rule_cells(space, rule, chunk, fold, cache)
     if exact is not None:
         exact = np.broadcast_to(exact, times.shape)
     return times, memory, valid, exact
 
 
-def _with_a_cell(space: Space, rows, fold: np.ndarray):
-    """The rows with a (row, vpp) cell the rules over ``vpp`` allow, and those cells (a row the
-    rules refuse at every vpp, 1F1B where the combined 1F1B dominates it, is not scored)."""
-    count = len(next(iter(rows.values())))
-    allowed = np.ones((count, len(fold)), dtype=bool)
-    step = max(1, CHUNK_CELLS // len(fold))
-    for start in range(0, count, step):
-        chunk = {a: v[start : start + step] for a, v in rows.items()}
-        cache: dict[str, np.ndarray] = {}
-        for rule in space.rules:
-            if FOLD_AXIS in rule.axes:
-                allowed[start : start + step] &= _rule_cells(space, rule, chunk, fold, cache)
-    keep = allowed.any(axis=1)
-    if keep.all():
-        return rows, allowed
-    return {a: v[keep] for a, v in rows.items()}, allowed[keep]
-
-
-def _rule_cells(space: Space, rule, chunk, fold: np.ndarray, cache: dict) -> np.ndarray:
-    """A rule over ``vpp`` on every (row, vpp) cell, checked once per distinct combination of
-    its other axes."""
-    others = tuple(a for a in rule.axes if a != FOLD_AXIS)
-    if others:
-        codes, first, inverse = np.unique(
-            _codes(space, chunk, others, cache), return_index=True, return_inverse=True
-        )
-    else:
-        first, inverse = np.zeros(1, dtype=np.int64), np.zeros(len(chunk["tp"]), dtype=np.int64)
-    combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
-    combos[FOLD_AXIS] = np.tile(fold, len(first))
-    ok = np.asarray(rule.check(combos), dtype=bool).reshape(len(first), len(fold))
-    return ok[inverse.ravel()]
-
-
-def _scored(chunk, fold, figures, cells: np.ndarray) -> list[Scored]:
+def _scored(chunk, fold: Fold, figures, cells: np.ndarray) -> list[Scored]:
+    """The layouts of ``cells`` (flat indices into the chunk's matrix); each row's axes in
+    table order, ``vpp`` last."""
     times, memory, exact = figures
     rows, cols = np.divmod(cells, len(fold))
     out = []
     for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-        row = {a: int(chunk[a][r]) for a in GRID_AXES if a != FOLD_AXIS}
-        row[FOLD_AXIS] = int(fold[c])
+        row = {
+            a: int(fold.values[a][c] if a in fold.values else chunk[a][r])
+            for a in GRID_AXES
+            if a != "vpp"
+        }
+        row["vpp"] = int(fold.values["vpp"][c])
         sure = True if exact is None else bool(exact[r, c])
         out.append(
             Scored(
@@ -431,6 +291,20 @@ def scored_order(item: Scored) -> tuple:
     return (item.step_us, tie_key(item.row))
 
 
+def sorted_scored(items, primary=lambda s: s.step_us) -> list[Scored]:
+    """``items`` sorted by ``(primary, tie_key)``, the tie key computed only among equal
+    primaries (``sorted(key=scored_order)``'s list when ``primary`` is the step time)."""
+    out = sorted(items, key=primary)
+    keys = [primary(s) for s in out]
+    start = 0
+    for end in range(1, len(out) + 1):
+        if end == len(out) or keys[end] != keys[start]:
+            if end - start > 1:
+                out[start:end] = sorted(out[start:end], key=lambda s: tie_key(s.row))
+            start = end
+    return out
+
+
 def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -> None:
     times, memory = figures[0], figures[1]
     flat_t = np.where(fits, times, np.inf).ravel()
@@ -440,7 +314,7 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
         picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
-        acc.best = sorted(acc.best + _scored(chunk, fold, figures, picked), key=scored_order)
+        acc.best = sorted_scored(acc.best + _scored(chunk, fold, figures, picked))
         acc.best = _keep_top(acc.best, top)
         if band > 0:
             limit = min(best_so_far, float(flat_t.min())) * (1 + band)
@@ -453,7 +327,7 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         order = cells[np.lexsort((flat_m[cells], np.where(valid, times, np.inf).ravel()[cells]))]
         least = np.minimum.accumulate(flat_m[order])
         keep = order[np.concatenate([[True], least[1:] < least[:-1]])] if len(order) else order
-        acc.front = _front(acc.front + _scored(chunk, fold, figures, keep))
+        acc.front = list(_front(acc.front + _scored(chunk, fold, figures, keep)))
 
 
 def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
@@ -465,20 +339,22 @@ def _tie_rank(chunk, cells: dict[str, np.ndarray]) -> np.ndarray:
     return rank
 
 
-def _reduce_by_axis(acc: _Acc, chunk, fold, figures, valid, fits) -> None:
+def _reduce_by_axis(acc: _Acc, chunk, fold: Fold, figures, valid, fits) -> None:
     """The fastest fitting cell (whole microseconds, then ``tie_key``) and the least memory of
-    every value of every free axis in this chunk, merged into ``acc``."""
+    every value of every free axis in this chunk, merged into ``acc`` (a folded axis column by
+    column: the columns with one value merge there)."""
     times, memory = figures[0], figures[1]
     n = len(chunk["tp"])
     us = np.where(fits, np.round(times * US_PER_S), np.inf)
     mem = np.where(valid, memory, np.inf)
-    col = np.argmin(us, axis=1)  # among a row's ties the smallest vpp (tie_key's order)
+    col = np.argmin(us, axis=1)  # among a row's ties the first column (tie_key's order)
     row_us = us[np.arange(n), col]
-    rank = _tie_rank(chunk, {FOLD_AXIS: fold[col]})
-    rank_x = _tie_rank(chunk, {FOLD_AXIS: np.zeros(n, dtype=np.int64)})  # vpp fixed: x order
+    rank = _tie_rank(chunk, {a: v[col] for a, v in fold.values.items()})
+    zero = np.zeros(n, dtype=np.int64)
+    rank_x = _tie_rank(chunk, {a: zero for a in fold.axes})  # the column fixed: x order
     for axis in FREE_AXES:
-        if axis == FOLD_AXIS:
-            values = fold
+        if axis in fold.axes:
+            values = fold.values[axis]
             cells = [(int(np.lexsort((rank_x, us[:, c]))[0]), c) for c in range(len(fold))]
             least = mem.min(axis=0)
         else:
@@ -517,7 +393,7 @@ def _within(band_rows: list[Scored], best: list[Scored], band: float) -> tuple[S
     if band <= 0 or not best:
         return ()
     limit = best[0].step_s * (1 + band)
-    return tuple(sorted((s for s in band_rows if s.step_s <= limit), key=scored_order))
+    return tuple(sorted_scored(s for s in band_rows if s.step_s <= limit))
 
 
 def _front(items: list[Scored]) -> tuple[Scored, ...]:
@@ -534,11 +410,11 @@ class _Phased:
     """A space whose schedules split the micro-batch by phase (module docstring): the forward
     slots at the reference times, the other phases' as differences, and exactness."""
 
-    forward: _Table
-    others: tuple[tuple[_Table, tuple[_Table, ...], float], ...]
+    forward: Table
+    others: tuple[tuple[Table, tuple[Table, ...], float], ...]
     """Per phase beyond the forward: (slots less the forward's, or the paired slots; the terms'
     nonzero parts of it; +1, or -1 for what the pairs hide)."""
-    exact: _Table
+    exact: Table
 
     def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each cell's micro-batch part, ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``
@@ -552,11 +428,14 @@ class _Phased:
 
 
 def _phased_tables(
-    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, deadline
+    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
 ):
     """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
     ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
-    ``keys_of``: each term's keys by name (``_keys``); ``totals``: their tables."""
+    ``keys_of``: each term's keys by name (``score_tables.keys_of``); ``totals``: their tables.
+    Where every slot is ratio-free (1F1B, the combined 1F1B) the reference times change
+    nothing: the nominal slots are the slots, and a phase whose slots are the forward's needs
+    no table."""
     slots = cost_model.slots
     if not isinstance(slots, PhasedSlots):
         return None
@@ -564,9 +443,35 @@ def _phased_tables(
     size = len(next(iter(sub.values()))) if sub else 1
     free = slots_ratio_free(slots, sub, ctx, size)
     nominal = Phases(*(np.full(size, x) for x in (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)))
-    if free.all() and uniform_slots(slot_phases(slots, sub, ctx, nominal)).all():
+    at = slot_phases(slots, sub, ctx, nominal)
+    if free.all() and uniform_slots(at).all():
         return None
-    parts: list[list[_Table]] = [[], [], []]
+    parts, medians = _phase_parts(space, ctx, cost_model, keys_of, totals, fold, deadline)
+    if not free.all():
+        at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
+    axes = space.key_axes(term_axes(slots, space.domains))
+    with np.errstate(invalid="ignore"):
+        steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
+    others = []
+    for step, terms, sign in zip(steps, parts, (1.0, 1.0, -1.0), strict=True):
+        step = np.where(np.isfinite(step), step, 0.0)
+        if terms and np.any(step != 0):
+            tables = tuple(t() for t in terms)
+            others.append((table_of(space, axes, sub, step, fold), tables, sign))
+    return _Phased(
+        forward=table_of(space, axes, sub, at.forward, fold),
+        others=tuple(others),
+        exact=table_of(space, axes, sub, free.astype(np.float64), fold),
+    )
+
+
+def _phase_parts(
+    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
+):
+    """Per phase beyond the forward, the micro-batch terms' nonzero parts of it (each a
+    function giving its table, built only where the phase's slots differ), and the sums of the
+    terms' median phases (the reference times)."""
+    parts: list[list] = [[], [], []]
     medians = np.zeros(4)
     for term in cost_model.microbatch_terms:
         keys = keys_of[term.name]
@@ -576,25 +481,12 @@ def _phased_tables(
             total = totals[term.name]
             value = float(np.median(total.values)) if len(total.values) else 0.0
             medians += [FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, 0.0, 0.0]
-            parts[0].append(_scaled(total, 1.0 - FORWARD_SHARE))
+            parts[0].append(functools.partial(scaled, total, 1.0 - FORWARD_SHARE))
             continue
         phases = term_phases(term, keys, ctx, n)
         medians += [float(np.median(part)) if n else 0.0 for part in phases]
         axes = space.key_axes(term_axes(term, space.domains))
         for i, part in enumerate(phases[1:]):
             if np.any(part != 0):
-                parts[i].append(_table_of(space, axes, keys, part))
-    at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
-    axes = space.key_axes(term_axes(slots, space.domains))
-    with np.errstate(invalid="ignore"):
-        steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
-    others = []
-    for step, terms, sign in zip(steps, parts, (1.0, 1.0, -1.0), strict=True):
-        step = np.where(np.isfinite(step), step, 0.0)
-        if terms and np.any(step != 0):
-            others.append((_table_of(space, axes, sub, step), tuple(terms), sign))
-    return _Phased(
-        forward=_table_of(space, axes, sub, at.forward),
-        others=tuple(others),
-        exact=_table_of(space, axes, sub, free.astype(np.float64)),
-    )
+                parts[i].append(functools.partial(table_of, space, axes, keys, part, fold))
+    return parts, medians

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.base.deadline import check_deadline
+from autopar.costs.schedule_orders import PAIRED
 from autopar.costs.terms import CostModel, TermContext, scheduled_microbatch_s
 
 NUM_RECOMPUTE_MODES = 3
@@ -168,6 +170,15 @@ FIXED_FIELDS = (
 """The ``StageCosts`` fields outside the layers (filled from the first layer kind's probes)."""
 
 
+def _paired(g) -> bool:
+    """Whether some row runs a schedule whose pairs hide communication (elsewhere
+    ``scheduled_microbatch_s`` is the term's own value: nothing is hidden)."""
+    if "schedule" not in g:
+        return False
+    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in PAIRED]
+    return bool(np.isin(np.asarray(g["schedule"]), codes).any())
+
+
 def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict:
     """Per label (time, activations, static bytes): the slope per layer and the intercepts per
     placement, from the sums at 1 and 2 layers per stage (``v(layers) = intercept + layers *
@@ -178,7 +189,7 @@ def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict
         ("activation_bytes", cost_model.microbatch_memory_terms),
         ("static_bytes", static_terms),
     ):
-        slots = cost_model.slots if label == "time_s" and "schedule" in g else None
+        slots = cost_model.slots if label == "time_s" and _paired(g) else None
         v1, by1 = _sum_by(terms, g, probes[0], n, _place, slots)
         v2, by2 = _sum_by(terms, g, probes[1], n, _place, slots)
         parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})

@@ -28,7 +28,11 @@ the one that dominates it); a layout given to evaluate is not held to them."""
 
 
 def _is(g: Grid, *names: str) -> np.ndarray:
-    return np.isin(g["schedule"], [CODE[n] for n in names])
+    """Where the schedule is one of ``names`` (a lookup by code: the rules run over millions
+    of scoring keys, where ``np.isin`` sorts)."""
+    member = np.zeros(len(PIPELINE_SCHEDULES), dtype=bool)
+    member[[CODE[n] for n in names]] = True
+    return member[np.asarray(g["schedule"], dtype=np.int64)]
 
 
 def _shape_rules() -> list[Rule]:

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from autopar.costs.score import US_PER_S, Scored, Scores, scored_order
-from autopar.costs.terms import CostModel, CostTerm, TermContext, grid_of, step_time_s
+from autopar.costs.terms import CostModel, TermContext, grid_of, step_time_s
 from autopar.layout.plan import Layout
+from autopar.search.answers import Goal
 
 CLOSE_FIRST = 32
 """Layouts scoring keeps when some are lower bounds (the walk usually ends among them)."""
@@ -34,23 +35,22 @@ NOT_CLOSED = (
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Objective:
-    """What is simulated: the step time, times ``time_factor`` when given; only layouts at
-    most ``upper_bound_s`` count."""
+    """What is simulated: the search's ``Goal`` (the step time, times its ``time_factor`` when
+    given; only layouts at most its ``upper_bound_s`` count) on this problem."""
 
     ctx: TermContext
     cost_model: CostModel
-    time_factor: CostTerm | None = None
-    upper_bound_s: float | None = None
+    goal: Goal
 
     def simulated(self, items: list[Scored]) -> list[Scored]:
         """``items`` with their simulated objective (exact), those over the bound left out."""
         grid = grid_of([Layout.from_grid_row(item.row) for item in items])
         value = step_time_s(self.cost_model, grid, self.ctx)
-        if self.time_factor is not None:
-            value = value * self.time_factor.evaluate(grid, self.ctx)
+        if self.goal.time_factor is not None:
+            value = value * self.goal.time_factor.evaluate(grid, self.ctx)
         out = []
         for item, v in zip(items, np.broadcast_to(value, (len(items),)).tolist(), strict=True):
-            limit = self.upper_bound_s
+            limit = self.goal.upper_bound_s
             if limit is None or round(v * US_PER_S) <= int(limit * US_PER_S):
                 out.append(dataclasses.replace(item, step_s=float(v), exact=True))
         return out

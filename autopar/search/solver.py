@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from autopar.base.axes import tie_key
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.error_bands import ErrorBand
 from autopar.costs.estimate import estimate_many
-from autopar.costs.score import Scored, Scores, score_space
+from autopar.costs.schedule_slots import CLOSED_FORMS
+from autopar.costs.score import Scored, Scores, score_space, sorted_scored
 from autopar.costs.terms import CostModel, CostTerm, TermContext
 from autopar.layout.coverage import Coverage
 from autopar.layout.results import HEADROOM_FILL, Proof, SolveResult, Ties
@@ -106,7 +107,10 @@ def solve_scored(
     scores = None
     if method in ("auto", "enumerate"):
         rel = band.rel_error if band is not None else 0.0
-        asked = top_k if space.domains.get("schedule", (0,)) == (0,) else max(top_k, CLOSE_FIRST)
+        closed = all(
+            PIPELINE_SCHEDULES[c] in CLOSED_FORMS for c in space.domains.get("schedule", (0,))
+        )
+        asked = top_k if closed else max(top_k, CLOSE_FIRST)
 
         def scored(bound_s: float | None, top: int, *, per_axis: bool = False) -> Scores:
             limits = [b for b in (bound_s, upper_bound_s) if b is not None and np.isfinite(b)]
@@ -127,9 +131,7 @@ def solve_scored(
         if scores.complete and needs_closing(scores, top_k):
             # a schedule's score is a lower bound of its simulated step: close it
             # (autopar.search.exact); the rescoring keeps no per-axis bests
-            objective = Objective(
-                ctx=ctx, cost_model=cost_model, time_factor=time_factor, upper_bound_s=upper_bound_s
-            )
+            objective = Objective(ctx=ctx, cost_model=cost_model, goal=goal)
             scores, proven = close(scores, scored, objective, top_k=top_k, asked=asked, band=rel)
         if scores.complete:
             tied = (band, prefer)
@@ -161,7 +163,7 @@ def _enumerated(scores, ctx, cost_model, start, workers, top_k, cover, tied_by, 
         return no_solution("infeasible", start, workers, proof)
     rows = [item.row for item in scores.best[:top_k]]
     capacity = float(ctx.cluster.usable_memory_bytes)
-    tied = sorted(scores.within_band, key=_preference(capacity)) if band is not None else []
+    tied = sorted_scored(scores.within_band, _preference(capacity)) if band is not None else []
     if tied and prefer == "headroom":
         first = [item.row for item in tied[:top_k]]
         rows = (first + [row for row in rows if row not in first])[:top_k]
@@ -205,9 +207,9 @@ def _preference(capacity_bytes: float):
     """``PREFERENCE``: within ``HEADROOM_FILL`` of the usable memory, then fastest, then fewest
     GPUs per model replica, then the search's own order."""
 
-    def key(item: Scored) -> tuple:
+    def key(item: Scored) -> tuple:  # then tie_key (sorted_scored)
         row = item.row
         roomy = item.memory_bytes <= HEADROOM_FILL * capacity_bytes
-        return (not roomy, item.step_us, row["tp"] * row["cp"] * row["pp"], tie_key(row))
+        return (not roomy, item.step_us, row["tp"] * row["cp"] * row["pp"])
 
     return key

@@ -1,0 +1,263 @@
+"""The tables ``autopar.costs.score`` joins: each term on its own key axes, looked up by a
+mixed-radix code, and the folded axes (``Fold``) that become the columns of the scored matrix.
+
+The folded axes are the virtual-stage count and, when more than one schedule is searched, the
+pipeline schedule: the rows are the layouts of every other axis, each with one column per
+(vpp, schedule) pair the rules over those two allow, so a schedule is scored as a column of the
+same row (the terms that do not read it are gathered once per row) rather than as a copy of
+every row (issue 23: combined-1f1b doubled the rows of every EP > 1 layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autopar.base.axes import AXIS
+from autopar.base.deadline import check_deadline
+from autopar.costs.terms import TermContext, term_axes
+from autopar.layout.space import DERIVED, Space
+
+FOLD_AXES = ("vpp", "schedule")
+"""The axes that may be folded into columns, in table (and tie) order."""
+CHUNK_CELLS = 1 << 20
+"""Layout cells (rows x columns) scored at once: about 40 MB of arrays."""
+DENSE_CODES = 1 << 22
+"""A table whose key codes span at most this many values is looked up by index (32 MB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fold:
+    """The columns of the scored matrix: per folded axis, its value in each column, the
+    columns in ``tie_key`` order (so the first of a row's tied cells is the preferred one)."""
+
+    axes: tuple[str, ...]
+    values: dict[str, np.ndarray]
+    settled: tuple[str, ...] = ()
+    """Axes every row scored with these columns shares (``column_groups``): the rules over
+    them and the folded axes alone were checked in choosing the columns."""
+    codes: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)
+    """Memo: each column's mixed-radix code over some of ``axes`` (``column_codes``)."""
+
+    def __len__(self) -> int:
+        return len(self.values[self.axes[0]])
+
+    def column_codes(self, space: Space, axes: tuple[str, ...]) -> np.ndarray:
+        if axes not in self.codes:
+            self.codes[axes] = codes_of(space, self.values, axes)
+        return self.codes[axes]
+
+
+def fold_of(space: Space) -> Fold:
+    """The folded axes of ``space``: ``vpp``, and ``schedule`` when several are searched; the
+    columns are the pairs the rules over them alone allow (``gpipe`` at ``vpp == 1``, ...)."""
+    axes = tuple(a for a in FOLD_AXES if a == "vpp" or len(space.domains.get(a, ())) > 1)
+    grid = space.pruned_grid(axes)
+    keys = [AXIS[a].prefer * np.asarray(grid[a]) for a in axes]
+    order = np.lexsort(keys[::-1])
+    return Fold(axes=axes, values={a: np.asarray(grid[a], dtype=np.int64)[order] for a in axes})
+
+
+def touches(rule, fold: Fold) -> bool:
+    """Whether ``rule`` reads a folded axis (it is then checked per cell, not per row)."""
+    return any(a in fold.axes for a in rule.axes)
+
+
+def unsettled(rule, fold: Fold) -> bool:
+    """Whether ``rule`` is left to check per cell: it reads a folded axis and an axis the
+    columns were not chosen for."""
+    return touches(rule, fold) and not set(rule.axes) <= {*fold.settled, *fold.axes}
+
+
+@dataclass(slots=True)
+class Table:
+    """One term's values on its own key axes, indexed by key code (dense when the code space is
+    small, else sorted codes searched); the folded axes come last."""
+
+    axes: tuple[str, ...]
+    codes: np.ndarray
+    values: np.ndarray
+    dense: np.ndarray | None = None
+
+
+def radix(space: Space, axis: str) -> int:
+    return len(space.domains[axis]) + 1
+
+
+def index_of(space: Space, grid, axis: str, cache: dict | None = None):
+    """Position of each row's value in the axis's domain (memoised per chunk in ``cache``)."""
+    if cache is not None and axis in cache:
+        return cache[axis]
+    domain = np.array(space.domains[axis], dtype=np.int64)
+    index = np.searchsorted(domain, grid[axis])
+    if cache is not None:
+        cache[axis] = index
+    return index
+
+
+def codes_of(space: Space, grid, axes: tuple[str, ...], cache=None):
+    """Mixed-radix code of each row over ``axes`` (index of its value in each domain)."""
+    code = np.zeros(len(grid[axes[0]]), dtype=np.int64)
+    for axis in axes:
+        code = code * radix(space, axis) + index_of(space, grid, axis, cache)
+    return code
+
+
+def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Table:
+    """A table of ``values`` on the keys ``sub`` over ``axes``."""
+    values = np.asarray(values, dtype=np.float64)
+    if not axes:
+        return Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
+    ordered = (*[a for a in axes if a not in fold.axes], *[a for a in fold.axes if a in axes])
+    codes = codes_of(space, sub, ordered)
+    span = int(np.prod([radix(space, a) for a in ordered]))
+    if span <= DENSE_CODES:
+        dense = np.full(span, np.nan)
+        dense[codes] = values
+        return Table(axes=ordered, codes=codes, values=values, dense=dense)
+    order = np.argsort(codes, kind="stable")
+    return Table(axes=ordered, codes=codes[order], values=values[order])
+
+
+def scaled(table: Table, factor: float) -> Table:
+    """``table`` with every value times ``factor``."""
+    dense = None if table.dense is None else table.dense * factor
+    return Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
+
+
+def keys_of(space: Space, term, rows, fold: Fold, cache=None):
+    """The term's keys that some row of the space has: its axes' distinct combinations among
+    ``rows`` (with the derived columns they fix), crossed with the columns' values of the
+    folded axes it reads, less the cells its rules over those forbid; the same keys as
+    ``Space.pruned_grid(term.depends_on)`` restricted to the space's layouts, so a term is never
+    evaluated on keys no layout has (Mixtral on 997,920 GPUs: 2.0 M keys of its own, 0.4 M rows).
+    Terms over the same axes share their keys (``cache``, by axes)."""
+    free = tuple(space.free_axes(term_axes(term, space.domains)))
+    if cache is None:
+        return _axes_keys(space, free, rows, fold)
+    if free not in cache:
+        cache[free] = _axes_keys(space, free, rows, fold)
+    return cache[free]
+
+
+def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
+    outer = [a for a in free if a not in fold.axes]
+    folded = tuple(a for a in fold.axes if a in free)
+    if not free:
+        return {}
+    if outer:
+        _, first = np.unique(codes_of(space, rows, tuple(outer)), return_index=True)
+        derived = [a for a in DERIVED if a in rows and set(space.free_axes([a])) <= set(outer)]
+        sub = {a: rows[a][first] for a in (*outer, *derived)}
+    else:
+        sub = {}
+    if not folded:
+        return sub
+    taken: list[np.ndarray] = []
+    values: dict[str, list[np.ndarray]] = {a: [] for a in folded}
+    settled = fold
+    groups = column_groups(space, sub, fold) if sub else [(np.zeros(1, dtype=np.int64), fold)]
+    for index, columns in groups:  # each key crossed with its group's columns
+        _, first_column = np.unique(columns.column_codes(space, folded), return_index=True)
+        taken.append(np.repeat(index, len(first_column)))
+        for a in folded:
+            values[a].append(np.tile(columns.values[a][first_column], len(index)))
+        settled = columns  # every group is settled on the same axes
+    empty = np.zeros(0, dtype=np.int64)  # no group has a column: no key, every axis present
+    take = np.concatenate(taken) if taken else empty
+    keys = {a: v[take] for a, v in sub.items()}
+    keys.update({a: np.concatenate(v) if v else empty for a, v in values.items()})
+    keep = np.ones(len(keys[folded[0]]), dtype=bool)
+    for rule in space.rules:
+        if unsettled(rule, settled) and set(rule.axes) <= set(keys):
+            keep &= rule.check(keys)
+    return {a: v[keep] for a, v in keys.items()}
+
+
+def evaluated(term, sub, ctx: TermContext, size: int, deadline):
+    """``term`` on every row of ``sub``, ``CHUNK_CELLS`` rows at a time, the deadline checked
+    before each (a term over millions of keys takes seconds: 997,920 GPUs)."""
+    check_deadline(deadline)
+    if size <= CHUNK_CELLS:
+        return np.broadcast_to(np.asarray(term.evaluate(sub, ctx), dtype=np.float64), (size,))
+    out = np.empty(size)
+    for start in range(0, size, CHUNK_CELLS):
+        check_deadline(deadline)
+        part = {a: v[start : start + CHUNK_CELLS] for a, v in sub.items()}
+        out[start : start + CHUNK_CELLS] = term.evaluate(part, ctx)
+    return out
+
+
+def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
+    """The table's value on every row (a column) or every (row, column) cell (a matrix); NaN
+    where the table has no such key (a combination the rules forbid)."""
+    if not table.axes:
+        return table.values[0]
+    folded = tuple(a for a in table.axes if a in fold.axes)
+    outer = table.axes[: len(table.axes) - len(folded)]
+    rows = len(next(iter(chunk.values())))
+    code = codes_of(space, chunk, outer, cache) if outer else np.zeros(rows, dtype=np.int64)
+    if folded:
+        span = int(np.prod([radix(space, a) for a in folded]))
+        code = code[:, None] * span + fold.column_codes(space, folded)[None, :]
+    if table.dense is not None:
+        out = table.dense[code]
+    else:
+        pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
+        out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
+    return out if folded else out[:, None]
+
+
+def rule_cells(space: Space, rule, chunk, fold: Fold, cache: dict) -> np.ndarray:
+    """A rule over a folded axis on every (row, column) cell, checked once per distinct
+    combination of its other axes."""
+    others = tuple(a for a in rule.axes if a not in fold.axes)
+    if others:
+        _, first, inverse = np.unique(
+            codes_of(space, chunk, others, cache), return_index=True, return_inverse=True
+        )
+    else:
+        rows = len(next(iter(chunk.values())))
+        first, inverse = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+    combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
+    combos.update({a: np.tile(v, len(first)) for a, v in fold.values.items()})
+    ok = np.asarray(rule.check(combos), dtype=bool).reshape(len(first), len(fold))
+    return ok[inverse.ravel()]
+
+
+GROUP_AXES = ("pp", "ep", "recompute")
+"""The rows are scored in groups of one value of these, each with only the columns the rules
+over them and the folded axes allow it (one pipeline depth admits few virtual-stage counts,
+an EP = 1 layout no combined 1F1B, and where the combined 1F1B runs 1F1B is not searched):
+DeepSeek-V3 on 2048 H100 has 17% of its (row, vpp, schedule) cells valid."""
+
+
+def column_groups(space: Space, rows, fold: Fold):
+    """``(row indices, columns)`` per group of rows (``GROUP_AXES``; groups that the rules
+    leave the same columns are one, in the rows' order within each), the columns a ``Fold`` of
+    those the group's rules allow; groups left no column are left out (they have no layout)."""
+    group = tuple(a for a in GROUP_AXES if a in rows and a not in fold.axes)
+    count = len(next(iter(rows.values())))
+    if not group:
+        yield np.arange(count), fold
+        return
+    code = codes_of(space, rows, group)
+    order = np.argsort(code, kind="stable")
+    values, starts = np.unique(code[order], return_index=True)
+    ends = (*starts[1:].tolist(), count)
+    rules = [r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}]
+    merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
+    for start, end in zip(starts.tolist(), ends, strict=True):
+        first = order[start]
+        cells = {a: np.full(len(fold), rows[a][first]) for a in group}
+        cells.update(fold.values)
+        keep = np.ones(len(fold), dtype=bool)
+        for rule in rules:
+            keep &= np.asarray(rule.check(cells), dtype=bool)
+        if keep.any():
+            merged.setdefault(np.packbits(keep).tobytes(), []).append(order[start:end])
+    for mask, parts in merged.items():
+        keep = np.unpackbits(np.frombuffer(mask, dtype=np.uint8))[: len(fold)].astype(bool)
+        values = {a: v[keep] for a, v in fold.values.items()}
+        yield np.concatenate(parts), Fold(axes=fold.axes, values=values, settled=group)
