@@ -68,7 +68,7 @@ def test_virtual_stages_are_folded_not_enumerated() -> None:
 def _deadline_after_the_tables(monkeypatch, cost_model) -> None:
     """The deadline strikes once every term's table is built: after the first chunk."""
     from autopar.base.deadline import TimeLimitReached
-    from autopar.costs import score
+    from autopar.costs import score, score_tables
 
     tables = len(list(score._all_terms(cost_model)))
     built = []
@@ -85,6 +85,7 @@ def _deadline_after_the_tables(monkeypatch, cost_model) -> None:
 
     monkeypatch.setattr(score, "_table", counted)
     monkeypatch.setattr(score, "check_deadline", check)
+    monkeypatch.setattr(score_tables, "check_deadline", check)  # the terms' chunks check it too
 
 
 def test_a_deadline_keeps_what_was_scored(monkeypatch) -> None:
