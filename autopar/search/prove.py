@@ -1,7 +1,8 @@
-"""CP-SAT's proof of the uniform space (DESIGN §3), when scoring every layout cannot finish in
-time or when asked (``method="cp-sat"``): the optimum, the runners-up and the status, every
-variable hinted to the best layout scored. Imported only then, so a solve that scoring answers
-never loads OR-Tools (nor pandas, which OR-Tools loads).
+"""CP-SAT's proof of the uniform space (DESIGN §3), when asked (``method="cp-sat"``; the default
+``auto`` scores every layout and, when the time limit strikes first, answers the best scored,
+not proven): the optimum, the runners-up and the status, every variable hinted to the best
+layout scored. Imported only then, so a solve that scoring answers never loads OR-Tools (nor
+pandas, which OR-Tools loads).
 
 Determinism: the optimum's objective value is unique. The best layouts are then enumerated with
 a single worker under an objective bound (``objective <= optimum * (1 + slack)``, the slack

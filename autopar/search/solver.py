@@ -4,9 +4,11 @@ Every layout of the uniform space is scored first (``autopar.costs.score``: each
 own axes, joined in numpy), which is exact and takes a fraction of a second for the spaces of
 real jobs (``benchmarks/solve_scaling.py``): the best scored layout is the optimum by
 enumeration, the runners-up in order (step time to the microsecond, then
-``autopar.base.axes.tie_key``). CP-SAT proves the optimum when scoring cannot finish within the
-time limit (or when asked, ``method="cp-sat"``: the oracle tests check both against brute force),
-seeded with the best layout scored so far (``autopar.search.prove``, imported only then).
+``autopar.base.axes.tie_key``). Scoring stops only once the time limit has passed, so when it
+cannot finish the answer is the best layout scored so far, ``feasible`` and not proven (no time
+is left for CP-SAT). CP-SAT proves the optimum when asked (``method="cp-sat"``: the oracle tests
+check both against brute force), seeded with the best layout scored, if any
+(``autopar.search.prove``, imported only then).
 
 This module only searches: when nothing fits, the caller (``autopar.api``) asks
 ``autopar.search.explain`` why.
