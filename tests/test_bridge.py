@@ -31,6 +31,8 @@ from autopar.layout.split import pipeline_split
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_args, bridge_overrides
 from tests.conftest import DATA
 
+# one worker runs every case: the probe once, no second worker waiting on its lock (conftest)
+pytestmark = pytest.mark.xdist_group("bridge")
 RECIPES = "megatron.bridge.recipes"
 
 
