@@ -139,7 +139,8 @@ def _cases(label: str):
 
 
 def _megatron(lay: Layout, problem) -> None:
-    config = consumers.megatron_transformer_config(emit.megatron_args(lay, problem))
+    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
+    config = consumers.megatron_transformer_config(args)
     model = problem.model
     assert config.num_layers == model.num_layers and config.hidden_size == model.hidden_size
     assert config.num_query_groups == model.num_kv_heads
@@ -178,7 +179,6 @@ def _megatron(lay: Layout, problem) -> None:
     assert config.hidden_dropout == config.attention_dropout == (0.1 if stack.dropout else 0.0)
     assert config.cross_entropy_loss_fusion == stack.cross_entropy_fusion
     assert config.cp_comm_type == (stack.cp_comm_type if lay.cp > 1 else None)
-    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
     impl = {"none": None, "layers": ["transformer_engine"], "full": ["full_iteration"]}
     assert args.get("--cuda-graph-impl") == impl[stack.cuda_graphs]
     zero = ("--use-megatron-fsdp" in args, "--use-distributed-optimizer" in args)
