@@ -1,9 +1,14 @@
 """Megatron-Bridge 0.6.2 itself on autopar's overrides: one process, every case (run by
 ``tests/test_bridge.py``; ``python tests/bridge_probe.py CASES.json RESULTS.json``).
 
-Importing Megatron-Bridge costs about 20 CPU-seconds (its package ``__init__`` registers every
-model bridge), so the cases are batched into one process per test session. Each case is what a
-user does with autopar's output (``scripts/training/run_recipe.py:483-523`` at the v0.6 tag):
+Importing Megatron-Bridge as a whole costs about 17 CPU-seconds (its package ``__init__`` files
+import every model family's bridge and every recipe, and Megatron-LM's ``megatron.training``
+imports its training loop and nvidia-modelopt), so the cases are batched into one process per
+test session, which skips those ``__init__`` files (``tests/package_init.py``): it imports the
+recipes it runs and the bridges registered for the architectures of their ``config.json``
+files (about 12 CPU-seconds; the results are the same as with the whole package imported).
+Each case is what a user does with autopar's output (``scripts/training/run_recipe.py:483-523``
+at the v0.6 tag):
 
 1. the recipe function builds its ``ConfigContainer``; its model comes from Hugging Face
    (``AutoBridge.from_hf_pretrained(ID).to_megatron_provider(load_weights=False)``): the probe
@@ -189,6 +194,31 @@ def run_case(case: dict, cache: Path) -> dict:
     return {"ok": True, "config": out}
 
 
+def _import_bridge(cases: list[dict]) -> None:
+    """Megatron-Bridge and Megatron-LM's training package without their ``__init__`` files, and
+    the modules that register a bridge for the cases' architectures (``tests/package_init.py``).
+    Run after ``HF_HOME`` is set: Hugging Face reads it when imported."""
+    import importlib
+
+    import package_init
+
+    for package in PACKAGES_WITHOUT_INIT:
+        package_init.skip_init(package)
+    architectures = set()
+    for case in cases:
+        architectures |= set(json.loads(Path(case["config"]).read_text())["architectures"])
+    for module in package_init.registering_modules("megatron.bridge.models", architectures):
+        importlib.import_module(module)
+
+
+PACKAGES_WITHOUT_INIT = (
+    "megatron.training",
+    "megatron.bridge",
+    "megatron.bridge.models",
+    "megatron.bridge.recipes",
+)
+
+
 def main(cases_path: str, results_path: str) -> None:
     import warnings
 
@@ -200,6 +230,7 @@ def main(cases_path: str, results_path: str) -> None:
     cache = Path(tempfile.mkdtemp(prefix="bridge-hf-"))
     os.environ.update(HF_HOME=str(cache), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     cases = json.loads(Path(cases_path).read_text())
+    _import_bridge(cases)
     results = {case["id"]: run_case(case, cache) for case in cases}
     Path(results_path).write_text(json.dumps(results, indent=1))
 

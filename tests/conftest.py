@@ -23,7 +23,29 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)
 # (pyproject.toml) they run in one worker, so one process pays torch's import (2-6 s of CPU
 # each: torch, megatron-core, DeepSpeed), not both. The tests that read the validation of the
 # published runs (``tests/test_validate_published.validated``, cached per process) share
-# ``xdist_group("validation")``: it is computed once (about 2 s), not in each worker.
+# ``xdist_group("validation")``: it is computed once (about 2 s), not in each worker. The
+# Megatron-Bridge probe, the notebook and the HTML reports (one run each per session, shared by
+# their module's tests) are groups "bridge", "notebook" and "html": one worker runs each once.
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``xdist_group`` marks as ``--dist loadgroup`` reads them: the group name after an
+    ``@`` at the end of each node id, the one channel from a worker's collection to the
+    controller's scheduler. pytest-xdist 3.8 writes it to ``item._nodeid``, which pytest 9.2 no
+    longer reads (node ids are ``item._id``): every group was silently ignored and its tests
+    spread over both workers (pytest-xdist issue #1386). Written here where xdist's did not take;
+    left alone where it did (older pytest) or when not run under ``--dist loadgroup``."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        marks = item.iter_markers("xdist_group")  # as xdist reads them (remote.py)
+        names = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks}
+        )
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = type(item._id).parse(item.nodeid + suffix)
 
 
 @pytest.fixture

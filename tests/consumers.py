@@ -84,8 +84,9 @@ _RENAMED = {
 }
 
 
-def megatron_transformer_config(line: str):
-    """megatron-core's ``TransformerConfig`` from a Megatron argument line."""
+def megatron_transformer_config(line: str | dict[str, list[str]]):
+    """megatron-core's ``TransformerConfig`` from a Megatron argument line (or the flags
+    ``megatron_parse`` read from it)."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import MLATransformerConfig
@@ -93,7 +94,8 @@ def megatron_transformer_config(line: str):
     flags = vendored("megatron-lm-arguments.json")["flags"]
     fields = {f.name: f for f in dataclasses.fields(MLATransformerConfig)}
     kwargs: dict[str, Any] = {}
-    for flag, values in megatron_parse(line).items():
+    parsed = megatron_parse(line) if isinstance(line, str) else line
+    for flag, values in parsed.items():
         dest = _RENAMED.get(flags[flag]["dest"], flags[flag]["dest"])
         if flag == "--swiglu":
             kwargs |= {"gated_linear_unit": True, "activation_func": F.silu}
@@ -151,6 +153,8 @@ def megatron_lm_config(line: str, world_size: int):
     import torch
     from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.transformer import transformer_config as module
+
+    _megatron_training()
     from megatron.training import arguments
 
     saved = (
@@ -185,6 +189,18 @@ def megatron_lm_config(line: str, world_size: int):
         arguments.get_device_arch_version = saved[4]
         torch.cuda.is_available = saved[5]
         torch.cuda.get_device_capability = saved[6]
+
+
+def _megatron_training() -> None:
+    """Megatron-LM's ``megatron.training`` without its ``__init__``, which imports the training
+    loop and, through its checkpointing, nvidia-modelopt, transformers and diffusers: about 10
+    of the 19 CPU-seconds ``arguments`` and ``config`` cost with it (``tests/package_init.py``)."""
+    import importlib
+
+    package_init = importlib.import_module(
+        f"{__package__}.package_init" if __package__ else "package_init"
+    )
+    package_init.skip_init("megatron.training")
 
 
 def megatron_chunk_layers(config) -> list[int]:
@@ -310,9 +326,10 @@ def bridge_check(overrides: dict[str, dict[str, Any]]) -> None:
     dataset = bridge["GPTDatasetConfig"] | {f.name for f in dataclasses.fields(GPTDatasetConfig)}
     assert set(overrides.get("dataset", {})) <= dataset, overrides["dataset"]
     assert "seq_length" in overrides["dataset"]  # 0.6 re-syncs the model from it
-    for section, cls in (("train", "TrainingConfig"), ("checkpoint", "CheckpointConfig")):
-        from megatron.training import config as training_config
+    _megatron_training()
+    from megatron.training import config as training_config
 
+    for section, cls in (("train", "TrainingConfig"), ("checkpoint", "CheckpointConfig")):
         inherited = {f.name for f in dataclasses.fields(getattr(training_config, cls))}
         assert set(overrides.get(section, {})) <= bridge[cls] | inherited, section
     overlap = overrides["comm_overlap"]

@@ -8,8 +8,9 @@ accepted or refused by autopar naming why; the job Bridge would build has the pl
 (sizes, split, no recipe pipeline layout left over, batch, sequence length); and the model it
 would train is the one autopar read (shapes, RoPE, norms, biases, activation, router).
 
-All cases run in one ``bridge_probe`` process for the session (Bridge's import is ~20 CPU-s):
-the first xdist worker to need it runs it under a file lock, the other reads its results.
+All cases run in one ``bridge_probe`` process for the session (importing Bridge's modules costs
+most of its ~14 CPU-s): the module's tests share ``xdist_group("bridge")``, so one worker runs
+them; the file lock keeps it to one process when the tests are spread without that grouping.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from autopar.layout.split import pipeline_split
 from autopar.outputs.emit.bridge import BRIDGE_TARGET, bridge_args, bridge_overrides
 from tests.conftest import DATA
 
+# one worker runs every case: the probe once, no second worker waiting on its lock (conftest)
+pytestmark = pytest.mark.xdist_group("bridge")
 RECIPES = "megatron.bridge.recipes"
 
 

@@ -139,7 +139,8 @@ def _cases(label: str):
 
 
 def _megatron(lay: Layout, problem) -> None:
-    config = consumers.megatron_transformer_config(emit.megatron_args(lay, problem))
+    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
+    config = consumers.megatron_transformer_config(args)
     model = problem.model
     assert config.num_layers == model.num_layers and config.hidden_size == model.hidden_size
     assert config.num_query_groups == model.num_kv_heads
@@ -180,7 +181,6 @@ def _megatron(lay: Layout, problem) -> None:
     if stack.cross_entropy_fusion:
         assert config.cross_entropy_fusion_impl == stack.cross_entropy_impl
     assert config.cp_comm_type == (stack.cp_comm_type if lay.cp > 1 else None)
-    args = consumers.megatron_parse(emit.megatron_args(lay, problem))
     impl = {"none": None, "layers": ["transformer_engine"], "full": ["full_iteration"]}
     assert args.get("--cuda-graph-impl") == impl[stack.cuda_graphs]
     zero = ("--use-megatron-fsdp" in args, "--use-distributed-optimizer" in args)

@@ -18,6 +18,8 @@ from autopar.outputs import emit
 from tests import consumers
 from tests.conftest import DATA
 
+pytestmark = pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
+
 PUBLIC = sorted(
     str(path.relative_to(DATA)) for path in [*DATA.glob("*-config.json"), *DATA.glob("hf/*.json")]
 )

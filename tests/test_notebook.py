@@ -12,6 +12,8 @@ import nbclient
 import nbformat
 import pytest
 
+# one worker executes the notebook once for the module's tests (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("notebook")
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOK = NOTEBOOKS / "capacity_planning.ipynb"
 

@@ -3,6 +3,7 @@ the CollectiveModel contract, fallbacks, traps and YAML round trip."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +22,9 @@ ALL_LOGS = sorted(DATA.glob("*.log"))
 MIB = 2**20
 
 
-def _profile(*names: str, folder: Path = DATA) -> CommProfile:
-    return fit_profile(pd.concat([parse_nccl_log(folder / n) for n in names], ignore_index=True))
+@functools.cache  # the fit of the same logs, read by several tests (frozen; fit once a process)
+def _profile(*names: str) -> CommProfile:
+    return fit_profile(pd.concat([parse_nccl_log(DATA / n) for n in names], ignore_index=True))
 
 
 def _error_pct(profile: CommProfile, path: Path) -> float:
@@ -32,7 +34,7 @@ def _error_pct(profile: CommProfile, path: Path) -> float:
 
 @pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
 def test_fit_reproduces_each_log_within_10_pct_above_1mib(path):
-    profile = fitted_only(fit_profile(parse_nccl_log(path)))
+    profile = fitted_only(_profile(path.name))
     assert _error_pct(profile, path) <= 10.0
 
 
@@ -43,7 +45,7 @@ def test_fit_reproduces_each_log_within_10_pct_above_1mib(path):
 def test_fit_on_some_node_counts_predicts_another(fit_nodes, predict_nodes, limit_pct):
     """ABCI A100 all_reduce (sizes up to 32 MiB; error over sizes >= 1 MiB)."""
     names = [f"a100_{n}n8g_all_reduce_abci.log" for n in fit_nodes]
-    profile = _profile(*names, folder=DATA)
+    profile = _profile(*names)
     target = DATA / f"a100_{predict_nodes}n8g_all_reduce_abci.log"
     assert profile.curve("all_reduce", predict_nodes * 8, predict_nodes) is None
     assert _error_pct(profile, target) <= limit_pct
@@ -71,7 +73,7 @@ def test_short_sweep_bandwidth_is_marked_lower_bound():
 
 
 def test_profile_is_a_collective_model_that_broadcasts():
-    profile = _profile("a100_2n8g_all_reduce_abci.log", folder=DATA)
+    profile = _profile("a100_2n8g_all_reduce_abci.log")
     assert isinstance(profile, CollectiveModel)
     sizes = np.array([[1 * MIB], [8 * MIB], [0]])
     times = profile.time_s("all_reduce", sizes, num_ranks=np.array([16, 32, 1]), num_nodes=2)
@@ -82,7 +84,7 @@ def test_profile_is_a_collective_model_that_broadcasts():
 
 def test_measured_points_are_reproduced_and_interpolated_between():
     frame = parse_nccl_log(DATA / "a100_2n8g_all_reduce_abci.log")
-    profile = fit_profile(frame)
+    profile = _profile("a100_2n8g_all_reduce_abci.log")
     sizes = frame["size_bytes"].to_numpy(dtype=float)
     times = profile.time_s("all_reduce", sizes, num_ranks=16, num_nodes=2)
     np.testing.assert_allclose(times, frame["time_us_out"].to_numpy() * 1e-6, rtol=1e-9)
@@ -91,7 +93,7 @@ def test_measured_points_are_reproduced_and_interpolated_between():
 
 
 def test_extrapolation_is_continuous_and_grows_with_size():
-    profile = _profile("a100_2n8g_all_reduce_abci.log", folder=DATA)
+    profile = _profile("a100_2n8g_all_reduce_abci.log")
     edge = 32 * MIB
     near = (
         profile.time_s("all_reduce", np.array([edge, edge * 1.0001, 4 * edge]), 16, 2)
@@ -105,7 +107,7 @@ def test_extrapolation_is_continuous_and_grows_with_size():
 
 
 def test_latency_grows_with_ranks():
-    profile = _profile("a100_16n8g_all_reduce_abci.log", folder=DATA)
+    profile = _profile("a100_16n8g_all_reduce_abci.log")
     small = profile.time_s("all_reduce", 1024, num_ranks=np.array([16, 64, 256]), num_nodes=8)
     assert small[0] < small[1] < small[2]
 
@@ -125,13 +127,17 @@ class _Constant:
 def test_missing_collective_uses_fallback_or_raises():
     frame = parse_nccl_log(DATA / "a100_2n8g_all_reduce_abci.log")
     with pytest.raises(InputError, match="no data for all_to_all inter-node"):
-        fit_profile(frame).time_s("all_to_all", 1e6, num_ranks=16, num_nodes=2)
+        _profile("a100_2n8g_all_reduce_abci.log").time_s(
+            "all_to_all", 1e6, num_ranks=16, num_nodes=2
+        )
     with_fallback = fit_profile(frame, fallback=_Constant())
     np.testing.assert_allclose(
         with_fallback.time_s("all_to_all", [1e6, 2e6], num_ranks=16, num_nodes=2), [1.5, 1.5]
     )
     with pytest.raises(InputError, match="intra-node"):
-        fit_profile(frame).time_s("all_reduce", 1e6, num_ranks=8, num_nodes=1)
+        _profile("a100_2n8g_all_reduce_abci.log").time_s(
+            "all_reduce", 1e6, num_ranks=8, num_nodes=1
+        )
 
 
 def test_yaml_round_trip_keeps_predictions_sources_and_gemm(tmp_path):

@@ -25,6 +25,8 @@ import autopar
 from autopar.cli import app
 from tests import html_report
 
+# one worker renders each report once for the module's tests (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("html")
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome", "google-chrome-stable")
 INSTALL = (
     "scripts/test installs it (sudo apt-get update && sudo apt-get install -y "
