@@ -486,9 +486,14 @@ def microbatch_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np
     return np.where(uniform_slots(slots), plain, weighted(slots, phases))
 
 
-def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+def step_terms_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+    """The terms paid once per step, summed: ``step_time_s`` without ``microbatch_time_s``."""
     size = len(next(iter(grid.values())))
-    return _sum(cost_model.step_terms, grid, ctx, size) + microbatch_time_s(cost_model, grid, ctx)
+    return _sum(cost_model.step_terms, grid, ctx, size)
+
+
+def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+    return step_terms_s(cost_model, grid, ctx) + microbatch_time_s(cost_model, grid, ctx)
 
 
 def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
