@@ -4,6 +4,7 @@ temp file; time limits hold on a model that takes long to build; huge numbers an
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -51,7 +52,10 @@ def test_sigterm_mid_solve_keeps_the_old_output(tmp_path) -> None:
     (tmp_path / "out.json").write_text("old\n")
     args = ["solve", "--model", "model.yaml", "--gpus", "4096", "--time-limit", "60"]
     process = start([*args, "-f", "json", "-o", "out.json"], tmp_path)
-    time.sleep(2.5)  # past start-up, building or solving
+    # past start-up (about 0.5 s of CPU), building or solving the 4096-layer model (seconds of
+    # CPU): told by the CPU it has used, not by a fixed 2.5 s sleep that a loaded machine
+    # could spend in start-up and a quiet one mostly waited out
+    assert _busy_for(process.pid, 1.0), "the solve ended or never started"
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 143, stderr
@@ -72,6 +76,24 @@ def test_time_limit_covers_building_a_large_model(runner, tmp_path) -> None:
     assert elapsed < 0.5 + 1.0, elapsed
     data = json.loads(result.stdout)
     assert data["status"] in ("optimal", "feasible") or data["explanation"]["cut_short"]
+
+
+def _busy_for(pid: int, cpu_s: float, timeout_s: float = 30.0) -> bool:
+    """Wait until process ``pid`` has used ``cpu_s`` seconds of CPU (``/proc/PID/stat`` fields
+    14 and 15, utime and stime in clock ticks: proc(5)); False if it ends first."""
+    deadline = time.monotonic() + timeout_s
+    stat = Path(f"/proc/{pid}/stat")
+    while time.monotonic() < deadline:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        if fields[0] == "Z":
+            return False
+        if (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") >= cpu_s:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def _catches(pid: int, signum: int, timeout_s: float = 30.0) -> bool:
