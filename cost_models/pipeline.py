@@ -65,6 +65,11 @@ def _rows(grid: Grid, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(np.column_stack([*ints, *floats]), axis=0, return_inverse=True)
 
 
+_REFERENCE = (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)
+"""The phase shares at which ratio-free slots are taken (any would do: they do not depend on
+them); those of ``PipelineSlots.evaluate``."""
+
+
 def _ratio(times: Phases) -> tuple[np.ndarray, ...]:
     """Phase times as shares of the micro-batch (the schedule's slots depend on the shares)."""
     total = np.maximum(times.total(), 1e-30)
@@ -91,7 +96,12 @@ class PipelineSlots:
         return slots.forward * share + slots.backward_input * (1.0 - share)
 
     def phase_slots(self, grid: Grid, ctx: TermContext, times: Phases) -> Phases:
-        keys, where = _rows(grid, *_ratio(times))
+        # rows whose slots are the same at every phase time (1F1B, GPipe, ...) are keyed by the
+        # schedule and shape alone, at one reference ratio: the same slots, from one call per
+        # shape instead of one per distinct phase ratio (a sort of every row's ratios)
+        free = self.ratio_free(grid, ctx)
+        ratios = [np.where(free, ref, r) for ref, r in zip(_REFERENCE, _ratio(times), strict=True)]
+        keys, where = _rows(grid, *ratios)
         table = np.array(
             [
                 schedule_slots(

@@ -22,7 +22,7 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)
 # or run torch.distributed are marked ``xdist_group("torch")``: with ``--dist loadgroup``
 # (pyproject.toml) they run in one worker, so one process pays torch's import (2-6 s of CPU
 # each: torch, megatron-core, DeepSpeed), not both. The tests that read the validation of the
-# published runs (``tests/test_validate_published.validated``, cached per process) share
+# published runs (``tests/validation.validated``, cached per process) share
 # ``xdist_group("validation")``: it is computed once (about 2 s), not in each worker. The
 # Megatron-Bridge probe, the notebook and the HTML reports (one run each per session, shared by
 # their module's tests) are groups "bridge", "notebook" and "html": one worker runs each once.

@@ -15,6 +15,7 @@ from autopar.search.solver import SIZED_LIMIT_BASE_S, SIZED_LIMIT_MAX_S, sized_t
 from tests import consumers
 
 
+@pytest.mark.xdist_group("torch")  # Megatron-LM's parser: one worker imports torch (conftest)
 def test_several_formats_come_from_one_solve(runner, tmp_path) -> None:
     """Two calls of one problem on a busy machine once gave two answers; one call with two
     formats writes both from the same solve."""

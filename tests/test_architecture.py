@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -26,6 +27,13 @@ from autopar.outputs.report import estimate_text, runners_up_text
 REPO = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once per test process: seven tests walk every module
+    (none changes a tree)."""
+    return ast.parse(path.read_text())
+
+
 def _runtime_nodes(tree: ast.AST):
     """Every node, less the bodies of ``if TYPE_CHECKING:`` (imports for annotations only)."""
     for node in ast.iter_child_nodes(tree):
@@ -42,7 +50,7 @@ def _imports(package: str) -> dict[str, set[str]]:
     for path in sorted((REPO / package).rglob("*.py")):
         module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
         names: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text())):
+        for node in _runtime_nodes(_parsed(path)):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
                 names |= {f"{node.module}.{alias.name}" for alias in node.names}
@@ -131,7 +139,7 @@ type, or give it the field); these read objects from outside autopar, each for i
 def test_no_duck_typing_of_autopar_types() -> None:
     found = set()
     for path in sorted((REPO / "autopar").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             call = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr"
             if call and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
                 found.add((str(path.relative_to(REPO)), node.args[1].value))
@@ -225,7 +233,7 @@ def test_no_module_over_600_lines_and_no_function_over_80() -> None:
         name, text = str(path.relative_to(REPO)), path.read_text()
         if len(text.splitlines()) > MAX_MODULE_LINES:
             long_modules[name] = len(text.splitlines())
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(_parsed(path)):
             is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             if is_function and _function_lines(node) > MAX_FUNCTION_LINES:
                 long_functions[f"{name}:{node.lineno} {node.name}"] = _function_lines(node)
@@ -401,7 +409,7 @@ def test_module_level_imports_need_only_the_base_dependencies() -> None:
     offenders = []
     for package in ("autopar", "cost_models"):
         for path in sorted((REPO / package).rglob("*.py")):
-            tree = ast.parse(path.read_text())
+            tree = _parsed(path)
             for node in tree.body:  # module level only; function-level imports are lazy
                 names = []
                 if isinstance(node, ast.Import):

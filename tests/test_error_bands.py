@@ -17,7 +17,7 @@ from autopar.cli import app
 from autopar.costs import error_bands
 from autopar.costs.error_bands import MIN_RUNS, error_band
 from autopar.outputs.schema import schema
-from tests.test_validate_published import validate_published, validated
+from tests.validation import validate_published, validated
 
 pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
 

@@ -17,6 +17,8 @@ from autopar.layout.plan import Layout
 from autopar.outputs import emit
 from tests import consumers
 
+TORCH = pytest.mark.xdist_group("torch")  # Megatron-LM parses: one worker imports torch
+
 HF = Path(__file__).parent / "data" / "hf"
 
 # file -> facts its modeling code fixes (transformers models/<family>/modeling_*.py), by field
@@ -129,12 +131,14 @@ def _megatron(name: str) -> tuple[dict, object]:
     return consumers.megatron_parse(line), consumers.megatron_transformer_config(line)
 
 
+@TORCH
 def test_megatron_carries_rope_base_and_llama3_scaling():
     flags, config = _megatron("llama-3.1-8b")
     assert flags["--rotary-base"] == ["500000"] and flags["--rope-scaling-factor"] == ["8.0"]
     assert "--use-rope-scaling" in flags and config.layernorm_epsilon == 1e-5
 
 
+@TORCH
 def test_megatron_carries_qwen_biases_norms_and_gate():
     flags, config = _megatron("qwen2-7b")
     assert (
@@ -146,6 +150,7 @@ def test_megatron_carries_qwen_biases_norms_and_gate():
     assert config.moe_shared_expert_gate and config.moe_router_pre_softmax
 
 
+@TORCH
 def test_megatron_carries_deepseek_v3_routing_and_yarn():
     flags, config = _megatron("deepseek-v3")
     assert config.moe_router_score_function == "sigmoid" and config.moe_router_enable_expert_bias
@@ -154,6 +159,7 @@ def test_megatron_carries_deepseek_v3_routing_and_yarn():
     assert (config.rotary_scaling_factor, config.mscale, config.mscale_all_dim) == (40.0, 1.0, 1.0)
 
 
+@TORCH
 @pytest.mark.parametrize(
     ("name", "named"),
     [

@@ -7,7 +7,6 @@ DeepSeek's DualPipe the published memory per device (DualPipe README, DeepSeek-V
 from __future__ import annotations
 
 import pytest
-from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
 from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.schedule import rank_ops
@@ -17,6 +16,10 @@ from autopar.outputs.emit.torchtitan import TORCHTITAN_SCHEDULES
 
 
 def _torch_steps(name: str, pp: int, m: int, vpp: int) -> list[list[tuple]]:
+    # imported here, not at the top: collecting this module imported torch (4 s of CPU) in
+    # every pytest worker, and only the one running these tests needs it
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
     single = name in ("1F1B", "GPipe")
     actions = get_schedule_ops(name, pp, m, None if single else vpp)
     out = []
@@ -47,6 +50,7 @@ def _cases():
     yield "1f1b", "Interleaved1F1B", 3, 3, 9
 
 
+@pytest.mark.xdist_group("torch")  # the worker that imports torch for the consumers (conftest)
 @pytest.mark.parametrize(("schedule", "torch_name", "pp", "vpp", "m"), list(_cases()))
 def test_orders_are_torchs(schedule, torch_name, pp, vpp, m):
     try:

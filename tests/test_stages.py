@@ -3,6 +3,7 @@ memory against the uniform model, CP-SAT against brute force, bad input and expl
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shlex
 
@@ -30,7 +31,7 @@ from autopar.inputs.specs import (
 )
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan
 from autopar.outputs.emit.megatron_stages import layout_string
-from autopar.pipeline.candidates import per_stage_space, uniform_recomputes
+from autopar.pipeline.candidates import candidates, per_stage_space, uniform_recomputes
 from autopar.pipeline.encoding import shapes_of
 from autopar.pipeline.result import even_alternatives
 from autopar.pipeline.search import solve_stages
@@ -274,8 +275,10 @@ def brute_force_s(problem: Problem) -> float:
     return float(np.min(brute_force_rows(problem), initial=np.inf))
 
 
+@functools.cache
 def brute_force_rows(problem: Problem) -> np.ndarray:
-    """Per outer layout, the best step time over every chunk split and per-stage recompute."""
+    """Per outer layout, the best step time over every chunk split and per-stage recompute
+    (cached: several tests ask for the same problem's; the callers only read it)."""
     ctx, cm = make_context(problem), load_cost_model(None)
     grid = per_stage_space(problem).pruned_grid(GRID_AXES)
     if not len(grid["pp"]):
@@ -296,11 +299,15 @@ def brute_force_rows(problem: Problem) -> np.ndarray:
                 times.append(fig.time_s)
                 memory.append(fig.memory_bytes)
             times_o, memory_o = np.stack(times, -1), np.stack(memory, -1)  # rows x p x options
-            for combo in itertools.product(range(len(options)), repeat=p):
-                t = times_o[:, np.arange(p), combo]
-                fits = (memory_o[:, np.arange(p), combo] <= capacity).all(axis=1)
-                step = sub.step_time_s + pipeline_time_s(t, m, v)
-                best[index] = np.minimum(best[index], np.where(fits, step, np.inf))
+            # every per-stage recompute choice at once: combos x p, then rows x combos x p
+            combos = np.array(list(itertools.product(range(len(options)), repeat=p)))
+            t = times_o[:, np.arange(p), combos]
+            fits = (memory_o[:, np.arange(p), combos] <= capacity).all(axis=2)
+            rows, count = t.shape[:2]
+            pipe = pipeline_time_s(t.reshape(rows * count, p), np.repeat(m, count), v)
+            step = sub.step_time_s[:, None] + pipe.reshape(rows, count)
+            best[index] = np.minimum(best[index], np.where(fits, step, np.inf).min(axis=1))
+    best.flags.writeable = False
     return best
 
 
@@ -408,9 +415,9 @@ def test_solve_per_stage_beats_or_ties_the_uniform_layout():
     # best even splits, and the notes say what was proven for which number
     problem = api.make_problem(**LLAMA)
     ctx, cm = make_context(problem), load_cost_model(None)
+    cand = candidates(problem, per_stage_space(problem), ctx, cm)  # what solve_stages starts from
     evens = [
-        estimate_plan(layout, plan, ctx, cm)
-        for layout, plan in even_alternatives(solve_stages(problem, ctx, cm).candidates, problem)
+        estimate_plan(layout, plan, ctx, cm) for layout, plan in even_alternatives(cand, problem)
     ]
     assert evens and staged.best.step_time_s <= min(e.step_time_s for e in evens)
     assert any("proven optimal for it" in note for note in staged.notes)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_validate_published import validate_published, validated
+from tests.validation import validate_published, validated
 
 pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
 

@@ -8,7 +8,7 @@ import pytest
 
 from autopar.api import make_problem
 from autopar.layout.rules import layout_rules
-from tests.test_validate_published import validate_published, validated
+from tests.validation import validate_published, validated
 
 pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
 

@@ -4,37 +4,12 @@ issue 11: each precision separately, every row on the stack it ran on)."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from tests.validation import validate_published, validated
+
 pytestmark = pytest.mark.xdist_group("validation")  # one worker validates (conftest)
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/validate_published.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("validate_published", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
-    spec.loader.exec_module(module)
-    return module
-
-
-validate_published = _load()
-
-
-@functools.cache
-def validated():
-    """(every modelled run, the skipped rows), computed once per test process and shared by the
-    validation tests (each file filters its own rows)."""
-    if not validate_published.DEFAULT_CSV.exists():
-        pytest.fail(f"published runs missing: {validate_published.DEFAULT_CSV}")
-    return validate_published.validate(validate_published.DEFAULT_CSV)
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,7 @@ from autopar.costs.terms import (
     TermContext,
     grid_of,
     memory_breakdown_bytes,
-    microbatch_time_s,
-    step_time_s,
-    time_breakdown_s,
+    time_figures,
 )
 from autopar.inputs.echo import inputs_dict
 from autopar.layout.plan import Estimate, Layout
@@ -25,9 +23,7 @@ def estimate_many(layouts: list[Layout], ctx: TermContext, cost_model: CostModel
     if not layouts:
         return []
     grid = grid_of(layouts)
-    step_s = step_time_s(cost_model, grid, ctx)
-    times = time_breakdown_s(cost_model, grid, ctx)
-    pipeline = microbatch_time_s(cost_model, grid, ctx)
+    step_s, pipeline, times = time_figures(cost_model, grid, ctx)
     bubble = np.divide(times["bubble"], pipeline, out=np.zeros(len(pipeline)), where=pipeline > 0)
     memory = memory_breakdown_bytes(cost_model, grid, ctx)
     model_flop = cost_model.flops.model_flop(grid, ctx)

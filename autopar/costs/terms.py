@@ -476,19 +476,36 @@ def microbatch_phases(cost_model: CostModel, grid: Grid, ctx: TermContext) -> li
     return [term_phases(t, grid, ctx, size) for t in cost_model.microbatch_terms]
 
 
+def _pipeline_parts(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int):
+    """Each micro-batch term's phases, their sum and the slots at that sum."""
+    parts = microbatch_phases(cost_model, grid, ctx)
+    phases = sum_phases(parts, size)
+    return parts, phases, slot_phases(cost_model.slots, grid, ctx, phases)
+
+
 def microbatch_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
     """The pipeline part of the step: the micro-batch terms weighted by the slots of their
     phases, the slots taken at the layout's own phase times (module docstring)."""
     size = len(next(iter(grid.values())))
-    phases = sum_phases(microbatch_phases(cost_model, grid, ctx), size)
-    slots = slot_phases(cost_model.slots, grid, ctx, phases)
+    return _microbatch_time(
+        cost_model, grid, ctx, size, _pipeline_parts(cost_model, grid, ctx, size)
+    )
+
+
+def _microbatch_time(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int, pipeline):
+    _, phases, slots = pipeline
     plain = slots.forward * _sum(cost_model.microbatch_terms, grid, ctx, size)
     return np.where(uniform_slots(slots), plain, weighted(slots, phases))
 
 
-def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+def step_terms_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+    """The terms paid once per step, summed: ``step_time_s`` without ``microbatch_time_s``."""
     size = len(next(iter(grid.values())))
-    return _sum(cost_model.step_terms, grid, ctx, size) + microbatch_time_s(cost_model, grid, ctx)
+    return _sum(cost_model.step_terms, grid, ctx, size)
+
+
+def step_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
+    return step_terms_s(cost_model, grid, ctx) + microbatch_time_s(cost_model, grid, ctx)
 
 
 def memory_bytes(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -504,11 +521,26 @@ def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dic
     micro-batch term ``grad_accum`` times, less what the schedule's paired steps hide of it; the
     pipeline bubble is what the schedule adds to that."""
     size = len(next(iter(grid.values())))
+    return _breakdown(cost_model, grid, ctx, size, _pipeline_parts(cost_model, grid, ctx, size))
+
+
+def time_figures(
+    cost_model: CostModel, grid: Grid, ctx: TermContext
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """``step_time_s``, ``microbatch_time_s`` and ``time_breakdown_s`` of one grid, the terms'
+    phases and the schedule's slots computed once for the three (``estimate_many``)."""
+    size = len(next(iter(grid.values())))
+    pipeline = _pipeline_parts(cost_model, grid, ctx, size)
+    microbatch = _microbatch_time(cost_model, grid, ctx, size, pipeline)
+    step = step_terms_s(cost_model, grid, ctx) + microbatch
+    return step, microbatch, _breakdown(cost_model, grid, ctx, size, pipeline)
+
+
+def _breakdown(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int, pipeline):
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in TIME_CATEGORIES}
     grad_accum = np.asarray(grid["grad_accum"], dtype=np.float64)
     _by_category(cost_model.step_terms, grid, ctx, size, np.ones(size), out)
-    phases = microbatch_phases(cost_model, grid, ctx)
-    slots = slot_phases(cost_model.slots, grid, ctx, sum_phases(phases, size))
+    phases, _, slots = pipeline
     counted = np.zeros(size)
     for term, part in zip(cost_model.microbatch_terms, phases, strict=True):
         value = grad_accum * part.total() - slots.paired_hidden * part.paired_hidden
