@@ -26,11 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_published import Case, predict  # noqa: E402
+from validate_published import Case, predict, printed_layout  # noqa: E402
 
 from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
 from autopar.inputs.specs import TrainingSpec  # noqa: E402
-from autopar.layout.plan import Layout  # noqa: E402
 
 HELDOUT_CSV = Path(__file__).resolve().parent / "data" / "published" / "mlperf_v51_heldout.csv"
 
@@ -54,19 +53,7 @@ def heldout_case(row: dict[str, str]) -> Case:
         grad_precision=stack.grad_reduce_dtype,
         stack=stack,
     )
-    dp = n // (tp * pp * cp)
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        vpp=int(row["vpp"]),
-        mbs=mbs,
-        grad_accum=gbs // (dp * mbs),
-        recompute="none",
-        zero=1,
-        sequence_parallel=tp > 1,
-    )
+    layout = printed_layout(n, gbs, tp=tp, pp=pp, cp=cp, vpp=int(row["vpp"]), mbs=mbs, zero=1)
     return Case(
         row_id=row["id"],
         source="mlperf_v51",

@@ -453,6 +453,24 @@ def build_mbridge(row: pd.Series, source: str) -> Case | str:
     return build_tokens_row(row, source, zero=3 if fsdp else 1)
 
 
+def printed_layout(n: int, gbs: int, *, tp: int, pp: int, cp: int, vpp: int, mbs: int, zero: int):
+    """The layout a table prints (TP / PP / CP / VP / MBS on ``n`` GPUs, global batch ``gbs``
+    sequences): DP and the micro-batches follow, no recompute, SP with TP."""
+    dp = n // (tp * pp * cp)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        vpp=vpp,
+        mbs=mbs,
+        grad_accum=gbs // (dp * mbs),
+        recompute="none",
+        zero=zero,
+        sequence_parallel=tp > 1,
+    )
+
+
 def build_tokens_row(row: pd.Series, source: str, *, zero: int) -> Case | str:
     """A dense FP8 H100 row that prints tokens/s/GPU, with its printed TP / PP / CP / VP / MBS,
     no recompute and SP with TP: ``step = gbs * seq_len / (tokens_per_s_gpu * n)``."""
@@ -461,18 +479,8 @@ def build_tokens_row(row: pd.Series, source: str, *, zero: int) -> Case | str:
         return "no tokens/s/GPU"
     s, n, gbs = _int(row["seq_len"]), _int(row["num_gpus"]), _int(row["gbs_sequences"])
     tp, pp, cp, mbs = _int(row["tp"]), _int(row["pp"]), _int(row["cp"], 1), _int(row["mbs"])
-    dp = n // (tp * pp * cp)
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        vpp=_int(row["vpp"], 1),
-        mbs=mbs,
-        grad_accum=gbs // (dp * mbs),
-        recompute="none",
-        zero=zero,
-        sequence_parallel=tp > 1,
+    layout = printed_layout(
+        n, gbs, tp=tp, pp=pp, cp=cp, vpp=_int(row["vpp"], 1), mbs=mbs, zero=zero
     )
     training = training_spec(
         source, num_gpus=n, global_batch_sequences=gbs, seq_len=s, precision="fp8"
