@@ -206,21 +206,19 @@ def check_prefer(prefer: object) -> None:
         )
 
 
-PER_STAGE_SCHEDULES: tuple[str, ...] = ("1f1b", "combined-1f1b")
-"""The schedules per-stage plans are priced with: Megatron's (the per-stage launcher writes
-Megatron flags, ``autopar.outputs.emit.megatron_stages``), whose every phase has the interleaved
-slots (``autopar.costs.schedule``), so the per-stage bubble form holds for them."""
-
-
 def per_stage_schedules_only(problem: Problem) -> Problem:
-    """Per-stage plans search Megatron's schedules only (``PER_STAGE_SCHEDULES``); a request
-    for none of them is bad input."""
-    kept = tuple(s for s in problem.options.pipeline_schedules if s in PER_STAGE_SCHEDULES)
+    """Per-stage plans search the schedules they are priced for
+    (``autopar.costs.stage_schedules.STAGE_SCHEDULES``); a request for none of them is bad
+    input naming each schedule asked for and why it has no per-stage plan."""
+    from autopar.costs.stage_schedules import STAGE_REFUSALS, STAGE_SCHEDULES
+
+    asked = problem.options.pipeline_schedules
+    kept = tuple(s for s in asked if s in STAGE_SCHEDULES)
     if not kept:
+        why = "; ".join(f"{s}: {STAGE_REFUSALS.get(s, 'not priced')}" for s in asked)
         raise InputError(
-            f"per-stage plans run {', '.join(PER_STAGE_SCHEDULES)} (Megatron's schedules; the "
-            f"zero-bubble and V schedules are priced for uniform plans only); got "
-            f"{', '.join(problem.options.pipeline_schedules)}",
+            f"per-stage plans run {', '.join(STAGE_SCHEDULES)} (loop placement, whole "
+            f"backwards); got {', '.join(asked)} ({why})",
             source="--pipeline-schedule",
         )
     options = dataclasses.replace(problem.options, pipeline_schedules=kept)
