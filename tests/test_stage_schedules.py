@@ -11,6 +11,7 @@ import pytest
 
 from autopar import api
 from autopar.api import make_context
+from autopar.base.errors import InputError
 from autopar.cli import app
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule import MEGATRON, simulate
@@ -134,3 +135,36 @@ def test_unsupported_schedule_exits_2_with_the_reason(runner, schedule, reason):
     assert result.exit_code == 2
     assert schedule in result.output and reason in result.output
     assert "Traceback" not in result.output
+
+
+def test_torchtitan_writes_the_schedule_and_the_per_stage_split():
+    """The emitted overrides give the plan's split (``layers_per_stage`` with the first and last
+    stage shorter, which ``tests/test_emit_consumers.py`` checks against torchtitan's own
+    split) under the schedule it was priced with; a split with uneven middle stages or
+    per-stage recompute is refused with the rule."""
+    from autopar.layout.stages import parse_plan
+    from autopar.outputs import emit
+
+    problem = api.make_problem(**{**LLAMA, "model": "llama-3.1-70b"}, framework="torchtitan")
+    layout = api.layout_of(
+        problem, tp=8, pp=4, zero=3, recompute="selective", pipeline_schedule="gpipe",
+        pipeline_plan="per-stage",
+    )  # fmt: skip
+    plan = parse_plan(pp=4, vpp=1, stage_layers="19,21,21,19", stage_recompute="selective")
+    staged = api.evaluate_problem(problem, layout, plan=plan)
+    parallelism = emit.torchtitan_config(staged, problem)["parallelism"]
+    assert parallelism["pipeline_parallel_schedule"] == "GPipe"
+    split = ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")
+    assert [parallelism[f"pipeline_parallel_{k}"] for k in split] == [21, 2, 2]
+    args = emit.torchtitan_args(staged, problem)
+    assert args[-1] == "activation_checkpoint:selective"
+    for layers, recompute, rule in [
+        ("20,19,21,20", "selective", "pipeline_parallel_layers_per_stage"),
+        ("19,21,21,19", "selective,none,none,none", "apply_ac"),
+        ("19,21,21,19", "full:20", "apply_ac"),
+    ]:
+        plan = parse_plan(pp=4, vpp=1, stage_layers=layers, stage_recompute=recompute)
+        staged = api.evaluate_problem(problem, layout, plan=plan)
+        for write in (emit.torchtitan_args, emit.torchtitan_config):
+            with pytest.raises(InputError, match=rule):
+                write(staged, problem)
