@@ -98,7 +98,8 @@ def test_any_schedule_returns_the_fastest_by_the_simulation():
     base = small_problem(19)
     training = dataclasses.replace(base.training, global_batch_sequences=1)
     steps = {}
-    for schedules in [("1f1b", "gpipe", "looped-bfs"), ("1f1b",), ("gpipe",), ("looped-bfs",)]:
+    every_schedule = ("1f1b", "zb-h1", "zb-v", "dualpipe-v", "gpipe", "looped-bfs")
+    for schedules in [every_schedule, ("1f1b",), ("gpipe",), ("looped-bfs",)]:
         options = dataclasses.replace(
             base.options, framework="torchtitan", pipeline_schedules=schedules
         )
@@ -106,7 +107,9 @@ def test_any_schedule_returns_the_fastest_by_the_simulation():
         result = api.solve_problem(problem, pipeline_plan="per-stage", time_limit=20)
         assert result.status == "optimal"
         steps[schedules] = result.best
-    every = steps.pop(("1f1b", "gpipe", "looped-bfs"))
+        if schedules == every_schedule:  # the ones without a per-stage plan, and why
+            assert any("did not search zb-h1, zb-v, dualpipe-v" in n for n in result.notes)
+    every = steps.pop(every_schedule)
     fastest = min(steps.values(), key=lambda e: e.step_time_s)
     assert every.step_time_s == pytest.approx(fastest.step_time_s, rel=1e-9)
     assert every.layout.pipeline_schedule == fastest.layout.pipeline_schedule
