@@ -171,3 +171,8 @@ def test_torchtitan_writes_the_schedule_and_the_per_stage_split():
         for write in (emit.torchtitan_args, emit.torchtitan_config):
             with pytest.raises(InputError, match=rule):
                 write(staged, problem)
+    # without a pipeline too: one stage recomputing some of its layers is no torchtitan mode
+    flat = api.layout_of(problem, tp=8, zero=3, recompute="full", pipeline_plan="per-stage")
+    plan = parse_plan(pp=1, vpp=1, stage_layers="80", stage_recompute="full:20")
+    with pytest.raises(InputError, match="apply_ac"):
+        emit.torchtitan_args(api.evaluate_problem(problem, flat, plan=plan), problem)

@@ -222,11 +222,12 @@ def _pipeline(
     last, which hold ``first/last_stage_less_layers`` fewer: that is autopar's split when only
     those two differ (even, embedding/loss accounted, uneven without interleaving), or a
     per-stage ``plan``'s when its chunks have that shape (``_check_stage_plan``)."""
+    if plan is not None:
+        _check_stage_plan(plan, fmt)
     if lay.pp == 1:
         return {}
     model = problem.model
     if plan is not None:
-        _check_stage_plan(plan, fmt)
         sizes = list(plan.chunk_layers)
     else:
         sizes = virtual_stage_layers(
