@@ -125,6 +125,7 @@ def solve_problem(
     ctx = make_context(problem)
     sources = collective_sources(ctx.comm)
     inputs = inputs_dict(problem.model, problem.cluster, problem.training, sources=sources)
+    asked = problem.options.pipeline_schedules
     if pipeline_plan == "per-stage":
         problem = per_stage_schedules_only(problem)
     space = build_space(problem)
@@ -152,6 +153,7 @@ def solve_problem(
         result = _per_stage(
             problem, ctx, cm, result, top=top, deadline=deadline, workers=num_workers
         )
+        result = _left_out_note(result, asked, problem.options.pipeline_schedules)
     note = default_batch_note(problem, result.best.layout if result.layouts else None)
     if note and (result.layouts or result.status == "infeasible"):
         result = dataclasses.replace(result, notes=(*result.notes, note))
@@ -206,21 +208,34 @@ def check_prefer(prefer: object) -> None:
         )
 
 
-PER_STAGE_SCHEDULES: tuple[str, ...] = ("1f1b", "combined-1f1b")
-"""The schedules per-stage plans are priced with: Megatron's (the per-stage launcher writes
-Megatron flags, ``autopar.outputs.emit.megatron_stages``), whose every phase has the interleaved
-slots (``autopar.costs.schedule``), so the per-stage bubble form holds for them."""
+def _left_out_note(result: SolveResult, asked, searched) -> SolveResult:
+    """A note naming the schedules asked for that per-stage plans did not search, and why."""
+    left_out = [s for s in asked if s not in searched]
+    if not left_out:
+        return result
+    note = f"per-stage plans did not search {', '.join(left_out)}: {_refusals(left_out)}"
+    return dataclasses.replace(result, notes=(*result.notes, note))
+
+
+def _refusals(schedules) -> str:
+    """Why each of ``schedules`` has no per-stage plan (``stage_schedules.STAGE_REFUSALS``)."""
+    from autopar.costs.stage_schedules import STAGE_REFUSALS
+
+    return "; ".join(f"{s}: {STAGE_REFUSALS.get(s, 'not priced')}" for s in schedules)
 
 
 def per_stage_schedules_only(problem: Problem) -> Problem:
-    """Per-stage plans search Megatron's schedules only (``PER_STAGE_SCHEDULES``); a request
-    for none of them is bad input."""
-    kept = tuple(s for s in problem.options.pipeline_schedules if s in PER_STAGE_SCHEDULES)
+    """Per-stage plans search the schedules they are priced for
+    (``autopar.costs.stage_schedules.STAGE_SCHEDULES``); a request for none of them is bad
+    input naming each schedule asked for and why it has no per-stage plan."""
+    from autopar.costs.stage_schedules import STAGE_SCHEDULES
+
+    asked = problem.options.pipeline_schedules
+    kept = tuple(s for s in asked if s in STAGE_SCHEDULES)
     if not kept:
         raise InputError(
-            f"per-stage plans run {', '.join(PER_STAGE_SCHEDULES)} (Megatron's schedules; the "
-            f"zero-bubble and V schedules are priced for uniform plans only); got "
-            f"{', '.join(problem.options.pipeline_schedules)}",
+            f"per-stage plans run {', '.join(STAGE_SCHEDULES)} (loop placement, whole "
+            f"backwards); got {', '.join(asked)} ({_refusals(asked)})",
             source="--pipeline-schedule",
         )
     options = dataclasses.replace(problem.options, pipeline_schedules=kept)

@@ -19,7 +19,7 @@ import numpy as np
 
 from autopar.costs.estimate import estimate
 from autopar.costs.goodput import run_figures
-from autopar.costs.schedule import MEGATRON, PipelineSchedule
+from autopar.costs.schedule import PipelineSchedule
 from autopar.costs.stage_costs import probe_stage_costs
 from autopar.costs.stage_figures import (
     StageFigures,
@@ -27,6 +27,7 @@ from autopar.costs.stage_figures import (
     stage_figures,
     stage_rows,
 )
+from autopar.costs.stage_schedules import stage_schedule
 from autopar.costs.terms import CostModel, TermContext, grid_of
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.stages import RECOMPUTE_CODES, PerStage, StagePlan, plan_recompute_mode
@@ -41,12 +42,15 @@ def estimate_plan(
     cost_model: CostModel,
     *,
     plan_from: str = "given",
-    schedule: PipelineSchedule = MEGATRON,
+    schedule: PipelineSchedule | None = None,
 ) -> Estimate:
     """The estimate of ``layout`` run with ``plan``: the uniform estimate of the layout with
     the per-stage figures in place of its own (``dataclasses.replace``, so everything else it
     carries, ``inputs`` and ``choices`` among it, is the uniform estimate's) and
-    ``per_stage`` set (``plan_from``: ``PerStage``)."""
+    ``per_stage`` set (``plan_from``: ``PerStage``); ``schedule`` is the layout's own
+    (``autopar.costs.stage_schedules.stage_schedule``) unless given."""
+    if schedule is None:
+        schedule = stage_schedule(layout.pipeline_schedule)
     grid = grid_of([layout])
     costs = probe_stage_costs(cost_model, ctx, grid)
     figures = stage_figures(plan, costs, grid["grad_accum"], schedule=schedule)

@@ -20,8 +20,10 @@ from typing import Any, Protocol
 import numpy as np
 from ortools.sat.python import cp_model
 
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import StageCosts
+from autopar.costs.stage_schedules import stage_schedule
 from autopar.layout.stages import StagePlan
 
 NS_PER_S = 1e9
@@ -55,12 +57,19 @@ class Shape:
 
 def shapes_of(grid: Mapping[str, np.ndarray], rows: np.ndarray | None = None) -> dict:
     """``{Shape: rows}``: the rows (all, or those of ``rows``; global indices) of each shape, in
-    ``(pp, vpp)`` order. Every row runs ``MEGATRON``; a schedule axis would key here too."""
+    ``(pp, vpp, schedule)`` order; each row runs its ``schedule`` column's per-stage schedule
+    (``autopar.costs.stage_schedules.stage_schedule``; ``MEGATRON`` without that column)."""
     index = np.arange(len(grid["pp"])) if rows is None else np.asarray(rows, dtype=np.int64)
     pp, vpp = grid["pp"][index], grid["vpp"][index]
-    out = {}
-    for p, v in sorted({(int(a), int(b)) for a, b in zip(pp, vpp, strict=True)}):
-        out[Shape(p, v)] = index[(pp == p) & (vpp == v)]
+    codes = grid["schedule"][index] if "schedule" in grid else np.zeros(len(index), np.int64)
+    keys = sorted({(int(a), int(b), int(c)) for a, b, c in zip(pp, vpp, codes, strict=True)})
+    schedules = {c: stage_schedule(PIPELINE_SCHEDULES[c]) for c in {k[2] for k in keys}}
+    out: dict[Shape, np.ndarray] = {}
+    for p, v, code in keys:
+        shape = Shape(p, v, schedules[code])
+        if shape not in out:  # the codes priced alike keep their rows in grid order
+            same = [c for c, s in schedules.items() if s == shape.schedule]
+            out[shape] = index[(pp == p) & (vpp == v) & np.isin(codes, same)]
     return out
 
 

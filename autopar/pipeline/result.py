@@ -150,12 +150,14 @@ def _even_entries(cand: Candidates, problem: Problem, shape, index, count: int) 
 def schedule_notes(status: str, best: Estimate, evens: Sequence[Estimate]) -> list[str]:
     """What the search proved and what the simulated schedule gives: the search ranks plans by
     the schedule formula (``autopar.costs.stage_figures.pipeline_time_s``), exact only for equal
-    stages; the estimates are Megatron's schedule simulated (``autopar.costs.schedule``)."""
+    stages; the estimates are the layout's schedule simulated (``autopar.costs.schedule``)."""
     proof = "proven optimal" if status == "optimal" else status
     formula = best.per_stage.formula_step_time_s
+    name = best.layout.pipeline_schedule
+    which = "Megatron's schedule" if name in ("1f1b", "combined-1f1b") else f"the {name} schedule"
     notes = [
         f"ranked by the schedule formula ({proof} for it): {formula:.3f} s; "
-        f"Megatron's schedule simulated: {best.step_time_s:.3f} s"
+        f"{which} simulated: {best.step_time_s:.3f} s"
     ]
     if not evens:
         return notes

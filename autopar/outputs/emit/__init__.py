@@ -64,8 +64,12 @@ def _toml_text(item: Estimate | Layout, problem: Problem) -> str:
 FORMATS: dict[str, Format] = {
     "megatron": Format(MEGATRON_TARGET, megatron_text, "megatron", per_stage=True),
     "megatron-bridge": Format(BRIDGE_TARGET, bridge_text, "megatron", "megatron-bridge-0.6"),
-    "torchtitan": Format(TORCHTITAN_TARGET, torchtitan_text, "torchtitan", "torchtitan-0.3"),
-    "torchtitan-0.2": Format(TORCHTITAN_02_TARGET, _toml_text, "torchtitan", "torchtitan-0.3"),
+    "torchtitan": Format(
+        TORCHTITAN_TARGET, torchtitan_text, "torchtitan", "torchtitan-0.3", per_stage=True
+    ),
+    "torchtitan-0.2": Format(
+        TORCHTITAN_02_TARGET, _toml_text, "torchtitan", "torchtitan-0.3", per_stage=True
+    ),
     "deepspeed": Format(
         DEEPSPEED_TARGET, _deepspeed_text, "deepspeed", "deepspeed-0.19", deepspeed_notes
     ),

@@ -24,12 +24,14 @@ from typing import Any
 
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
+from autopar.layout.stages import StagePlan
 from autopar.outputs.emit.common import (
     checkpoint_interval_of,
     layout_of,
     refuse,
     refuse_megatron_only,
     refuse_schedule,
+    stage_plan_of,
     virtual_stage_layers,
 )
 
@@ -213,19 +215,32 @@ def _check_expert_mesh(lay: Layout, fmt: str, *, etp: int) -> None:
         )
 
 
-def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
+def _pipeline(
+    lay: Layout, problem: Problem, fmt: str, plan: StagePlan | None = None
+) -> dict[str, Any]:
     """torchtitan gives every virtual stage ``layers_per_stage`` layers but the first and the
     last, which hold ``first/last_stage_less_layers`` fewer: that is autopar's split when only
-    those two differ (even, embedding/loss accounted, uneven without interleaving)."""
+    those two differ (even, embedding/loss accounted, uneven without interleaving), or a
+    per-stage ``plan``'s when its chunks have that shape (``_check_stage_plan``)."""
+    if plan is not None:
+        _check_stage_plan(plan, fmt)
     if lay.pp == 1:
         return {}
     model = problem.model
-    sizes = virtual_stage_layers(model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers)
+    if plan is not None:
+        sizes = list(plan.chunk_layers)
+    else:
+        sizes = virtual_stage_layers(
+            model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
+        )
     per_stage = max(sizes)
     if len(sizes) > 2 and set(sizes[1:-1]) != {per_stage}:
         raise refuse(
             fmt,
-            f"the uneven split {sizes} (only the first and last virtual stage may be shorter)",
+            f"the uneven split {sizes} (only the first and last virtual stage may be shorter: "
+            "pipeline_parallel_layers_per_stage, distributed/pipeline_parallel.py, is the split "
+            "autopar writes; module_fqns_per_model_part reaches 0.3's command line as one "
+            "module per stage, tyro)",
             "use --format megatron",
         )
     name = TORCHTITAN_SCHEDULES.get(lay.pipeline_schedule)
@@ -242,7 +257,27 @@ def _pipeline(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
     }
 
 
-def _parallelism(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
+def _check_stage_plan(plan: StagePlan, fmt: str) -> None:
+    """A per-stage plan's recompute as torchtitan runs it: one activation checkpoint mode for
+    every layer of every stage (``distributed/activation_checkpoint.py`` ``apply_ac`` wraps
+    each transformer block alike), so the stages agree and ``full`` covers every layer."""
+    modes = {r.mode for r in plan.recompute}
+    partial = any(
+        plan.recomputed_layers(c) < n for c, n in enumerate(plan.chunk_layers) if "full" in modes
+    )
+    if len(modes) > 1 or partial:
+        texts = ",".join(r.text() for r in plan.recompute)
+        raise refuse(
+            fmt,
+            f"the per-stage recompute {texts} (torchtitan applies one activation checkpoint "
+            "mode to every layer, distributed/activation_checkpoint.py apply_ac)",
+            "use --format megatron",
+        )
+
+
+def _parallelism(
+    lay: Layout, problem: Problem, fmt: str, plan: StagePlan | None = None
+) -> dict[str, Any]:
     """ZeRO-3 is FSDP (``data_parallel_shard_degree = dp``), ZeRO-2 FSDP that keeps parameters
     gathered after forward (``fsdp_reshard_after_forward = "never"``), ZeRO-0 DDP."""
     fsdp = lay.zero >= 2
@@ -256,7 +291,7 @@ def _parallelism(lay: Layout, problem: Problem, fmt: str) -> dict[str, Any]:
     }
     if lay.zero == 2:
         parallelism["fsdp_reshard_after_forward"] = "never"
-    return parallelism | _pipeline(lay, problem, fmt)
+    return parallelism | _pipeline(lay, problem, fmt, plan)
 
 
 def _training(lay: Layout, problem: Problem) -> dict[str, Any]:
@@ -286,7 +321,7 @@ def torchtitan_config(item: Estimate | Layout, problem: Problem) -> dict[str, di
         model["converters"] = converters  # components/quantization/float8.py:238
     if model:
         sections["model"] = model
-    parallelism = _parallelism(lay, problem, "torchtitan-0.2")
+    parallelism = _parallelism(lay, problem, "torchtitan-0.2", stage_plan_of(item))
     if problem.model.is_moe:
         parallelism["expert_tensor_parallel_degree"] = lay.etp
     sections["parallelism"] = parallelism
@@ -367,7 +402,7 @@ def torchtitan_args(item: Estimate | Layout, problem: Problem) -> list[str]:
         )
     args = ["--module", known.module, "--config", known.config]
     for section, fields in (
-        ("parallelism", _parallelism(lay, problem, fmt)),
+        ("parallelism", _parallelism(lay, problem, fmt, stage_plan_of(item))),
         ("training", _training(lay, problem)),
     ):
         for key, value in fields.items():

@@ -1,0 +1,154 @@
+"""The pipeline schedules a per-stage plan runs (``autopar.costs.schedule.PipelineSchedule``).
+
+Megatron's 1F1B and interleaved 1F1B (and the combined 1F1B, whose pairs' hiding the per-stage
+costs already charge: ``autopar.costs.stage_costs``) are ``MEGATRON``, torch's the same where
+the two orders agree (``OneFOneB``). torch's loop-style schedules that run a whole backward,
+GPipe and Looped BFS (and torch's interleaved 1F1B elsewhere), are ``LoopSchedule``: the same
+order, slots, peak and simulation the uniform plan is priced with
+(``autopar.costs.schedule_orders``, ``schedule_slots``, ``schedule.simulate``), no second copy.
+All put virtual stage ``q`` on rank ``q % pp``, the placement ``StagePlan`` assumes.
+
+The zero-bubble and V schedules have no per-stage plan (the refusals below): they need each
+chunk's backward split into its input and weight gradients, which the per-stage costs do not
+carry, and the V schedules place stages ``r`` and ``2*pp-1-r`` on rank ``r``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from autopar.base.errors import InputError
+from autopar.costs.schedule import MEGATRON, PipelineSchedule, simulate
+from autopar.costs.schedule_slots import in_flight_chunks, schedule_slots
+
+NOMINAL_RATIO = (1.0 / 3.0, 2.0 / 3.0, 0.0, 0.0)
+"""Phase shares the slots are read at (forward, whole backward as the input gradient, no
+separate weight gradient, nothing hidden): the per-stage figures' backward twice the forward
+(``autopar.costs.stage_figures.FORWARD_SHARE``)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _slots(name: str, pp: int, vpp: int, m: int) -> Fraction:
+    """Stage-sized micro-batch slots of the pipeline for equal stages (``schedule_slots`` at
+    ``NOMINAL_RATIO``: ``sF/3 + 2*sI/3``), as a fraction: the slots are multiples of
+    ``1/(pp*vpp)`` (operations on the longest path count ``1/vpp``, the steady-state line
+    steps by ``1/pp``), so the closest fraction with that denominator (times 3) is exact."""
+    forward, backward, _, _ = schedule_slots(name, pp, vpp, m, NOMINAL_RATIO)
+    value = forward * NOMINAL_RATIO[0] + backward * NOMINAL_RATIO[1]
+    return Fraction(value).limit_denominator(3 * pp * vpp)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSchedule:
+    """A torch loop-style schedule with whole backwards (``gpipe``, ``looped-bfs``, ``1f1b``).
+    Closed form ``(s - pp/v) * max_i T_i + sum_i T_i / v``, ``s`` the schedule's slots for equal
+    stages (``_slots``: GPipe ``m + pp - 1``, Huang et al. 2019 §2.2; Looped BFS ``m +
+    (pp-1)/v``, Lamy-Poirier 2023 §4): one pass of the first micro-batch through every stage
+    and the rest of the slots at the slowest stage, the form ``MegatronSchedule`` has for 1F1B.
+    Equal to the uniform plan's pipeline for equal stages."""
+
+    name: str
+
+    def in_flight(self, pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+        return in_flight_chunks(self.name, pp, vpp, int(num_microbatches))[stage]
+
+    def step_weights(self, pp: int, vpp: int, num_microbatches: int) -> tuple[Fraction, Fraction]:
+        slots = _slots(self.name, pp, vpp, int(num_microbatches))
+        return max(Fraction(0), slots - Fraction(pp, vpp)), Fraction(1, vpp)
+
+    def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
+        m = np.asarray(num_microbatches, dtype=np.int64)
+        distinct, where = np.unique(m, return_inverse=True)
+        a = np.array([float(self.step_weights(pp, vpp, int(x))[0]) for x in distinct])
+        weight = a[where.reshape(m.shape)]
+        return weight * np.asarray(slowest_s) + np.asarray(total_s) / vpp
+
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+        fwd = np.asarray(forward_s, dtype=np.float64)
+        pp, vpp = fwd.shape
+        step = simulate(self.name, pp, vpp, int(num_microbatches), fwd, backward_s, 0.0)
+        return step.step_s
+
+
+def _torch_rounds(pp: int, vpp: int, m: int) -> bool:
+    """Whether torch's interleaved 1F1B differs from Megatron's order here: with virtual
+    stages it runs rounds of ``m // max(1, m // pp)`` micro-batches (``ScheduleInterleaved1F1B
+    .__init__``, L3192-3198), Megatron groups of ``pp``; they agree when ``pp`` divides ``m``,
+    which Megatron requires (``autopar.layout.rules``), so only torchtitan's plans get here."""
+    return vpp > 1 and m % pp != 0
+
+
+_TORCH_1F1B = LoopSchedule("1f1b")
+
+
+@dataclass(frozen=True, slots=True)
+class OneFOneB:
+    """1F1B and interleaved 1F1B, Megatron's and torch's: ``MEGATRON`` wherever the two orders
+    agree (``_torch_rounds``), else torch's order (``LoopSchedule("1f1b")``: its slots add
+    ``(pp - m)*(vpp-1)/vpp`` below ``pp`` micro-batches, ``schedule_slots._closed_slots``). One
+    object for ``1f1b`` and ``combined-1f1b``, so their rows stay one shape."""
+
+    name: str = "megatron"
+
+    def in_flight(self, pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+        if _torch_rounds(pp, vpp, int(num_microbatches)):
+            return _TORCH_1F1B.in_flight(pp, vpp, num_microbatches, stage)
+        return MEGATRON.in_flight(pp, vpp, num_microbatches, stage)
+
+    def step_weights(self, pp: int, vpp: int, num_microbatches: int) -> tuple[Fraction, Fraction]:
+        if _torch_rounds(pp, vpp, int(num_microbatches)):
+            return _TORCH_1F1B.step_weights(pp, vpp, num_microbatches)
+        return MEGATRON.step_weights(pp, vpp, num_microbatches)
+
+    def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
+        out = MEGATRON.pipeline_s(slowest_s, total_s, num_microbatches, pp=pp, vpp=vpp)
+        m = np.asarray(num_microbatches, dtype=np.int64)
+        short = (vpp > 1) & (m % pp != 0) & (m < pp)  # elsewhere the weights are Megatron's
+        if not np.any(short):
+            return out
+        torch = _TORCH_1F1B.pipeline_s(slowest_s, total_s, num_microbatches, pp=pp, vpp=vpp)
+        return np.where(short, torch, out)
+
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+        pp, vpp = np.shape(forward_s)
+        if _torch_rounds(pp, vpp, int(num_microbatches)):
+            return _TORCH_1F1B.simulate_s(forward_s, backward_s, num_microbatches)
+        return MEGATRON.simulate_s(forward_s, backward_s, num_microbatches)
+
+
+ONE_F_ONE_B = OneFOneB()
+
+STAGE_SCHEDULES: dict[str, PipelineSchedule] = {
+    "1f1b": ONE_F_ONE_B,
+    "combined-1f1b": ONE_F_ONE_B,
+    "gpipe": LoopSchedule("gpipe"),
+    "looped-bfs": LoopSchedule("looped-bfs"),
+}
+"""The schedule each per-stage plan of that ``Layout.pipeline_schedule`` is priced with (the
+combined 1F1B's pair hiding is in the per-stage costs, ``autopar.costs.stage_costs``)."""
+
+STAGE_REFUSALS: dict[str, str] = {
+    "zb-h1": "its weight gradients fill the bubble, and per-stage costs carry one backward time "
+    "per chunk (no input/weight-gradient split)",
+    "zb-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage q on "
+    "rank q % pp (and it splits the backward in two)",
+    "dualpipe-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage "
+    "q on rank q % pp (and it splits the backward in two)",
+}
+"""Why each schedule outside ``STAGE_SCHEDULES`` has no per-stage plan (module docstring)."""
+
+
+def stage_schedule(name: str) -> PipelineSchedule:
+    """The per-stage schedule of ``Layout.pipeline_schedule`` ``name`` (``STAGE_SCHEDULES``);
+    ``InputError`` naming the reason for one that has none (``STAGE_REFUSALS``)."""
+    if name not in STAGE_SCHEDULES:
+        raise InputError(
+            f"the {name} schedule has no per-stage plan: {STAGE_REFUSALS.get(name, 'unpriced')}; "
+            f"per-stage plans run {', '.join(STAGE_SCHEDULES)}",
+            source="--pipeline-schedule",
+        )
+    return STAGE_SCHEDULES[name]
