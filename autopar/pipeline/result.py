@@ -23,10 +23,12 @@ from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, NearestMiss, SolveResult
+from autopar.layout.stage_rules import broken_plan_rule
 from autopar.layout.stages import StagePlan, even_plan
 from autopar.pipeline.candidates import Candidates, allowed_modes, uniform_recomputes
 from autopar.pipeline.encoding import shapes_of
-from autopar.pipeline.search import StageSolution, solve_stages_top
+from autopar.pipeline.search import solve_stages_top
+from autopar.pipeline.solution import StageSolution
 
 EVEN_ALTERNATIVES = 4
 """How many of the best even-split plans (by the formula) ``solve_result`` simulates."""
@@ -135,6 +137,8 @@ def _even_entries(cand: Candidates, problem: Problem, shape, index, count: int) 
     out = []
     for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
         plan = even_plan(num_layers, p, v, rec)
+        if broken_plan_rule(plan, problem.options.framework) is not None:
+            continue  # the framework's output could not write it (autopar.layout.stage_rules)
         if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
             plan_step, peak = cand.plan_steps[(shape, plan)]
         else:

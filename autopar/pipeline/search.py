@@ -38,7 +38,7 @@ from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import Problem
 from autopar.layout.plan import Layout
 from autopar.layout.space import Space
-from autopar.layout.stages import StagePlan
+from autopar.layout.stage_rules import restricts_plans
 from autopar.pipeline.boundary import BoundaryEncoding
 from autopar.pipeline.candidates import Candidates, candidates, per_stage_space
 from autopar.pipeline.encoding import (
@@ -52,6 +52,8 @@ from autopar.pipeline.encoding import (
     ns,
     shapes_of,
 )
+from autopar.pipeline.expressible import solve_expressible_top
+from autopar.pipeline.solution import StageSolution
 from autopar.pipeline.tables import TableEncoding
 from autopar.pipeline.windows import WindowEncoding
 from autopar.search import interrupt
@@ -111,39 +113,6 @@ class SearchState:
         return dataclasses.replace(self, bounds=bounds, encodings=encodings, tightened=done)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageSolution:
-    status: str
-    """``optimal``, ``feasible``, ``infeasible`` or ``unknown``."""
-    layout: Layout | None
-    plan: StagePlan | None
-    step_time_s: float | None
-    bound_s: float | None
-    rows_total: int
-    rows_kept: int
-    candidates: Candidates | None
-    build_s: float
-    solve_s: float
-    row: int | None = None
-    """The outer layout's row in ``candidates.grid`` (``None`` without a layout)."""
-
-    @classmethod
-    def without_layout(cls, status: str, start: float) -> StageSolution:
-        """No layout: ``infeasible`` before the search, or ``unknown`` when time ran out."""
-        return cls(
-            status=status,
-            layout=None,
-            plan=None,
-            step_time_s=None,
-            bound_s=None,
-            rows_total=0,
-            rows_kept=0,
-            candidates=None,
-            build_s=time.perf_counter() - start,
-            solve_s=0.0,
-        )
-
-
 def solve_stages(
     problem: Problem,
     ctx: TermContext,
@@ -180,7 +149,9 @@ def solve_stages_top(
     """The ``top`` best distinct outer layouts, each with its best per-stage plan, best first
     (``--top`` as ``autopar.search.solver`` reads it for uniform plans: distinct layouts; module
     docstring). Fewer come back when fewer layouts fit or the time limit runs out (a last
-    ``unknown`` entry says so)."""
+    ``unknown`` entry says so). A framework whose output takes only some plans
+    (``autopar.layout.stage_rules``) is searched over those alone, by enumeration
+    (``autopar.pipeline.expressible``)."""
     start = time.perf_counter()
     deadline = start + time_limit_s
     try:
@@ -188,6 +159,9 @@ def solve_stages_top(
         if not all(space.domains.values()):
             return [StageSolution.without_layout("infeasible", start)]
         cand = candidates(problem, space, ctx, cost_model, deadline=deadline)
+        if restricts_plans(problem.options.framework):  # torchtitan's output takes only some
+            framework = problem.options.framework
+            return solve_expressible_top(cand, framework, top=top, start=start, deadline=deadline)
         state = SearchState.of(space, cand, tables=tables)
         state = state.tighten(state.bounds.rows_for_top(top), deadline)
     except TimeLimitReached:

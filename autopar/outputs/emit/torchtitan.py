@@ -24,6 +24,7 @@ from typing import Any
 
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
+from autopar.layout.stage_rules import one_recompute_mode
 from autopar.layout.stages import StagePlan
 from autopar.outputs.emit.common import (
     checkpoint_interval_of,
@@ -260,12 +261,10 @@ def _pipeline(
 def _check_stage_plan(plan: StagePlan, fmt: str) -> None:
     """A per-stage plan's recompute as torchtitan runs it: one activation checkpoint mode for
     every layer of every stage (``distributed/activation_checkpoint.py`` ``apply_ac`` wraps
-    each transformer block alike), so the stages agree and ``full`` covers every layer."""
-    modes = {r.mode for r in plan.recompute}
-    partial = any(
-        plan.recomputed_layers(c) < n for c, n in enumerate(plan.chunk_layers) if "full" in modes
-    )
-    if len(modes) > 1 or partial:
+    each transformer block alike), so the stages agree and ``full`` covers every layer: the
+    rule the per-stage search already holds torchtitan's plans to (``autopar.layout.stage_rules``),
+    checked again here for a plan given to evaluate."""
+    if not one_recompute_mode(plan):
         texts = ",".join(r.text() for r in plan.recompute)
         raise refuse(
             fmt,
