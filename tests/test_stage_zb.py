@@ -16,10 +16,13 @@ from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule import simulate
 from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.costs.stage_costs import probe_stage_costs
+from autopar.costs.stage_estimate import estimate_plan
 from autopar.costs.stage_figures import stage_figures
 from autopar.costs.stage_schedules import ZERO_BUBBLE_RATIO, stage_schedule
 from autopar.costs.terms import grid_of, memory_bytes, step_time_s, term_phases
 from autopar.layout.stages import StageRecompute, even_plan
+from autopar.pipeline.result import EVEN_CLOSURE_MAX, even_alternatives
+from autopar.pipeline.search import solve_stages_top
 from tests.test_stages import small_problem
 
 LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
@@ -95,7 +98,7 @@ def test_cli_solves_per_stage_zb_h1(runner):
         "--tp",
         "1",
         "--max-vpp",
-        "4",
+        "2",
     ]
     result = runner.invoke(app, argv)
     assert result.exit_code == 0, result.output
@@ -123,3 +126,26 @@ def test_any_schedule_returns_the_fastest_by_the_simulation():
     fastest = min(steps.values(), key=lambda e: e.step_time_s)
     assert every.step_time_s == pytest.approx(fastest.step_time_s, rel=1e-9)
     assert every.layout.pipeline_schedule == fastest.layout.pipeline_schedule
+
+
+def test_even_splits_are_closed_by_simulation_in_formula_order():
+    """A ZB-H1 per-stage solve simulates the even splits in formula order until the next
+    formula exceeds the best simulated step: every even split whose formula is below the
+    answer simulates no faster than it, and the note says the closure finished."""
+    base = small_problem(19)
+    options = dataclasses.replace(
+        base.options, framework="torchtitan", pipeline_schedules=("zb-h1",)
+    )
+    problem = dataclasses.replace(base, options=options)
+    result = api.solve_problem(problem, pipeline_plan="per-stage", time_limit=20)
+    assert any("formula order" in n and "closed (" in n for n in result.notes)
+    ctx, cm = make_context(problem), load_cost_model(None)
+    cand = solve_stages_top(problem, ctx, cm, top=1, time_limit_s=20, num_workers=1)[0].candidates
+    best = result.best.step_time_s
+    below = 0
+    for layout, plan in even_alternatives(cand, problem, count=EVEN_CLOSURE_MAX):
+        estimate = estimate_plan(layout, plan, ctx, cm)
+        if estimate.per_stage.formula_step_time_s <= best:
+            below += 1
+            assert estimate.step_time_s >= best * (1 - 1e-12)
+    assert below >= 1

@@ -185,6 +185,10 @@ STAGE_SCHEDULES: dict[str, PipelineSchedule] = {
 """The schedule each per-stage plan of that ``Layout.pipeline_schedule`` is priced with (the
 combined 1F1B's pair hiding is in the per-stage costs, ``autopar.costs.stage_costs``)."""
 
+LOWER_BOUND_FORMULAS: frozenset[str] = frozenset({"zb-h1"})
+"""Schedules whose formula is at most the simulated step for equal stages at any phase times
+(``ZeroBubble``); the others' closed forms are exact there, at their one ratio."""
+
 STAGE_REFUSALS: dict[str, str] = {
     "zb-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage q on "
     "rank q % pp (and it splits the backward in two)",
