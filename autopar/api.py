@@ -234,8 +234,8 @@ def per_stage_schedules_only(problem: Problem) -> Problem:
     kept = tuple(s for s in asked if s in STAGE_SCHEDULES)
     if not kept:
         raise InputError(
-            f"per-stage plans run {', '.join(STAGE_SCHEDULES)} (loop placement, whole "
-            f"backwards); got {', '.join(asked)} ({_refusals(asked)})",
+            f"per-stage plans run {', '.join(STAGE_SCHEDULES)} (loop placement); "
+            f"got {', '.join(asked)} ({_refusals(asked)})",
             source="--pipeline-schedule",
         )
     options = dataclasses.replace(problem.options, pipeline_schedules=kept)

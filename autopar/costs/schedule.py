@@ -176,8 +176,10 @@ class PipelineSchedule(Protocol):
         """The same closed form in float, over rows (``max_i T_i``, ``sum_i T_i``, ``m``)."""
         ...
 
-    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
-        """The pipeline part of the step by simulation over ``(pp, vpp)`` chunk times."""
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
+        """The pipeline part of the step by simulation over ``(pp, vpp)`` chunk times; the
+        backwards take ``weight_s`` of weight gradient (read only by schedules that run it
+        apart, the zero-bubble ones)."""
         ...
 
 
@@ -202,7 +204,7 @@ class MegatronSchedule:
         m = np.asarray(num_microbatches, dtype=np.float64)
         return (m - 1.0 / vpp) * slowest_s + total_s / vpp
 
-    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
         return simulate_step_s(forward_s, backward_s, num_microbatches)
 
 

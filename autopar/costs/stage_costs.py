@@ -6,7 +6,8 @@ layout: tp, pp, cp, ep, etp, vpp, mbs, grad_accum, zero, sp), giving
 
 - for each layer kind, one micro-batch's forward + backward time of one layer and the activation
   bytes it keeps, under each recompute mode (none, selective, full), and its static bytes
-  (weights, gradients, optimizer states);
+  (weights, gradients, optimizer states); of that time, the weight-gradient part (the
+  zero-bubble schedules run it apart from the input gradient: Qi et al. 2024 §2);
 - what sits outside the layers: on every stage (pipeline send/receive, workspace), on the first
   (input embedding: its parameters and its activations), on the last (output layer, loss, the
   logits; MTP modules);
@@ -36,11 +37,14 @@ import numpy as np
 from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.base.deadline import check_deadline
 from autopar.costs.schedule_orders import PAIRED
-from autopar.costs.terms import CostModel, TermContext, scheduled_microbatch_s
+from autopar.costs.terms import CostModel, TermContext, scheduled_microbatch_s, term_phases
 
 NUM_RECOMPUTE_MODES = 3
 """Grid codes of ``recompute``: 0 none, 1 selective, 2 full (``autopar.base.axes``)."""
 DEFAULT_KIND = "layer"
+SPLIT_BACKWARD = frozenset({"zb-h1"})
+"""Schedules that run a backward's weight gradient apart from its input gradient: only rows of
+these probe the weight-gradient times (elsewhere they are zero and unread)."""
 
 PLACEMENT: Mapping[str, str] = {
     # time per micro-batch
@@ -71,6 +75,9 @@ class StageCosts:
     layer_kinds: tuple[str, ...]
     """The kind of every layer, in model order."""
     time_s: Mapping[str, np.ndarray]
+    weight_s: Mapping[str, np.ndarray]
+    """Of ``time_s``, the weight gradient (``Phases.backward_weight``; zero on rows whose
+    schedule does not split the backward, ``SPLIT_BACKWARD``)."""
     activation_bytes: Mapping[str, np.ndarray]
     static_bytes: Mapping[str, np.ndarray]
     every_time_s: np.ndarray
@@ -86,6 +93,10 @@ class StageCosts:
     """Extra static bytes on a stage that recomputes some layer fully."""
     selective_workspace_bytes: np.ndarray
     step_time_s: np.ndarray
+    every_weight_s: np.ndarray
+    """The weight-gradient parts of ``every_time_s``, ``first_time_s``, ``last_time_s``."""
+    first_weight_s: np.ndarray
+    last_weight_s: np.ndarray
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -146,6 +157,12 @@ def _sum_by(
     return total, by
 
 
+def _weight(term, grid, ctx, size: int) -> np.ndarray:
+    """The weight-gradient part of one micro-batch's ``term`` (``terms.term_phases``: a term
+    without phases counts none, ``terms.FORWARD_SHARE``)."""
+    return term_phases(term, grid, ctx, size).backward_weight
+
+
 def _value(term, grid, ctx, size: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
 
@@ -166,6 +183,9 @@ FIXED_FIELDS = (
     "every_activation_bytes",
     "full_workspace_bytes",
     "selective_workspace_bytes",
+    "every_weight_s",
+    "first_weight_s",
+    "last_weight_s",
 )
 """The ``StageCosts`` fields outside the layers (filled from the first layer kind's probes)."""
 
@@ -179,6 +199,41 @@ def _paired(g) -> bool:
     return bool(np.isin(np.asarray(g["schedule"]), codes).any())
 
 
+def _split_backward(g) -> bool:
+    """Whether some row runs a schedule that splits the backward (``SPLIT_BACKWARD``)."""
+    if "schedule" not in g:
+        return False
+    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in SPLIT_BACKWARD]
+    return bool(np.isin(np.asarray(g["schedule"]), codes).any())
+
+
+def _as_one_f_one_b(g) -> dict:
+    """``g`` with the ``SPLIT_BACKWARD`` rows on 1F1B, for the activation probes. A micro-batch's
+    activation bytes do not depend on the schedule, but the cost model scales them to the rank
+    that peaks highest over the first rank's count (``cost_models.shapes._scheduled_peak``),
+    and under ZB-H1 a rank's chunks hold different counts: with ``pp`` or ``2*pp`` layers over
+    ``pp*vpp`` chunks that scaling is not linear in the layers, so the difference of the probes
+    is not one layer's bytes (10% below the uniform model's first stage at pp 8, vpp 2, 12
+    micro-batches). The 1F1B scaling of equal stages is 1 (``peak_in_flight_stage_bytes``)."""
+    if not _split_backward(g):
+        return g
+    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in SPLIT_BACKWARD]
+    schedule = np.asarray(g["schedule"])
+    plain = np.where(np.isin(schedule, codes), PIPELINE_SCHEDULES.index("1f1b"), schedule)
+    return {**g, "schedule": plain}
+
+
+def _sum_weights(terms, grid, ctx, size: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``_sum_by`` of the terms' weight-gradient parts (``_weight``)."""
+    total = np.zeros(size)
+    by: dict[str, np.ndarray] = {}
+    for term in terms:
+        value = _weight(term, grid, ctx, size)
+        total = total + value
+        by[_place(term)] = by.get(_place(term), np.zeros(size)) + value
+    return total, by
+
+
 def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict:
     """Per label (time, activations, static bytes): the slope per layer and the intercepts per
     placement, from the sums at 1 and 2 layers per stage (``v(layers) = intercept + layers *
@@ -190,9 +245,14 @@ def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict
         ("static_bytes", static_terms),
     ):
         slots = cost_model.slots if label == "time_s" and _paired(g) else None
-        v1, by1 = _sum_by(terms, g, probes[0], n, _place, slots)
-        v2, by2 = _sum_by(terms, g, probes[1], n, _place, slots)
+        at = _as_one_f_one_b(g) if label == "activation_bytes" else g
+        v1, by1 = _sum_by(terms, at, probes[0], n, _place, slots)
+        v2, by2 = _sum_by(terms, at, probes[1], n, _place, slots)
         parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
+    if _split_backward(g):
+        v1, by1 = _sum_weights(cost_model.microbatch_terms, g, probes[0], n)
+        v2, by2 = _sum_weights(cost_model.microbatch_terms, g, probes[1], n)
+        parts["weight_s"] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
     return parts
 
 
@@ -201,6 +261,7 @@ class _Probes:
 
     def __init__(self, kinds: tuple[str, ...], size: int) -> None:
         self.time = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
+        self.weight = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
         self.act = {k: np.zeros((size, NUM_RECOMPUTE_MODES)) for k in kinds}
         self.static = {k: np.zeros(size) for k in kinds}
         self.fixed = {name: np.zeros(size) for name in FIXED_FIELDS}
@@ -218,6 +279,8 @@ class _Probes:
             g = {**sub, "recompute": np.full(n, code, dtype=np.int64)}
             parts = _probe_parts(cost_model, static_terms, g, probes, n)
             self.time[kind][rows, code] = parts["time_s"][0]
+            if "weight_s" in parts:
+                self.weight[kind][rows, code] = parts["weight_s"][0]
             self.act[kind][rows, code] = parts["activation_bytes"][0]
             if code == 0:
                 self.static[kind][rows] = parts["static_bytes"][0]
@@ -285,6 +348,7 @@ def probe_stage_costs(
     if num_mtp:
         # each MTP module: one more layer and one more pass through the output layer and loss
         fixed["last_time_s"] += num_mtp * (found.time[mtp_kind][:, 0] + fixed["last_time_s"])
+        fixed["last_weight_s"] += num_mtp * (found.weight[mtp_kind][:, 0] + fixed["last_weight_s"])
         fixed["last_static_bytes"] += num_mtp * found.static[mtp_kind]
         fixed["last_activation_bytes"] += num_mtp * found.act[mtp_kind][:, 0]
     step = np.zeros(size)
@@ -293,6 +357,7 @@ def probe_stage_costs(
     return StageCosts(
         layer_kinds=kinds_in_order,
         time_s=found.time,
+        weight_s=found.weight,
         activation_bytes=found.act,
         static_bytes=found.static,
         step_time_s=step,

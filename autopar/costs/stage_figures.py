@@ -59,6 +59,9 @@ class StageFigures:
     """``(rows, pp, vpp)``: one micro-batch's forward on chunk ``j`` of stage ``i``."""
     chunk_backward_s: np.ndarray
     """``(rows, pp, vpp)``: its backward, with the recompute."""
+    chunk_weight_s: np.ndarray
+    """``(rows, pp, vpp)``: of that backward, the weight gradient (``StageCosts.weight_s``;
+    zero where the costs carry none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +138,15 @@ def _in_flight_table(schedule: PipelineSchedule, pp: int, vpp: int, m: int) -> n
 
 
 def _chunk_sums(t: _PlanTables, costs: StageCosts, *, forward: bool) -> tuple:
-    """``(rows, chunks)`` (stage-major) time, forward (``None`` unless ``forward``),
-    activations and static bytes of every chunk's layers, summed slot by slot
-    (``_PlanTables``)."""
+    """``(rows, chunks)`` (stage-major) time, activations, static bytes, and forward and
+    weight gradient (both ``None`` unless ``forward``) of every chunk's layers, summed slot by
+    slot (``_PlanTables``)."""
     names = costs.kinds
     time = np.stack([costs.time_s[k] for k in names], axis=1)  # (rows, kinds, 3)
     act = np.stack([costs.activation_bytes[k] for k in names], axis=1)
     static = np.stack([np.asarray(costs.static_bytes[k]) for k in names], axis=1)
-    sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(4 if forward else 3)]
+    weight = np.stack([costs.weight_s[k] for k in names], axis=1) if forward else None
+    sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(5 if forward else 3)]
     for s in range(t.kind.shape[0]):
         k, n, kept, full = t.kind[s], t.layers[s], t.kept[s], t.full[s]
         terms = [
@@ -152,9 +156,10 @@ def _chunk_sums(t: _PlanTables, costs: StageCosts, *, forward: bool) -> tuple:
         ]
         if forward:
             terms.append(n * FORWARD_SHARE * time[:, k, 0])
+            terms.append(kept * weight[:, k, t.base] + full * weight[:, k, 2])
         for total, term in zip(sums, terms, strict=True):
             total += term if t.present is None else np.where(t.present[s], term, 0.0)
-    return tuple(sums) if forward else (*sums, None)
+    return tuple(sums) if forward else (*sums, None, None)
 
 
 def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
@@ -212,6 +217,9 @@ def stage_figures(
     total[:, 0, 0] += costs.first_time_s
     total[:, pp - 1, vpp - 1] += costs.last_time_s
     forward = parts["chunk_forward"] + FORWARD_SHARE * (total - chunk_time)
+    weight = parts["chunk_weight"] + (costs.every_weight_s / vpp)[:, None, None]
+    weight[:, 0, 0] += costs.first_weight_s
+    weight[:, pp - 1, vpp - 1] += costs.last_weight_s
     return StageFigures(
         time_s=parts["times"],
         memory_bytes=parts["memory"],
@@ -221,6 +229,7 @@ def stage_figures(
         step_time_s=parts["step"],
         chunk_forward_s=forward,
         chunk_backward_s=total - forward,
+        chunk_weight_s=weight,
     )
 
 
@@ -231,7 +240,7 @@ def _stage_parts(plan, costs: StageCosts, num_microbatches, schedule, *, forward
     pp, vpp = plan.pp, plan.vpp
     t = _plan_tables(plan, tuple(costs.layer_kinds))
     # stage-major (rows, pp, vpp): chunk j of stage i is virtual chunk j*pp + i
-    chunk_time, chunk_act, chunk_static, chunk_fwd = (
+    chunk_time, chunk_act, chunk_static, chunk_fwd, chunk_weight = (
         None if x is None else x.reshape(rows, pp, vpp)
         for x in _chunk_sums(t, costs, forward=forward)
     )
@@ -262,6 +271,7 @@ def _stage_parts(plan, costs: StageCosts, num_microbatches, schedule, *, forward
         "step": step,
         "chunk_time": chunk_time,
         "chunk_forward": chunk_fwd,
+        "chunk_weight": chunk_weight,
     }
 
 
@@ -276,6 +286,7 @@ def simulated_pipeline_s(
         figures.chunk_forward_s[row],
         figures.chunk_backward_s[row],
         int(figures.num_microbatches[row]),
+        weight_s=figures.chunk_weight_s[row],
     )
 
 

@@ -8,9 +8,9 @@ order, slots, peak and simulation the uniform plan is priced with
 (``autopar.costs.schedule_orders``, ``schedule_slots``, ``schedule.simulate``), no second copy.
 All put virtual stage ``q`` on rank ``q % pp``, the placement ``StagePlan`` assumes.
 
-The zero-bubble and V schedules have no per-stage plan (the refusals below): they need each
-chunk's backward split into its input and weight gradients, which the per-stage costs do not
-carry, and the V schedules place stages ``r`` and ``2*pp-1-r`` on rank ``r``.
+ZB-H1 (``ZeroBubble``) runs each chunk's backward as its input gradient and its weight
+gradient (``autopar.costs.stage_costs.StageCosts.weight_s``). The V schedules have no
+per-stage plan (the refusals below): they place stages ``r`` and ``2*pp-1-r`` on rank ``r``.
 """
 
 from __future__ import annotations
@@ -67,11 +67,64 @@ class LoopSchedule:
         weight = a[where.reshape(m.shape)]
         return weight * np.asarray(slowest_s) + np.asarray(total_s) / vpp
 
-    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
         fwd = np.asarray(forward_s, dtype=np.float64)
         pp, vpp = fwd.shape
         step = simulate(self.name, pp, vpp, int(num_microbatches), fwd, backward_s, 0.0)
         return step.step_s
+
+
+ZERO_BUBBLE_RATIO = (1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.0)
+"""Phase shares a zero-bubble schedule is ranked at: the forward a third (``NOMINAL_RATIO``)
+and the backward split evenly into input and weight gradients, ``T_F = T_B = T_W`` (Qi et al.
+2024 §2, the assumption ZB-H1's bubble ``(p-1)(T_F + T_B - T_W)`` is stated under, §3.1)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _zero_bubble_slots(name: str, pp: int, vpp: int, m: int) -> Fraction:
+    """Stage-sized micro-batch slots of a zero-bubble schedule for equal stages at
+    ``ZERO_BUBBLE_RATIO`` (``schedule_slots``: ``(sF + sI + sW)/3``; ZB-H1 with ``m >= pp``,
+    ``m + (pp-1)/(3*vpp)``), a fraction of denominator ``3*vpp`` (``_slots``)."""
+    forward, input_grad, weight, _ = schedule_slots(name, pp, vpp, m, ZERO_BUBBLE_RATIO)
+    value = (forward + input_grad + weight) / 3.0
+    return Fraction(value).limit_denominator(3 * pp * vpp)
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroBubble:
+    """A schedule that runs each backward as an input gradient and, later, a weight gradient
+    filling the bubble (``zb-h1``: torch's ``ScheduleInterleavedZeroBubble``, Qi et al. 2024
+    §3.1). Ranked by ``(s - pp/(3v)) * max_i T_i + sum_i T_i / (3v)``, ``s`` its slots at
+    ``ZERO_BUBBLE_RATIO`` (``_zero_bubble_slots``): the slowest stage runs every micro-batch
+    and the bubble is the others' ``T_F + T_B - T_W``, a third of ``T`` at that ratio. For
+    equal stages that is the least bubble of any ratio (``max(F, B, F + B - W)`` over ``F + B +
+    W = T`` is least, ``T/3``, at ``F = B = W``), so the formula is at most the uniform plan's
+    pipeline, which reads the slots at the layout's own phase times, as the simulation here does
+    (``simulate_s``: the schedule's own order over each chunk's forward, input and weight
+    gradient)."""
+
+    name: str
+
+    def in_flight(self, pp: int, vpp: int, num_microbatches: int, stage: int) -> tuple[int, ...]:
+        return in_flight_chunks(self.name, pp, vpp, int(num_microbatches))[stage]
+
+    def step_weights(self, pp: int, vpp: int, num_microbatches: int) -> tuple[Fraction, Fraction]:
+        slots = _zero_bubble_slots(self.name, pp, vpp, int(num_microbatches))
+        return max(Fraction(0), slots - Fraction(pp, 3 * vpp)), Fraction(1, 3 * vpp)
+
+    def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
+        m = np.asarray(num_microbatches, dtype=np.int64)
+        distinct, where = np.unique(m, return_inverse=True)
+        a = np.array([float(self.step_weights(pp, vpp, int(x))[0]) for x in distinct])
+        weight = a[where.reshape(m.shape)]
+        return weight * np.asarray(slowest_s) + np.asarray(total_s) / (3 * vpp)
+
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
+        fwd = np.asarray(forward_s, dtype=np.float64)
+        pp, vpp = fwd.shape
+        weight = np.zeros_like(fwd) if weight_s is None else np.asarray(weight_s, np.float64)
+        input_grad = np.asarray(backward_s, dtype=np.float64) - weight
+        return simulate(self.name, pp, vpp, int(num_microbatches), fwd, input_grad, weight).step_s
 
 
 def _torch_rounds(pp: int, vpp: int, m: int) -> bool:
@@ -113,7 +166,7 @@ class OneFOneB:
         torch = _TORCH_1F1B.pipeline_s(slowest_s, total_s, num_microbatches, pp=pp, vpp=vpp)
         return np.where(short, torch, out)
 
-    def simulate_s(self, forward_s, backward_s, num_microbatches: int) -> float:
+    def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
         pp, vpp = np.shape(forward_s)
         if _torch_rounds(pp, vpp, int(num_microbatches)):
             return _TORCH_1F1B.simulate_s(forward_s, backward_s, num_microbatches)
@@ -127,13 +180,16 @@ STAGE_SCHEDULES: dict[str, PipelineSchedule] = {
     "combined-1f1b": ONE_F_ONE_B,
     "gpipe": LoopSchedule("gpipe"),
     "looped-bfs": LoopSchedule("looped-bfs"),
+    "zb-h1": ZeroBubble("zb-h1"),
 }
 """The schedule each per-stage plan of that ``Layout.pipeline_schedule`` is priced with (the
 combined 1F1B's pair hiding is in the per-stage costs, ``autopar.costs.stage_costs``)."""
 
+LOWER_BOUND_FORMULAS: frozenset[str] = frozenset({"zb-h1"})
+"""Schedules whose formula is at most the simulated step for equal stages at any phase times
+(``ZeroBubble``); the others' closed forms are exact there, at their one ratio."""
+
 STAGE_REFUSALS: dict[str, str] = {
-    "zb-h1": "its weight gradients fill the bubble, and per-stage costs carry one backward time "
-    "per chunk (no input/weight-gradient split)",
     "zb-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage q on "
     "rank q % pp (and it splits the backward in two)",
     "dualpipe-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage "

@@ -19,6 +19,7 @@ import numpy as np
 from autopar.base.axes import GRID_AXES
 from autopar.costs.stage_estimate import estimate_plan, with_plan_recompute
 from autopar.costs.stage_figures import stage_figures, stage_totals
+from autopar.costs.stage_schedules import LOWER_BOUND_FORMULAS
 from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Estimate, Layout
@@ -77,7 +78,9 @@ def solve_result(
         estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
         for layout, plan in even_alternatives(solution.candidates, problem)
     ]
+    evens, closure = closed_evens(solution.candidates, problem, ctx, cost_model, evens, layouts)
     notes += schedule_notes(solution.status, layouts[0], evens)
+    notes += [closure] if closure else []
     if evens and min(e.step_time_s for e in evens) < layouts[0].step_time_s:
         layouts.append(min(evens, key=lambda e: e.step_time_s))
     # Best first by the simulated schedule (the search found them by the formula).
@@ -127,6 +130,43 @@ def even_alternatives(
         layout = Layout.from_grid_row({a: int(cand.grid[a][row]) for a in GRID_AXES})
         out.append((with_plan_recompute(layout, plan), plan))
     return out
+
+
+EVEN_CLOSURE_MAX = 32
+"""At most this many even splits ``closed_evens`` simulates."""
+
+
+def closed_evens(
+    cand: Candidates, problem: Problem, ctx, cost_model, evens: list[Estimate], searched: list
+) -> tuple[list[Estimate], str | None]:
+    """Where a schedule whose formula is a lower bound (``LOWER_BOUND_FORMULAS``, ZB-H1: at its
+    least bubble, the simulation reads the plan's own phase times) is among ``evens`` or the
+    ``searched`` plans' estimates, the next even splits simulated in formula order until the
+    next one's formula exceeds the best simulated step, as ``autopar.search.exact`` closes its
+    bounds: no even split left can then simulate faster, for splits as near equal stages as
+    the formula's bound holds (at most ``EVEN_CLOSURE_MAX``; the note says whether it closed).
+    ``evens`` and no note elsewhere (Megatron's rows: unchanged)."""
+    schedules = {e.layout.pipeline_schedule for e in (*evens, *searched)}
+    if not schedules & LOWER_BOUND_FORMULAS:
+        return evens, None
+    fastest = min(e.step_time_s for e in (*evens, *searched))
+    out = list(evens)
+    closed = True
+    for layout, plan in even_alternatives(cand, problem, count=EVEN_CLOSURE_MAX)[len(evens) :]:
+        estimate = estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
+        if estimate.per_stage.formula_step_time_s > fastest:
+            break
+        out.append(estimate)
+        fastest = min(fastest, estimate.step_time_s)
+    else:
+        closed = len(out) < EVEN_CLOSURE_MAX
+    how = "closed (no even split left has a lower formula)" if closed else "not closed"
+    names = ", ".join(sorted(schedules & LOWER_BOUND_FORMULAS))
+    note = (
+        f"even splits simulated in formula order ({names}: the formula is a lower bound for "
+        f"equal stages): {len(out)}, best {fastest:.3f} s, {how}"
+    )
+    return out, note
 
 
 def _even_entries(cand: Candidates, problem: Problem, shape, index, count: int) -> list:
