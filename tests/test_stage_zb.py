@@ -149,3 +149,21 @@ def test_even_splits_are_closed_by_simulation_in_formula_order():
             below += 1
             assert estimate.step_time_s >= best * (1 - 1e-12)
     assert below >= 1
+
+
+def test_a_runner_up_that_simulates_faster_is_first_and_said_so():
+    """ZB-H1's formula is a lower bound for uneven stages, so a runner-up of the search can
+    simulate faster than the formula's best: the answer is best first by the simulation, and a
+    note says the first layout is a runner-up (else ``--top 1`` and ``--top 5`` would disagree
+    without a word)."""
+    problem = api.make_problem(**LLAMA, framework="torchtitan", pipeline_schedule="zb-h1")
+    result = api.solve_problem(problem, pipeline_plan="per-stage", top=5, time_limit=60)
+    steps = [e.step_time_s for e in result.layouts]
+    assert steps == sorted(steps)
+    formula_best = min(
+        (e for e in result.layouts if e.per_stage.plan_from == "search"),
+        key=lambda e: e.per_stage.formula_step_time_s,
+    )
+    said = any(note.startswith("a runner-up simulates faster") for note in result.notes)
+    first = result.layouts[0]
+    assert said == (first is not formula_best and first.per_stage.plan_from == "search")
