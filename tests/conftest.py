@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
+
+# One OpenMP / MKL thread per process, set before anything imports torch or numpy's BLAS. The
+# suite runs two xdist workers on two cores, and beside them the processes they start (the
+# Megatron-Bridge probe, torch.distributed's gloo ranks, the notebook's kernel, Chromium):
+# each OpenMP runtime would start a thread per core and spin-wait between parallel regions
+# (libgomp's GOMP_SPINCOUNT), so the processes starved each other. Measured on 2 cores, whole
+# suite: 224 s wall without it (one run), 111 and 118 s with it, for the same 190-196 CPU-s
+# of user time.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest
 import typer.testing
