@@ -189,12 +189,10 @@ LOWER_BOUND_FORMULAS: frozenset[str] = frozenset({"zb-h1"})
 """Schedules whose formula is at most the simulated step for equal stages at any phase times
 (``ZeroBubble``); the others' closed forms are exact there, at their one ratio."""
 
-STAGE_REFUSALS: dict[str, str] = {
-    "zb-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage q on "
-    "rank q % pp (and it splits the backward in two)",
-    "dualpipe-v": "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage "
-    "q on rank q % pp (and it splits the backward in two)",
-}
+_V_PLACEMENT = (
+    "it places stages r and 2*pp-1-r on rank r, and per-stage plans place stage q on rank q % pp"
+)
+STAGE_REFUSALS: dict[str, str] = {"zb-v": _V_PLACEMENT, "dualpipe-v": _V_PLACEMENT}
 """Why each schedule outside ``STAGE_SCHEDULES`` has no per-stage plan (module docstring)."""
 
 
