@@ -42,6 +42,17 @@ def _slots(name: str, pp: int, vpp: int, m: int) -> Fraction:
     return Fraction(value).limit_denominator(3 * pp * vpp)
 
 
+def _weighted_pipeline_s(schedule, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int):
+    """``a * slowest + total / d`` with ``(a, 1/d)`` the schedule's ``step_weights`` per
+    micro-batch count (``d`` is ``vpp`` or ``3*vpp``: one count's weights are computed once)."""
+    m = np.asarray(num_microbatches, dtype=np.int64)
+    distinct, where = np.unique(m, return_inverse=True)
+    weights = [schedule.step_weights(pp, vpp, int(x)) for x in distinct]
+    a = np.array([float(w[0]) for w in weights])[where.reshape(m.shape)]
+    divisor = np.array([float(1 / w[1]) for w in weights])[where.reshape(m.shape)]
+    return a * np.asarray(slowest_s) + np.asarray(total_s) / divisor
+
+
 @dataclass(frozen=True, slots=True)
 class LoopSchedule:
     """A torch loop-style schedule with whole backwards (``gpipe``, ``looped-bfs``, ``1f1b``).
@@ -61,11 +72,7 @@ class LoopSchedule:
         return max(Fraction(0), slots - Fraction(pp, vpp)), Fraction(1, vpp)
 
     def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
-        m = np.asarray(num_microbatches, dtype=np.int64)
-        distinct, where = np.unique(m, return_inverse=True)
-        a = np.array([float(self.step_weights(pp, vpp, int(x))[0]) for x in distinct])
-        weight = a[where.reshape(m.shape)]
-        return weight * np.asarray(slowest_s) + np.asarray(total_s) / vpp
+        return _weighted_pipeline_s(self, slowest_s, total_s, num_microbatches, pp=pp, vpp=vpp)
 
     def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
         fwd = np.asarray(forward_s, dtype=np.float64)
@@ -113,11 +120,7 @@ class ZeroBubble:
         return max(Fraction(0), slots - Fraction(pp, 3 * vpp)), Fraction(1, 3 * vpp)
 
     def pipeline_s(self, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int) -> np.ndarray:
-        m = np.asarray(num_microbatches, dtype=np.int64)
-        distinct, where = np.unique(m, return_inverse=True)
-        a = np.array([float(self.step_weights(pp, vpp, int(x))[0]) for x in distinct])
-        weight = a[where.reshape(m.shape)]
-        return weight * np.asarray(slowest_s) + np.asarray(total_s) / (3 * vpp)
+        return _weighted_pipeline_s(self, slowest_s, total_s, num_microbatches, pp=pp, vpp=vpp)
 
     def simulate_s(self, forward_s, backward_s, num_microbatches: int, *, weight_s=None) -> float:
         fwd = np.asarray(forward_s, dtype=np.float64)
