@@ -33,10 +33,15 @@ class PlanRule:
     source: str
 
 
-def equal_middle_chunks(plan: StagePlan) -> bool:
-    """Every chunk but the first and the last holds the most layers (torchtitan's split)."""
-    sizes = plan.chunk_layers
+def equal_middle_sizes(sizes: Sequence[int]) -> bool:
+    """Every chunk of ``sizes`` but the first and the last holds the most layers (torchtitan's
+    split; its emitter checks the uniform plan's split with it too)."""
     return len(sizes) <= 2 or set(sizes[1:-1]) == {max(sizes)}
+
+
+def equal_middle_chunks(plan: StagePlan) -> bool:
+    """``equal_middle_sizes`` of the plan's chunks."""
+    return equal_middle_sizes(plan.chunk_layers)
 
 
 def one_recompute_mode(plan: StagePlan) -> bool:

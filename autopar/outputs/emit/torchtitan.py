@@ -24,7 +24,7 @@ from typing import Any
 
 from autopar.inputs.specs import ModelSpec, Problem
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.stage_rules import one_recompute_mode
+from autopar.layout.stage_rules import equal_middle_sizes, one_recompute_mode
 from autopar.layout.stages import StagePlan
 from autopar.outputs.emit.common import (
     checkpoint_interval_of,
@@ -235,7 +235,7 @@ def _pipeline(
             model.num_layers, lay.pp, lay.vpp, mtp_layers=model.num_mtp_layers
         )
     per_stage = max(sizes)
-    if len(sizes) > 2 and set(sizes[1:-1]) != {per_stage}:
+    if not equal_middle_sizes(sizes):
         raise refuse(
             fmt,
             f"the uneven split {sizes} (only the first and last virtual stage may be shorter: "
