@@ -29,6 +29,7 @@ per-type terms of the cost model price each kind.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -138,21 +139,17 @@ def _probe_model(model, kind: str, num_layers: int):
     return dataclasses.replace(model, **changes)
 
 
-def _sum_by(
-    terms, grid, ctx, size, placement_of, slots=None
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(sum of all terms, sum per placement); with ``slots``, each micro-batch term as the
-    layout's schedule runs it on average (``scheduled_microbatch_s``: the combined 1F1B's
-    pairs hide part of the expert all-to-all)."""
+def _sum_by(terms, grid, ctx, size, value_of) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(sum of all terms, sum per placement) of ``value_of(term, grid, ctx, size)``: the term's
+    value (``_value``), its value as the layout's schedule runs it on average
+    (``scheduled_microbatch_s``: the combined 1F1B's pairs hide part of the expert all-to-all)
+    or its weight-gradient part (``_weight``)."""
     total = np.zeros(size)
     by: dict[str, np.ndarray] = {}
     for term in terms:
-        if slots is None:
-            value = _value(term, grid, ctx, size)
-        else:
-            value = scheduled_microbatch_s(term, slots, grid, ctx, size)
+        value = value_of(term, grid, ctx, size)
         total = total + value
-        where = placement_of(term)
+        where = _place(term)
         by[where] = by.get(where, np.zeros(size)) + value
     return total, by
 
@@ -161,6 +158,10 @@ def _weight(term, grid, ctx, size: int) -> np.ndarray:
     """The weight-gradient part of one micro-batch's ``term`` (``terms.term_phases``: a term
     without phases counts none, ``terms.FORWARD_SHARE``)."""
     return term_phases(term, grid, ctx, size).backward_weight
+
+
+def _scheduled(slots, term, grid, ctx, size: int) -> np.ndarray:
+    return scheduled_microbatch_s(term, slots, grid, ctx, size)
 
 
 def _value(term, grid, ctx, size: int) -> np.ndarray:
@@ -190,21 +191,15 @@ FIXED_FIELDS = (
 """The ``StageCosts`` fields outside the layers (filled from the first layer kind's probes)."""
 
 
-def _paired(g) -> bool:
-    """Whether some row runs a schedule whose pairs hide communication (elsewhere
-    ``scheduled_microbatch_s`` is the term's own value: nothing is hidden)."""
-    if "schedule" not in g:
-        return False
-    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in PAIRED]
-    return bool(np.isin(np.asarray(g["schedule"]), codes).any())
+def _codes(names) -> list[int]:
+    return [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in names]
 
 
-def _split_backward(g) -> bool:
-    """Whether some row runs a schedule that splits the backward (``SPLIT_BACKWARD``)."""
-    if "schedule" not in g:
-        return False
-    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in SPLIT_BACKWARD]
-    return bool(np.isin(np.asarray(g["schedule"]), codes).any())
+def _runs_any(g, names) -> bool:
+    """Whether some row of ``g`` runs one of the schedules ``names`` (``PAIRED``: pairs that
+    hide communication, elsewhere ``scheduled_microbatch_s`` is the term's own value;
+    ``SPLIT_BACKWARD``)."""
+    return "schedule" in g and bool(np.isin(np.asarray(g["schedule"]), _codes(names)).any())
 
 
 def _as_one_f_one_b(g) -> dict:
@@ -215,23 +210,11 @@ def _as_one_f_one_b(g) -> dict:
     ``pp*vpp`` chunks that scaling is not linear in the layers, so the difference of the probes
     is not one layer's bytes (10% below the uniform model's first stage at pp 8, vpp 2, 12
     micro-batches). The 1F1B scaling of equal stages is 1 (``peak_in_flight_stage_bytes``)."""
-    if not _split_backward(g):
+    if not _runs_any(g, SPLIT_BACKWARD):
         return g
-    codes = [i for i, name in enumerate(PIPELINE_SCHEDULES) if name in SPLIT_BACKWARD]
     schedule = np.asarray(g["schedule"])
-    plain = np.where(np.isin(schedule, codes), PIPELINE_SCHEDULES.index("1f1b"), schedule)
-    return {**g, "schedule": plain}
-
-
-def _sum_weights(terms, grid, ctx, size: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``_sum_by`` of the terms' weight-gradient parts (``_weight``)."""
-    total = np.zeros(size)
-    by: dict[str, np.ndarray] = {}
-    for term in terms:
-        value = _weight(term, grid, ctx, size)
-        total = total + value
-        by[_place(term)] = by.get(_place(term), np.zeros(size)) + value
-    return total, by
+    split = np.isin(schedule, _codes(SPLIT_BACKWARD))
+    return {**g, "schedule": np.where(split, PIPELINE_SCHEDULES.index("1f1b"), schedule)}
 
 
 def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict:
@@ -244,14 +227,16 @@ def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict
         ("activation_bytes", cost_model.microbatch_memory_terms),
         ("static_bytes", static_terms),
     ):
-        slots = cost_model.slots if label == "time_s" and _paired(g) else None
+        value_of = _value
+        if label == "time_s" and _runs_any(g, PAIRED):
+            value_of = functools.partial(_scheduled, cost_model.slots)
         at = _as_one_f_one_b(g) if label == "activation_bytes" else g
-        v1, by1 = _sum_by(terms, at, probes[0], n, _place, slots)
-        v2, by2 = _sum_by(terms, at, probes[1], n, _place, slots)
+        v1, by1 = _sum_by(terms, at, probes[0], n, value_of)
+        v2, by2 = _sum_by(terms, at, probes[1], n, value_of)
         parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
-    if _split_backward(g):
-        v1, by1 = _sum_weights(cost_model.microbatch_terms, g, probes[0], n)
-        v2, by2 = _sum_weights(cost_model.microbatch_terms, g, probes[1], n)
+    if _runs_any(g, SPLIT_BACKWARD):
+        v1, by1 = _sum_by(cost_model.microbatch_terms, g, probes[0], n, _weight)
+        v2, by2 = _sum_by(cost_model.microbatch_terms, g, probes[1], n, _weight)
         parts["weight_s"] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
     return parts
 
