@@ -115,6 +115,22 @@ def test_no_time_left_marks_the_axes_cut_short(small):
     assert text.count("not searched, the time limit ran out first") == len(found.items)
 
 
+def test_complete_scores_handed_over_are_read_even_past_the_deadline(small):
+    """The search's complete scoring costs nothing more to read: a deadline that has passed
+    only stops new scoring."""
+    problem, result, ctx, cm, space = small
+    scores = score_space(space, ctx, cm, by_axis=True, deadline=time.perf_counter() + 60)
+    assert scores.complete
+    found = search.find_alternatives(
+        space, ctx, cm, result.best, deadline=time.perf_counter(), scores=scores
+    )
+    assert [(a.axis, a.outcome) for a in found.items] == [
+        (a.axis, a.outcome) for a in result.alternatives.items
+    ]
+    assert "cut short" not in {a.outcome for a in found.items}
+    assert found.layouts == scores.layouts
+
+
 def test_an_axis_nothing_else_fits_says_how_much_memory_it_would_need():
     problem, result, ctx, cm, space = _setup(TIGHT)
     grid, _, memory = enumerate_layouts(space, ctx, cm)

@@ -28,11 +28,12 @@ def _scores(
     space: Space, ctx: TermContext, cm: CostModel, deadline: float, scored: Scores | None = None
 ) -> Scores | None:
     """Every layout of ``space`` scored, each axis value's best kept (``scored``, when the
-    search already scored them so); None when the deadline ends it first."""
-    if time.perf_counter() >= deadline:
-        return None
+    search already scored them so, even once the deadline has passed: they cost nothing more);
+    None when the deadline ends the scoring first."""
     if scored is not None and scored.complete and scored.by_axis:
         return scored
+    if time.perf_counter() >= deadline:
+        return None
     scores = score_space(space, ctx, cm, by_axis=True, deadline=deadline)
     return scores if scores.complete else None
 
