@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_published import Case, predict  # noqa: E402
+from heldout import residual_table, summary  # noqa: E402
+from validate_published import Case  # noqa: E402
 
 from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
 from autopar.inputs.specs import TrainingSpec  # noqa: E402
@@ -107,29 +107,7 @@ def heldout_cases(path: Path = HELDOUT_CSV) -> list[Case]:
 
 def heldout_table(path: Path = HELDOUT_CSV) -> list[dict[str, object]]:
     """Per row: measured and predicted step time, the error and whether the layout fits."""
-    rows = []
-    for case in heldout_cases(path):
-        pred = predict(case)
-        rows.append(
-            {
-                "id": case.row_id,
-                "gpu": case.gpu.name,
-                "measured_s": case.measured_step_s,
-                "predicted_s": pred["predicted_s"],
-                "error_pct": 100.0 * (pred["predicted_s"] / case.measured_step_s - 1.0),
-                "fits": pred["fits"],
-            }
-        )
-    return rows
-
-
-def summary(label: str, errors: list[float]) -> str:
-    """``label``: rows, median |error|, max |error| and signed median."""
-    return (
-        f"{label}: {len(errors)} runs, median |error| "
-        f"{statistics.median(abs(e) for e in errors):.1f}%, "
-        f"max {max(abs(e) for e in errors):.1f}%, signed median {statistics.median(errors):+.1f}%"
-    )
+    return residual_table(heldout_cases(path))
 
 
 def main() -> None:
