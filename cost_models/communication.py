@@ -158,7 +158,8 @@ which Transformer Engine never batches the ring's send and receive."""
 def unbatched_ring(cp: np.ndarray, ctx: TermContext) -> np.ndarray:
     """Whether Transformer Engine issues a ring step's send and receive as two NCCL operations
     (``context_parallel.py`` L1421-1423 forward, L2232-2234 backward, TE @d0067d0:
-    ``batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (compute capability < 10.0 and cp == 2)``)."""
+    ``batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (compute capability < 10.0 and cp == 2)``; the
+    rule is in every release since v2.4, so in the NeMo 25.09+ containers the rows ran)."""
     blackwell = ctx.cluster.gpu.generation in UNBATCHED_P2P_GENERATIONS
     return np.asarray(cp, dtype=np.float64) > (1.0 if blackwell else 2.0)
 
