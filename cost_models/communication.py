@@ -136,6 +136,34 @@ each on H100). Not fitted. With the small-block efficiency of the sub-blocks it 
 at short sequences."""
 
 
+CP_UNBATCHED_EXCHANGE_S = 180e-6
+"""Fixed cost of one K/V (or dK/dV) exchange of the P2P ring when Transformer Engine does not
+batch its send and receive (``unbatched_ring``): ``flash_attn_p2p_communicate`` then issues an
+``isend`` and an ``irecv`` as two NCCL operations in even/odd rank order (TE @d0067d0
+``context_parallel.py`` L96-131), so each exchange is two rendezvous of the ring in sequence
+instead of one grouped pair, ``cp - 1`` exchanges per layer forward and ``cp`` backward (the last
+one returns dK/dV, L2460-2492). FITTED, one constant: the value that takes the mean signed error
+of the two Blackwell calibration rows with CP (Llama 3.1 405B at CP 2: B200 FP8-CS 25.11 -5.0%,
+GB300 MXFP8 26.06 -2.9%; both to within 0.4%) to zero (``benchmarks/README.md`` "mlperf_heldout").
+It is a time per exchange, not per byte: on those rows and on the held-out MLPerf Llama 3.1 8B
+runs the exchanges carry 4 to 17 MB, and the held-out 8B runs (CP 2 and CP 4, GB200 and GB300,
+full-iteration CUDA graphs) miss the same ~0.2 ms per exchange that the calibration rows give.
+The Hopper calibration rows with CP (all at CP 2, batched) need none."""
+
+UNBATCHED_P2P_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
+"""GPU generations of compute capability 10.x (B200 / GB200 sm_100, B300 / GB300 sm_103), on
+which Transformer Engine never batches the ring's send and receive."""
+
+
+def unbatched_ring(cp: np.ndarray, ctx: TermContext) -> np.ndarray:
+    """Whether Transformer Engine issues a ring step's send and receive as two NCCL operations
+    (``context_parallel.py`` L1421-1423 forward, L2232-2234 backward, TE @d0067d0:
+    ``batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (compute capability < 10.0 and cp == 2)``; the
+    rule is in every release since v2.4, so in the NeMo 25.09+ containers the rows ran)."""
+    blackwell = ctx.cluster.gpu.generation in UNBATCHED_P2P_GENERATIONS
+    return np.asarray(cp, dtype=np.float64) > (1.0 if blackwell else 2.0)
+
+
 CP_CORRECTION_BYTES = 10.0
 """HBM bytes per output element per ring step for merging a block's partial attention output
 into the running result: read the BF16 block output (2) and read-modify-write the FP32
@@ -211,6 +239,9 @@ def ring_attention_s(
     backward = (cp - 1.0) * (
         np.maximum(2.0 * send - backward_block, 0.0) + 2 * CP_STEP_OVERHEAD_S + merge_b
     )
+    unbatched = np.where(unbatched_ring(cp, ctx), CP_UNBATCHED_EXCHANGE_S, 0.0)
+    forward = forward + (cp - 1.0) * unbatched
+    backward = backward + cp * unbatched
     busy = cp > 1
     return (
         np.where(busy, forward + small_blocks, 0.0),

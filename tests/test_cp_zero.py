@@ -11,11 +11,17 @@ from autopar.costs.comm import DatasheetCollectives
 from autopar.costs.terms import TermContext
 from autopar.inputs.loading import load_model
 from autopar.inputs.specs import ClusterSpec, SearchOptions, TrainingSpec
-from cost_models.communication import CP_STEP_OVERHEAD_S, ring_attention_s
+from cost_models import communication
+from cost_models.communication import (
+    CP_STEP_OVERHEAD_S,
+    CP_UNBATCHED_EXCHANGE_S,
+    ring_attention_s,
+    unbatched_ring,
+)
 
 
-def _ring(seq_len: int, cp: int) -> tuple[float, float]:
-    problem = autopar.make_problem(model="llama-3-8b", gpus=8)
+def _ring(seq_len: int, cp: int, gpu: str | None = None) -> tuple[float, float]:
+    problem = autopar.make_problem(model="llama-3-8b", gpus=8, **({"gpu": gpu} if gpu else {}))
     ctx = TermContext(
         model=load_model("llama-3-8b"),
         cluster=problem.cluster,
@@ -40,6 +46,38 @@ def test_ring_exposes_only_fixed_costs_when_blocks_outlast_transfers() -> None:
     short_forward, _ = _ring(2048, 8)
     compute_ratio = short_forward / forward
     assert compute_ratio > 2048 / 131072  # fixed costs do not shrink with the sequence
+
+
+def test_transformer_engine_batches_the_ring_pair_only_below_blackwell_at_cp2() -> None:
+    """TE context_parallel.py L1421-1423: ``compute capability < 10.0 and cp == 2``."""
+    problem = autopar.make_problem(model="llama-3-8b", gpus=8)
+    cp = np.array([2.0, 4.0])
+    for gpu, expected in (("h100-sxm", [False, True]), ("b200", [True, True])):
+        ctx = TermContext(
+            model=load_model("llama-3-8b"),
+            cluster=autopar.make_problem(model="llama-3-8b", gpus=8, gpu=gpu).cluster,
+            training=problem.training,
+            options=SearchOptions(),
+            comm=DatasheetCollectives(problem.cluster),
+        )
+        assert unbatched_ring(cp, ctx).tolist() == expected
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_an_unbatched_ring_pays_each_exchange_whatever_its_bytes(monkeypatch, cp) -> None:
+    """Blackwell: ``cp - 1`` exchanges forward, ``cp`` backward, each ``CP_UNBATCHED_EXCHANGE_S``,
+    at a short sequence and a long one alike (a time per exchange, not per byte); an H100 at
+    CP 2 (batched) pays none."""
+    for seq_len in (8192, 65536):
+        forward, backward = _ring(seq_len, cp, gpu="gb300-nvl72")
+        monkeypatch.setattr(communication, "CP_UNBATCHED_EXCHANGE_S", 0.0)
+        bare_f, bare_b = _ring(seq_len, cp, gpu="gb300-nvl72")
+        monkeypatch.undo()
+        assert forward - bare_f == pytest.approx((cp - 1) * CP_UNBATCHED_EXCHANGE_S)
+        assert backward - bare_b == pytest.approx(cp * CP_UNBATCHED_EXCHANGE_S)
+    hopper = _ring(8192, 2, gpu="h100-sxm")
+    monkeypatch.setattr(communication, "CP_UNBATCHED_EXCHANGE_S", 0.0)
+    assert _ring(8192, 2, gpu="h100-sxm") == hopper
 
 
 def test_solver_does_not_pick_cp_at_short_sequences() -> None:
