@@ -140,6 +140,10 @@ def test_overlap_switches_hide_expert_communication() -> None:
     assert saved == pytest.approx((m - 1) * hidden, rel=1e-9)
     assert one.step_time_s - combined.step_time_s == pytest.approx(saved, rel=1e-9)
     assert combined.time_s["bubble"] == pytest.approx(one.time_s["bubble"], abs=1e-9)
+    # without graphs the combined schedule saves nothing over 1F1B (HOST_BOUND_PAIRS)
+    host_bound = _ctx("deepseek-v3", 1024, cuda_graphs=HOST_BOUND_PAIRS)
+    one, combined = (estimate(layout, host_bound, default_cost_model()) for layout in layouts)
+    assert combined.time_s["ep_comm"] == pytest.approx(one.time_s["ep_comm"], rel=1e-9)
 
 
 def test_hybridep_permute_is_hidden_only_with_a_static_budget() -> None:
