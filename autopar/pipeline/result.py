@@ -25,7 +25,7 @@ from autopar.inputs.specs import GIB, Problem
 from autopar.layout.plan import Estimate, Layout
 from autopar.layout.results import Explanation, NearestMiss, SolveResult
 from autopar.layout.stage_rules import broken_plan_rule
-from autopar.layout.stages import StagePlan, even_plan
+from autopar.layout.stages import V_PLACED, StagePlan, even_plan
 from autopar.pipeline.candidates import Candidates, allowed_modes, uniform_recomputes
 from autopar.pipeline.encoding import shapes_of
 from autopar.pipeline.search import solve_stages_top
@@ -67,24 +67,27 @@ def solve_result(
             notes=tuple(notes),
         )
     found = [s for s in solutions if s.plan is not None]
+    layouts = [estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search") for s in found]
+    ranked_first = layouts[0]  # the formula's best
     if len(found) > 1:
         statuses = ", ".join(s.status for s in found[1:])
         notes.append(f"runners-up: the best per-stage plan of each next outer layout ({statuses})")
     if len(found) < top:
         why = "the time limit ran out" if solutions[-1].status == "unknown" else "no more fit"
         notes.append(f"{len(found)} of the {top} layouts asked for: {why}")
-    layouts = [estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search") for s in found]
     evens = [
         estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
         for layout, plan in even_alternatives(solution.candidates, problem)
     ]
     evens, closure = closed_evens(solution.candidates, problem, ctx, cost_model, evens, layouts)
-    notes += schedule_notes(solution.status, layouts[0], evens)
+    notes += schedule_notes(solution.status, ranked_first, evens)
     notes += [closure] if closure else []
-    if evens and min(e.step_time_s for e in evens) < layouts[0].step_time_s:
-        layouts.append(min(evens, key=lambda e: e.step_time_s))
+    fastest_even = min(evens, key=lambda e: e.step_time_s) if evens else None
+    beat = layouts[0].step_time_s
+    faster = fastest_even is not None and fastest_even.step_time_s < beat
+    if faster and not any(_same(fastest_even, e) for e in layouts):  # a runner-up may be it
+        layouts.append(fastest_even)
     # Best first by the simulated schedule (the search found them by the formula).
-    ranked_first = layouts[0]
     layouts.sort(key=lambda e: e.step_time_s)
     if layouts[0] is not ranked_first and layouts[0].per_stage.plan_from == "search":
         notes.append(
@@ -100,6 +103,11 @@ def solve_result(
         num_workers=num_workers,
         notes=tuple(notes),
     )
+
+
+def _same(a: Estimate, b: Estimate) -> bool:
+    """The same outer layout run with the same plan."""
+    return a.layout == b.layout and a.per_stage.plan == b.per_stage.plan
 
 
 BOUND_MARGIN = 1e-6
@@ -139,6 +147,11 @@ def even_alternatives(
     return out
 
 
+V_FORMULA = "a V's formula reads it at equal phase times, not a bound"
+"""What the closure's note says of a V schedule's formula at equal stages: it reads the
+schedule at ``ZERO_BUBBLE_RATIO`` (``autopar.costs.stage_schedules.ZeroBubble``), above the
+simulation or below it by the plan's phase times (``tests/test_stage_v.py``), so the order
+is not a proof."""
 EVEN_CLOSURE_MAX = 32
 """At most this many even splits ``closed_evens`` simulates."""
 
@@ -168,10 +181,12 @@ def closed_evens(
     else:
         closed = len(out) < EVEN_CLOSURE_MAX
     how = "closed (no even split left has a lower formula)" if closed else "not closed"
-    names = ", ".join(sorted(schedules & LOWER_BOUND_FORMULAS))
+    names = sorted(schedules & LOWER_BOUND_FORMULAS)
+    why = "the formula is a lower bound for equal stages" if "zb-h1" in names else ""
+    why = ", ".join([why] * bool(why) + [V_FORMULA] * bool(set(names) & V_PLACED))
     note = (
-        f"even splits simulated in formula order ({names}: the formula is a lower bound for "
-        f"equal stages): {len(out)}, best {fastest:.3f} s, {how}"
+        f"even splits simulated in formula order ({', '.join(names)}: {why}): {len(out)}, "
+        f"best {fastest:.3f} s, {how}"
     )
     return out, note
 
@@ -183,7 +198,7 @@ def _even_entries(cand: Candidates, problem: Problem, shape, index, count: int) 
     sub, m = cand.costs.take(index), cand.grid["grad_accum"][index]
     out = []
     for rec in uniform_recomputes(allowed_modes(problem), -(-num_layers // (p * v))):
-        plan = even_plan(num_layers, p, v, rec)
+        plan = even_plan(num_layers, p, v, rec, shape.placement)
         if broken_plan_rule(plan, problem.options.framework) is not None:
             continue  # the framework's output could not write it (autopar.layout.stage_rules)
         if (shape, plan) in cand.plan_steps:  # scored by the heuristics already
