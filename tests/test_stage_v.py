@@ -21,6 +21,7 @@ from autopar.costs.stage_figures import simulated_pipeline_s, stage_figures
 from autopar.costs.stage_schedules import stage_schedule
 from autopar.costs.terms import grid_of, memory_bytes, step_time_s
 from autopar.layout.stages import StagePlan, StageRecompute, even_plan, parse_plan
+from autopar.pipeline.result import solve_result
 from tests.test_stages import small_problem
 
 LLAMA = dict(model="llama-70b", gpus=1024, seq_len=8192, global_batch=1024)
@@ -246,3 +247,20 @@ def test_cli_solves_per_stage_zb_v(runner):
     data = json.loads(solved.stdout)
     _validator("solve").validate(data)
     assert data["layouts"][0]["pipeline_plan"]["placement"] == "v"
+
+
+def test_top_1_and_top_5_agree_on_the_zero_bubble_answer():
+    """ZB-H1's formula is not the simulated step for uneven stages: the search's eight best
+    outer layouts by it are simulated whatever ``--top`` asks (``SEARCH_CLOSURE``), so the
+    answer of ``--top 1`` is the first of ``--top 5``."""
+    problem = api.make_problem(**LLAMA, framework="torchtitan", pipeline_schedule="zb-h1")
+    ctx, cm = make_context(problem), load_cost_model(None)
+    one = solve_result(problem, ctx, cm, time_limit_s=60, num_workers=1, top=1)
+    five = solve_result(problem, ctx, cm, time_limit_s=60, num_workers=1, top=5)
+    assert len(one.layouts) == 1 and len(five.layouts) == 5
+    assert one.best.step_time_s == five.best.step_time_s
+    assert one.best.layout == five.best.layout
+    assert one.best.per_stage.plan == five.best.per_stage.plan
+    searched = [e for e in five.layouts if e.per_stage.plan_from == "search"]
+    formula_best = min(searched, key=lambda e: e.per_stage.formula_step_time_s)
+    assert five.best is not formula_best  # the case the closure is for
