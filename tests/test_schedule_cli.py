@@ -35,10 +35,10 @@ TITAN_70B = ["--model", "llama-70b", "--gpus", "256", "--framework", "torchtitan
              "16", "--pipeline-schedule", "dualpipe-v"],
             ("grad_accum >= 2*pp", "L3697-3700"),
         ),
-        (
-            ["solve", "--model", "llama-70b", "--gpus", "64", "--framework", "torchtitan",
-             "--pipeline-plan", "per-stage", "--pipeline-schedule", "zb-v"],
-            ("per-stage plans run 1f1b, combined-1f1b",),
+        (  # a per-stage V plan of four chunks per rank (per-stage V plans run: test_stage_v)
+            ["evaluate", *TITAN_70B, "--tp", "8", "--pp", "4", "--vpp", "4",
+             "--pipeline-schedule", "zb-v", "--stage-layers", ",".join(["5"] * 16)],
+            ("exactly two chunks per rank", "L3505-3509"),
         ),
     ],
 )  # fmt: skip

@@ -111,11 +111,19 @@ def test_cli_solves_per_stage_zb_h1(runner):
 
 def test_any_schedule_returns_the_fastest_by_the_simulation():
     """A torchtitan per-stage solve over every schedule returns the step of the fastest of the
-    solves held to one schedule, ZB-H1 among them, and names that schedule."""
+    solves held to one schedule, ZB-H1 and ZB-V among them (DualPipeV is not searched beside
+    ZB-V, ``autopar.layout.schedule_rules``), and names that schedule."""
     base = small_problem(19)
     steps = {}
     every_schedule = ("1f1b", "zb-h1", "zb-v", "dualpipe-v", "gpipe", "looped-bfs")
-    for schedules in [every_schedule, ("1f1b",), ("zb-h1",), ("gpipe",), ("looped-bfs",)]:
+    for schedules in [
+        every_schedule,
+        ("1f1b",),
+        ("zb-h1",),
+        ("zb-v",),
+        ("gpipe",),
+        ("looped-bfs",),
+    ]:
         options = dataclasses.replace(
             base.options, framework="torchtitan", pipeline_schedules=schedules
         )
@@ -123,8 +131,6 @@ def test_any_schedule_returns_the_fastest_by_the_simulation():
         result = api.solve_problem(problem, pipeline_plan="per-stage", time_limit=20)
         assert result.status == "optimal"
         steps[schedules] = result.best
-        if schedules == every_schedule:
-            assert any("did not search zb-v, dualpipe-v" in n for n in result.notes)
     every = steps.pop(every_schedule)
     assert steps[("zb-h1",)].layout.pipeline_schedule == "zb-h1"
     fastest = min(steps.values(), key=lambda e: e.step_time_s)

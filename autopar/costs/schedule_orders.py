@@ -21,11 +21,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from autopar.layout.stages import V_PLACED
+
 Op = tuple[str, int, int]
 """``(phase, stage, micro-batch)``; phase ``F``, ``B`` (whole backward), ``I`` or ``W``."""
 Step = tuple[Op, ...]
 
-V_SHAPED: frozenset[str] = frozenset({"zb-v", "dualpipe-v"})
+V_SHAPED: frozenset[str] = V_PLACED
+"""The V-placed schedules (declared with the placement, ``autopar.layout.stages``)."""
 PAIRED: frozenset[str] = frozenset({"combined-1f1b", "dualpipe-v", "dualpipe"})
 """The schedules with steps of two operations (a forward issued with a backward), the only
 ones whose pairs hide communication (``tests/test_schedule_orders.py`` checks the orders)."""

@@ -39,13 +39,19 @@ from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.base.deadline import check_deadline
 from autopar.costs.schedule_orders import PAIRED
 from autopar.costs.terms import CostModel, TermContext, scheduled_microbatch_s, term_phases
+from autopar.layout.stages import V_PLACED
 
 NUM_RECOMPUTE_MODES = 3
 """Grid codes of ``recompute``: 0 none, 1 selective, 2 full (``autopar.base.axes``)."""
 DEFAULT_KIND = "layer"
-SPLIT_BACKWARD = frozenset({"zb-h1"})
+SPLIT_BACKWARD = frozenset({"zb-h1", "zb-v", "dualpipe-v"})
 """Schedules that run a backward's weight gradient apart from its input gradient: only rows of
 these probe the weight-gradient times (elsewhere they are zero and unread)."""
+V_PLACED_STATIC = V_PLACED
+"""Schedules whose rows' static bytes are probed on 1F1B: the uniform model puts the output
+layer on the first rank under a V (``cost_models.memory.first_stage_dense_params``), which the
+per-stage figures place themselves (the last chunk on rank 0, ``StagePlan.last_stage``), so the
+probe must see the loop placement or it would count that layer twice."""
 
 PLACEMENT: Mapping[str, str] = {
     # time per micro-batch
@@ -203,18 +209,37 @@ def _runs_any(g, names) -> bool:
     return "schedule" in g and bool(np.isin(np.asarray(g["schedule"]), _codes(names)).any())
 
 
-def _as_one_f_one_b(g) -> dict:
-    """``g`` with the ``SPLIT_BACKWARD`` rows on 1F1B, for the activation probes. A micro-batch's
+def _v_output_bytes(static_terms, grid, ctx) -> np.ndarray:
+    """What the uniform model's dense-parameter terms (``EMBEDDING_TERMS``) add on the V rows
+    over the same rows loop-placed: the output layer, which a V puts on the first rank
+    (``cost_models.memory.stage_dense_params``; for splits the uniform model makes even)."""
+    size = len(np.asarray(grid["pp"]))
+    loop = _as_one_f_one_b(grid, V_PLACED_STATIC)
+    terms = [t for t in static_terms if t.name in EMBEDDING_TERMS]
+    placed = sum((_value(t, grid, ctx, size) for t in terms), np.zeros(size))
+    return placed - sum((_value(t, loop, ctx, size) for t in terms), np.zeros(size))
+
+
+def _v_rows(g) -> np.ndarray:
+    """Rows that run a V-placed schedule."""
+    if "schedule" not in g:
+        return np.zeros(len(np.asarray(g["pp"])), dtype=bool)
+    return np.isin(np.asarray(g["schedule"]), _codes(V_PLACED_STATIC))
+
+
+def _as_one_f_one_b(g, names=SPLIT_BACKWARD) -> dict:
+    """``g`` with the rows of ``names`` on 1F1B: ``SPLIT_BACKWARD`` for the activation probes,
+    ``V_PLACED_STATIC`` for the static ones. A micro-batch's
     activation bytes do not depend on the schedule, but the cost model scales them to the rank
     that peaks highest over the first rank's count (``cost_models.shapes._scheduled_peak``),
     and under ZB-H1 a rank's chunks hold different counts: with ``pp`` or ``2*pp`` layers over
     ``pp*vpp`` chunks that scaling is not linear in the layers, so the difference of the probes
     is not one layer's bytes (10% below the uniform model's first stage at pp 8, vpp 2, 12
     micro-batches). The 1F1B scaling of equal stages is 1 (``peak_in_flight_stage_bytes``)."""
-    if not _runs_any(g, SPLIT_BACKWARD):
+    if not _runs_any(g, names):
         return g
     schedule = np.asarray(g["schedule"])
-    split = np.isin(schedule, _codes(SPLIT_BACKWARD))
+    split = np.isin(schedule, _codes(names))
     return {**g, "schedule": np.where(split, PIPELINE_SCHEDULES.index("1f1b"), schedule)}
 
 
@@ -231,7 +256,10 @@ def _probe_parts(cost_model: CostModel, static_terms, g, probes, n: int) -> dict
         value_of = _value
         if label == "time_s" and _runs_any(g, PAIRED):
             value_of = functools.partial(_scheduled, cost_model.slots)
-        at = _as_one_f_one_b(g) if label == "activation_bytes" else g
+        at = {
+            "activation_bytes": _as_one_f_one_b(g),
+            "static_bytes": _as_one_f_one_b(g, V_PLACED_STATIC),
+        }.get(label, g)
         v1, by1 = _sum_by(terms, at, probes[0], n, value_of)
         v2, by2 = _sum_by(terms, at, probes[1], n, value_of)
         parts[label] = (v2 - v1, {w: 2.0 * by1[w] - by2[w] for w in by1})
@@ -277,10 +305,11 @@ class _Probes:
                 for label, (_, intercepts) in parts.items():
                     for where, value in intercepts.items():
                         self.fixed[f"{where}_{label}"][rows] += value
+                loop = _as_one_f_one_b(g, V_PLACED_STATIC)
                 self.embedding_bytes[rows] = sum(
                     (2.0 * one - two)
                     for one, two in (
-                        (_value(t, g, probes[0], n), _value(t, g, probes[1], n))
+                        (_value(t, loop, probes[0], n), _value(t, loop, probes[1], n))
                         for t in static_terms
                         if t.name in EMBEDDING_TERMS
                     )
@@ -330,7 +359,13 @@ def probe_stage_costs(
     if not model.tied_embeddings:
         # The untied output layer has the input embedding's shape: the last stage holds its
         # parameters (the cost model counts them only with pp == 1, on the first stage).
-        fixed["last_static_bytes"] += np.where(pp_all > 1, found.embedding_bytes, 0.0)
+        # Under a V the output layer's bytes are what the uniform model adds for it on the
+        # first rank (V rows' static bytes are probed loop-placed, V_PLACED_STATIC), not the
+        # layer-free part of the probes, which also holds what is alike on every stage (the
+        # ZeRO-3 prefetch buffer: kept as it was for the loop-placed rows).
+        output = np.where(_v_rows(grid), _v_output_bytes(static_terms, grid, ctx), 0.0)
+        output = np.where(_v_rows(grid), output, found.embedding_bytes)
+        fixed["last_static_bytes"] += np.where(pp_all > 1, output, 0.0)
     if num_mtp:
         # each MTP module: one more layer and one more pass through the output layer and loss
         fixed["last_time_s"] += num_mtp * (found.time[mtp_kind][:, 0] + fixed["last_time_s"])

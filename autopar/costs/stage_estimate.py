@@ -130,7 +130,7 @@ def _recompute_flop(plan: StagePlan, grid, ctx, cost_model: CostModel, model_flo
         extra[mode] = (hardware - model_flop) / layers
     total = 0.0
     for c, n in enumerate(plan.chunk_layers):
-        rec = plan.recompute[c % plan.pp]
+        rec = plan.recompute[plan.rank_of(c)]
         if rec.mode == "selective":
             total += n * extra["selective"]
         elif rec.mode == "full":

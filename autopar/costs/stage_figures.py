@@ -15,7 +15,7 @@ import numpy as np
 
 from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import StageCosts
-from autopar.layout.stages import RECOMPUTE_CODES, StageEstimate, StagePlan
+from autopar.layout.stages import RECOMPUTE_CODES, StageEstimate, StagePlan, placement_of
 
 FORWARD_SHARE = 1.0 / 3.0
 """Forward's share of a micro-batch's forward + backward without recompute: the backward
@@ -210,16 +210,17 @@ def stage_figures(
     Every sum runs in the order of the plain loops over chunks and stages it replaces
     (``_chunk_sums_of_stages``), so the figures are the same floats."""
     parts = _stage_parts(plan, costs, num_microbatches, schedule, forward=True)
-    pp, vpp, chunk_time = plan.pp, plan.vpp, parts["chunk_time"]
+    vpp, chunk_time = plan.vpp, parts["chunk_time"]
     # Per chunk: the stage's own terms spread over its chunks, the embedding on its first
     # chunk, the output layer and loss on the last.
+    last = plan.last_stage  # its last local chunk is the pipeline's last in either placement
     total = chunk_time + (costs.every_time_s / vpp)[:, None, None]
     total[:, 0, 0] += costs.first_time_s
-    total[:, pp - 1, vpp - 1] += costs.last_time_s
+    total[:, last, vpp - 1] += costs.last_time_s
     forward = parts["chunk_forward"] + FORWARD_SHARE * (total - chunk_time)
     weight = parts["chunk_weight"] + (costs.every_weight_s / vpp)[:, None, None]
     weight[:, 0, 0] += costs.first_weight_s
-    weight[:, pp - 1, vpp - 1] += costs.last_weight_s
+    weight[:, last, vpp - 1] += costs.last_weight_s
     return StageFigures(
         time_s=parts["times"],
         memory_bytes=parts["memory"],
@@ -237,21 +238,23 @@ def _stage_parts(plan, costs: StageCosts, num_microbatches, schedule, *, forward
     """The shared part of ``stage_figures`` and ``stage_totals`` (chunks ``(rows, pp, vpp)``)."""
     m_rows = np.asarray(num_microbatches, dtype=np.int64)
     rows = len(m_rows)
-    pp, vpp = plan.pp, plan.vpp
+    pp, vpp, last = plan.pp, plan.vpp, plan.last_stage
+    if plan.placement != placement_of(schedule.name):
+        raise ValueError(f"a {plan.placement}-placed plan under the {schedule.name} schedule")
     t = _plan_tables(plan, tuple(costs.layer_kinds))
-    # stage-major (rows, pp, vpp): chunk j of stage i is virtual chunk j*pp + i
+    # stage-major (rows, pp, vpp): chunk j of stage i is the plan's chunks_of(i)[j]
     chunk_time, chunk_act, chunk_static, chunk_fwd, chunk_weight = (
         None if x is None else x.reshape(rows, pp, vpp)
         for x in _chunk_sums(t, costs, forward=forward)
     )
     chunk_act[:, 0, 0] += costs.first_activation_bytes
-    chunk_act[:, pp - 1, vpp - 1] += costs.last_activation_bytes
+    chunk_act[:, last, vpp - 1] += costs.last_activation_bytes
     times = _chunk_sums_of_stages(chunk_time) + costs.every_time_s[:, None]
     static = _chunk_sums_of_stages(chunk_static) + costs.every_static_bytes[:, None]
     times[:, 0] += costs.first_time_s
     static[:, 0] += costs.first_static_bytes
-    times[:, pp - 1] += costs.last_time_s
-    static[:, pp - 1] += costs.last_static_bytes
+    times[:, last] += costs.last_time_s
+    static[:, last] += costs.last_static_bytes
     static[:, t.full_workspace] += costs.full_workspace_bytes[:, None]
     static[:, t.selective_workspace] += costs.selective_workspace_bytes[:, None]
     chunk_act[:, :, 0] += costs.every_activation_bytes[:, None]
@@ -316,7 +319,7 @@ def stage_rows(
                 layer_kinds=kinds_here,
                 holds=tuple(
                     part
-                    for part, here in (("embedding", i == 0), ("loss", i == plan.pp - 1))
+                    for part, here in (("embedding", i == 0), ("loss", i == plan.last_stage))
                     if here
                 ),
                 recompute=plan.recompute[i].text(),

@@ -22,6 +22,7 @@ from autopar.layout.stages import (
     check_plan,
     even_plan,
     parse_plan,
+    placement_of,
 )
 
 
@@ -85,12 +86,17 @@ def plan_of(
     ``InputError`` naming the rule a plan breaks."""
     if stage_layers is None:
         even = even_plan(problem.model.num_layers, layout.pp, layout.vpp, StageRecompute())
+        # the split is in model order whatever the placement (autopar.layout.stages)
         stage_layers = even.chunk_layers
     if stage_recompute is None:
         whole = max(problem.model.num_layers, 1)
         stage_recompute = f"full:{whole}" if layout.recompute == "full" else layout.recompute
     plan = parse_plan(
-        pp=layout.pp, vpp=layout.vpp, stage_layers=stage_layers, stage_recompute=stage_recompute
+        pp=layout.pp,
+        vpp=layout.vpp,
+        stage_layers=stage_layers,
+        stage_recompute=stage_recompute,
+        placement=placement_of(layout.pipeline_schedule),
     )
     check_plan(plan, num_layers=problem.model.num_layers, recompute_modes=RECOMPUTE_MODES)
     return plan

@@ -104,18 +104,28 @@ def _chunk_splits(num_layers: int, chunks: int) -> Iterator[tuple[int, ...]]:
 
 
 def expressible_plans(
-    framework: str, num_layers: int, pp: int, vpp: int, modes: Sequence[str]
+    framework: str,
+    num_layers: int,
+    pp: int,
+    vpp: int,
+    modes: Sequence[str],
+    placement: str = "loop",
 ) -> list[StagePlan]:
     """Every plan of ``pp`` stages of ``vpp`` chunks that ``framework``'s rules allow, with one
     recompute of ``modes`` on every stage (``full`` covering each chunk); the table's checks
-    hold on each (``tests/test_stage_torchtitan.py``)."""
+    hold on each (``tests/test_stage_torchtitan.py``). The rules read the chunks in model
+    order, which is torchtitan's split whatever the placement (``generate_llm_fqn_per_model_part``
+    splits the layers over the virtual stages before ``pipeline_module_split`` places them in a
+    loop or a V), so a V's plans are the same splits, V-placed."""
     out = []
     for sizes in _chunk_splits(num_layers, pp * vpp):
         options = [StageRecompute(m) for m in ("none", "selective") if m in modes]
         if "full" in modes and max(sizes):
             options.append(StageRecompute("full", max(sizes)))
         for rec in options:
-            plan = StagePlan(pp=pp, vpp=vpp, chunk_layers=sizes, recompute=(rec,) * pp)
+            plan = StagePlan(
+                pp=pp, vpp=vpp, chunk_layers=sizes, recompute=(rec,) * pp, placement=placement
+            )
             if broken_plan_rule(plan, framework) is None:
                 out.append(plan)
     return out

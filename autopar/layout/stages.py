@@ -8,7 +8,14 @@ in model order, ``--pipeline-model-parallel-layout``, Megatron
 layer, the loss and the MTP modules on the last. Each stage recomputes nothing, the attention
 core of every layer (``selective``), or the first ``k`` layers of each of its chunks in full
 (``full:k``: ``--recompute-granularity full --recompute-method block --recompute-num-layers k``,
-Megatron ``transformer_config.py`` ``recompute_method``)."""
+Megatron ``transformer_config.py`` ``recompute_method``).
+
+Placement: loop-style schedules put chunk ``j*pp + i`` on stage (rank) ``i``; the V schedules
+(``V_PLACED``: ZB-V, DualPipeV) put chunks ``i`` and ``2*pp-1-i`` on rank ``i`` (torchtitan
+``distributed/pipeline_parallel.py`` ``pipeline_module_split._get_stage_indices``, style ``v``:
+``zip(range(pp), range(num_stages - 1, pp - 1, -1))``, pytorch/torchtitan 02ef790), so rank 0
+holds the embedding and the loss. The layers are split in model order either way
+(``generate_llm_fqn_per_model_part``); only the rank a chunk runs on differs."""
 
 from __future__ import annotations
 
@@ -20,6 +27,30 @@ from autopar.base.errors import InputError
 
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 PIPELINE_PLANS: tuple[str, ...] = ("uniform", "per-stage")
+V_PLACED: frozenset[str] = frozenset({"zb-v", "dualpipe-v"})
+"""The schedules that place a rank's two chunks in a V (module docstring; torchtitan picks the
+style by ``schedule_class in (ScheduleZBVZeroBubble, ScheduleDualPipeV)``)."""
+PLACEMENTS: tuple[str, ...] = ("loop", "v")
+
+
+def placement_of(schedule: str) -> str:
+    """``v`` for the V schedules (``V_PLACED``), else ``loop``."""
+    return "v" if schedule in V_PLACED else "loop"
+
+
+def placed_chunks(pp: int, vpp: int, stage: int, placement: str = "loop") -> tuple[int, ...]:
+    """The chunks (virtual stages, model order) rank ``stage`` holds, in its own order: ``j*pp +
+    stage`` for its ``j``-th chunk (``loop``), or ``stage`` and ``2*pp-1-stage`` (``v``, two
+    chunks per rank)."""
+    if placement == "v":
+        return (stage, 2 * pp - 1 - stage)
+    return tuple(j * pp + stage for j in range(vpp))
+
+
+def last_stage(pp: int, placement: str = "loop") -> int:
+    """The rank that holds the last chunk (the output layer and the loss): ``pp - 1``, or 0
+    in a V."""
+    return 0 if placement == "v" else pp - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +85,33 @@ class StagePlan:
     vpp: int
     chunk_layers: tuple[int, ...]
     recompute: tuple[StageRecompute, ...]
+    placement: str = "loop"
+    """``loop`` or ``v`` (module docstring, ``placement_of``)."""
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r} is not one of {PLACEMENTS}")
+        if self.placement == "v" and self.vpp != 2:
+            raise InputError(
+                f"zb-v and dualpipe-v hold exactly two chunks per rank (vpp == 2), got vpp "
+                f"{self.vpp} (torch schedules.py L3505-3509 ZBV, L3691-3695 DualPipeV)",
+                source="--vpp",
+                field="vpp == 2",
+            )
 
     def chunks_of(self, stage: int) -> tuple[int, ...]:
-        """Chunk indices of ``stage`` in its own order (chunk ``j`` is ``j*pp + stage``)."""
-        return tuple(j * self.pp + stage for j in range(self.vpp))
+        """Chunk indices of ``stage`` in its own order (``placed_chunks``)."""
+        return placed_chunks(self.pp, self.vpp, stage, self.placement)
+
+    def rank_of(self, chunk: int) -> int:
+        """The stage (rank) that holds ``chunk``."""
+        if self.placement == "v":
+            return chunk if chunk < self.pp else 2 * self.pp - 1 - chunk
+        return chunk % self.pp
+
+    @property
+    def last_stage(self) -> int:
+        return last_stage(self.pp, self.placement)
 
     def bounds(self) -> list[tuple[int, int]]:
         """``[start, end)`` layers of each chunk."""
@@ -71,7 +125,7 @@ class StagePlan:
         return sum(self.chunk_layers[c] for c in self.chunks_of(stage))
 
     def recomputed_layers(self, chunk: int) -> int:
-        rec = self.recompute[chunk % self.pp]
+        rec = self.recompute[self.rank_of(chunk)]
         return min(rec.num_layers, self.chunk_layers[chunk]) if rec.mode == "full" else 0
 
     def is_even(self) -> bool:
@@ -82,12 +136,13 @@ class StagePlan:
         return f"layers {layers}; recompute {','.join(r.text() for r in self.recompute)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "pp": self.pp,
             "vpp": self.vpp,
             "chunk_layers": list(self.chunk_layers),
             "recompute": [r.text() for r in self.recompute],
         }
+        return out | ({"placement": self.placement} if self.placement != "loop" else {})
 
 
 def plan_recompute_mode(plan: StagePlan) -> str:
@@ -135,7 +190,12 @@ def check_plan(plan: StagePlan, *, num_layers: int, recompute_modes: Sequence[st
 
 
 def parse_plan(
-    *, pp: int, vpp: int, stage_layers: str | Sequence[int], stage_recompute: str | None
+    *,
+    pp: int,
+    vpp: int,
+    stage_layers: str | Sequence[int],
+    stage_recompute: str | None,
+    placement: str = "loop",
 ) -> StagePlan:
     """A plan from ``--stage-layers 15,16,...`` and ``--stage-recompute full:2,none,...`` (one
     entry applies to every stage)."""
@@ -150,10 +210,12 @@ def parse_plan(
     recompute = tuple(StageRecompute.parse(t, source="--stage-recompute") for t in texts)
     if len(recompute) == 1:
         recompute = recompute * pp
-    return StagePlan(pp=pp, vpp=vpp, chunk_layers=layers, recompute=recompute)
+    return StagePlan(pp=pp, vpp=vpp, chunk_layers=layers, recompute=recompute, placement=placement)
 
 
-def even_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> StagePlan:
+def even_plan(
+    num_layers: int, pp: int, vpp: int, recompute: StageRecompute, placement: str = "loop"
+) -> StagePlan:
     """Layers spread as evenly as the count allows, the extra ones on the middle chunks (the
     first and last chunks also hold the embedding and the loss; Megatron's
     ``--account-for-embedding/loss-in-pipeline-split`` idea)."""
@@ -163,7 +225,13 @@ def even_plan(num_layers: int, pp: int, vpp: int, recompute: StageRecompute) -> 
     layers = [base] * chunks
     for c in order[:extra]:
         layers[c] += 1
-    return StagePlan(pp=pp, vpp=vpp, chunk_layers=tuple(layers), recompute=(recompute,) * pp)
+    return StagePlan(
+        pp=pp,
+        vpp=vpp,
+        chunk_layers=tuple(layers),
+        recompute=(recompute,) * pp,
+        placement=placement,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

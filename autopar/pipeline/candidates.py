@@ -25,7 +25,7 @@ from autopar.costs.terms import CostModel, TermContext
 from autopar.inputs.specs import Problem
 from autopar.layout.rules import layout_rules
 from autopar.layout.space import Space, space_of
-from autopar.layout.stages import StagePlan, StageRecompute, even_plan
+from autopar.layout.stages import StagePlan, StageRecompute, even_plan, placed_chunks
 from autopar.pipeline.encoding import Bounds, PlanContext, Shape, least_layers, shapes_of
 from autopar.pipeline.lower_bound import balanced_bound, lower_bound
 
@@ -123,12 +123,18 @@ class _Heuristics:
         for j in np.flatnonzero(better):
             rec = recompute[j]
             if rec not in made:
-                made[rec] = StagePlan(pp=p, vpp=v, chunk_layers=layers, recompute=rec)
+                made[rec] = StagePlan(
+                    pp=p, vpp=v, chunk_layers=layers, recompute=rec, placement=shape.placement
+                )
             self.plans[index[j]] = made[rec]
         self.best_s[index] = np.where(better, step, self.best_s[index])
         lower_peak = most < self.peak[index]
         saving = StagePlan(
-            pp=p, vpp=v, chunk_layers=layers, recompute=(_most_saving(modes, layers),) * p
+            pp=p,
+            vpp=v,
+            chunk_layers=layers,
+            recompute=(_most_saving(modes, layers),) * p,
+            placement=shape.placement,
         )
         for r in index[lower_peak]:
             self.peak_plans[r] = saving
@@ -187,11 +193,11 @@ def _even_plans(found: _Heuristics, shape: Shape, index: np.ndarray) -> np.ndarr
     ``shape``; returns their balanced lower bound."""
     ctx, p, v = found.ctx, shape.pp, shape.vpp
     m = ctx.microbatches(index)
-    even = even_plan(ctx.num_layers, p, v, StageRecompute())
+    even = even_plan(ctx.num_layers, p, v, StageRecompute(), shape.placement)
     counts = tuple(even.stage_layers(i) for i in range(p))
     found.consider(index, _spread(counts, shape, int(m[0])), shape, whole=True)
     if len(set(ctx.costs.layer_kinds)) > 1:
-        balanced = _balanced_counts(ctx.costs.take(index), p, v)
+        balanced = _balanced_counts(ctx.costs.take(index), shape)
         if balanced != counts:
             found.consider(index, _spread(balanced, shape, int(m[0])), shape, whole=True)
     return balanced_bound(ctx.costs.take(index), shape, m)
@@ -202,13 +208,13 @@ def _water_filled_plans(
 ) -> np.ndarray:
     """The water-filling lower bound of ``open_rows`` (at least their ``lower``), after
     considering the plans of its stage counts where it beats ``bound``."""
-    ctx, p, v = found.ctx, shape.pp, shape.vpp
+    ctx = found.ctx
     m = ctx.microbatches(open_rows)
     tight, split = lower_bound(ctx.costs.take(open_rows), shape, m, ctx.modes, ctx.capacity_bytes)
     tight = np.maximum(lower[open_rows], tight)
     vectors: dict[tuple[int, ...], list[int]] = {}
     for j in np.flatnonzero(tight < bound * (1 + 1e-9)):
-        n = _trim([int(c[j]) for c in split], p, v, ctx.num_layers)
+        n = _trim([int(c[j]) for c in split], shape, ctx.num_layers)
         if n is not None:
             vectors.setdefault(n, []).append(int(j))
     for n, rows in vectors.items():
@@ -217,9 +223,11 @@ def _water_filled_plans(
     return tight
 
 
-def _balanced_counts(costs: StageCosts, p: int, v: int) -> tuple[int, ...]:
+def _balanced_counts(costs: StageCosts, shape: Shape) -> tuple[int, ...]:
     """Stage layer counts that minimise the slowest stage without recompute, for the first
-    row's per-layer times (layers of several kinds; a linear-partition dynamic programme)."""
+    row's per-layer times (layers of several kinds; a linear-partition dynamic programme over
+    stages in order, exact for one chunk per stage and a heuristic otherwise)."""
+    p, v, last = shape.pp, shape.vpp, shape.last_stage
     kinds = costs.layer_kinds
     num_layers = len(kinds)
     layer_t = np.array([costs.time_s[k][0, 0] for k in kinds])
@@ -227,10 +235,10 @@ def _balanced_counts(costs: StageCosts, p: int, v: int) -> tuple[int, ...]:
     fixed = [
         float(costs.every_time_s[0])
         + (float(costs.first_time_s[0]) if i == 0 else 0.0)
-        + (float(costs.last_time_s[0]) if i == p - 1 else 0.0)
+        + (float(costs.last_time_s[0]) if i == last else 0.0)
         for i in range(p)
     ]
-    least = [least_layers(p, v, i, num_layers) for i in range(p)]
+    least = [least_layers(p, v, i, num_layers, shape.placement) for i in range(p)]
     inf = float("inf")
     # best[i][e]: least slowest time of stages 0..i-1 holding the first e layers
     best = [[inf] * (num_layers + 1) for _ in range(p + 1)]
@@ -259,12 +267,13 @@ def _most_saving(modes, layers) -> StageRecompute:
     return StageRecompute("selective", 0) if "selective" in modes else StageRecompute()
 
 
-def _trim(n: list[int], p: int, v: int, num_layers: int) -> tuple[int, ...] | None:
+def _trim(n: list[int], shape: Shape, num_layers: int) -> tuple[int, ...] | None:
     """Water-filled stage counts cut down to the layer count (from the first stage on, which
     holds the most micro-batches in flight), or ``None`` when they do not reach it."""
     if min(n) < 0 or sum(n) < num_layers:
         return None
-    least = [max(v - 1, 0) if i in (0, p - 1) else v for i in range(p)] if p > 1 else [num_layers]
+    p, v = shape.pp, shape.vpp
+    least = [least_layers(p, v, i, num_layers, shape.placement) for i in range(p)]
     surplus = sum(n) - num_layers
     for i in range(p):
         cut = min(surplus, n[i] - least[i])
@@ -280,7 +289,7 @@ def _spread(counts: Sequence[int], shape: Shape, m: int) -> tuple[int, ...]:
     p, v = shape.pp, shape.vpp
     chunk = [0] * (p * v)
     for i, n in enumerate(counts):
-        mine = [j * p + i for j in range(v)]
+        mine = list(placed_chunks(p, v, i, shape.placement))
         weights = shape.schedule.in_flight(p, v, m, i)
         if i == 0 and v > 1 and n >= v - 1:
             mine, weights = mine[1:], weights[1:]
@@ -311,7 +320,13 @@ def _best_recompute(layers, shape: Shape, costs: StageCosts, m, ctx: PlanContext
     choice = np.zeros((rows, p), dtype=np.int64)
     least_memory = np.full(rows, np.inf)
     for o, rec in enumerate(options):
-        plan = StagePlan(pp=p, vpp=v, chunk_layers=tuple(layers), recompute=(rec,) * p)
+        plan = StagePlan(
+            pp=p,
+            vpp=v,
+            chunk_layers=tuple(layers),
+            recompute=(rec,) * p,
+            placement=shape.placement,
+        )
         fig = stage_totals(plan, costs, m, schedule=shape.schedule)
         if keep is not None:
             keep[(shape, plan)] = (fig.step_time_s, fig.memory_bytes.max(axis=1))

@@ -24,7 +24,7 @@ from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.schedule import MEGATRON, PipelineSchedule
 from autopar.costs.stage_costs import StageCosts
 from autopar.costs.stage_schedules import stage_schedule
-from autopar.layout.stages import StagePlan
+from autopar.layout.stages import StagePlan, last_stage, placed_chunks, placement_of
 
 NS_PER_S = 1e9
 CAPACITY_SLACK_BYTES = 4096
@@ -54,6 +54,16 @@ class Shape:
     def name(self) -> str:
         return f"pp{self.pp}v{self.vpp}"
 
+    @property
+    def placement(self) -> str:
+        """How its plans place chunks on ranks (``autopar.layout.stages.placement_of``)."""
+        return placement_of(self.schedule.name)
+
+    @property
+    def last_stage(self) -> int:
+        """The rank holding the last chunk (``autopar.layout.stages.last_stage``)."""
+        return last_stage(self.pp, self.placement)
+
 
 def shapes_of(grid: Mapping[str, np.ndarray], rows: np.ndarray | None = None) -> dict:
     """``{Shape: rows}``: the rows (all, or those of ``rows``; global indices) of each shape, in
@@ -73,13 +83,13 @@ def shapes_of(grid: Mapping[str, np.ndarray], rows: np.ndarray | None = None) ->
     return out
 
 
-def least_layers(p: int, v: int, stage: int, num_layers: int) -> int:
+def least_layers(p: int, v: int, stage: int, num_layers: int, placement: str = "loop") -> int:
     """Fewest layers the stage may hold (every chunk but the pipeline's first and last holds
-    one)."""
+    one: in a V, rank 0 holds both ends)."""
     if p == 1:
         return num_layers
-    ends = (stage == 0) + (stage == p - 1)
-    return v - min(ends, 1) if v > 1 else (0 if ends else 1)
+    ends = {0, p * v - 1}
+    return sum(c not in ends for c in placed_chunks(p, v, stage, placement))
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,10 @@ def _score(cand: Candidates, framework: str, top: int, deadline: float | None):
             continue
         scored += len(rows)
         sub, m = ctx.costs.take(rows), ctx.microbatches(rows)
-        for plan in expressible_plans(framework, ctx.num_layers, shape.pp, shape.vpp, ctx.modes):
+        allowed = expressible_plans(
+            framework, ctx.num_layers, shape.pp, shape.vpp, ctx.modes, shape.placement
+        )
+        for plan in allowed:
             check_deadline(deadline)  # --time-limit covers the plan search (issue 15)
             fig = stage_totals(plan, sub, m, schedule=shape.schedule)
             fits = fig.memory_bytes.max(axis=1) <= ctx.capacity_bytes

@@ -84,15 +84,16 @@ def _major_costs(costs: StageCosts):
     return minors, pairs, cap_major, arrays
 
 
-def _stage_ends(costs: StageCosts, stage: int, p: int):
-    """(time, static bytes, activation bytes) outside the layers of ``stage``."""
+def _stage_ends(costs: StageCosts, stage: int, p: int, last: int):
+    """(time, static bytes, activation bytes) outside the layers of ``stage`` (``last``: the
+    rank holding the last chunk, ``Shape.last_stage``)."""
     ends = [costs.every_time_s, costs.every_static_bytes, costs.every_activation_bytes]
     if stage == 0:
         first = (costs.first_time_s, costs.first_static_bytes, costs.first_activation_bytes)
         ends = [e + f for e, f in zip(ends, first, strict=True)]
-    if stage == p - 1:
-        last = (costs.last_time_s, costs.last_static_bytes, costs.last_activation_bytes)
-        ends = [e + f for e, f in zip(ends, last, strict=True)]
+    if stage == last:
+        last_ends = (costs.last_time_s, costs.last_static_bytes, costs.last_activation_bytes)
+        ends = [e + f for e, f in zip(ends, last_ends, strict=True)]
     return ends
 
 
@@ -163,7 +164,7 @@ def _stage_time_of_layers(costs: StageCosts, shape: Shape, m: np.ndarray, modes,
     for i in range(p):
         flights = [min(shape.schedule.in_flight(p, v, int(mm), i)) for mm in distinct]
         w = np.array(flights, dtype=float)[np.searchsorted(distinct, m)][:, None]
-        ends = _stage_ends(costs, i, p)
+        ends = _stage_ends(costs, i, p, shape.last_stage)
         by_held: dict[tuple[int, ...], np.ndarray] = {}
         for held, done in pairs:
             best = by_held.setdefault(held, np.full((len(m), num_layers + 1), np.inf))
@@ -190,7 +191,7 @@ def lower_bound(costs: StageCosts, shape: Shape, m: np.ndarray, modes, capacity:
     p, v = shape.pp, shape.vpp
     num_layers = len(costs.layer_kinds)
     tables, caps = _stage_time_of_layers(costs, shape, m, modes, capacity + CAPACITY_SLACK_BYTES)
-    least_n = [least_layers(p, v, i, num_layers) for i in range(p)]
+    least_n = [least_layers(p, v, i, num_layers, shape.placement) for i in range(p)]
     lo, feasible = _mix_fill(tables, caps, least_n, num_layers)
     cheapest = [np.min(list(t.values()), axis=0) for t in tables]
     _, _, counts = water_fill(cheapest, least_n, num_layers, max_layers)

@@ -69,7 +69,10 @@ HINT_TIME_S = 2.0
 def encoding_for(shape: Shape, kinds: Sequence[str], *, tables: bool = True) -> StageEncoding:
     """The encoding of ``shape``'s plans: per-stage tables for one layer kind, window tables
     for several kinds without interleaving, boundary variables otherwise (or for every shape
-    when ``tables`` is false)."""
+    when ``tables`` is false). Loop-placed shapes only: a V-placed schedule runs under
+    torchtitan alone, whose plans are searched by enumeration (``autopar.pipeline.expressible``)."""
+    if shape.placement != "loop":
+        raise ValueError(f"the {shape.schedule.name} shape {shape.name} has no encoding")
     if tables and len(set(kinds)) == 1:
         return TableEncoding(shape)
     if tables and shape.vpp == 1:
