@@ -37,7 +37,7 @@ from autopar.inputs.stack import DEFAULT_RECOMPUTE_MODULES
 from cost_models.compute import mlp_up_width
 from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, attention_keys
 from cost_models.gemm import FP4_GEMMS, OPERAND_BYTES, gemm_dtype
-from cost_models.memory import axes_of, without_unread
+from cost_models.memory import axes_of, micro_batch_logits_bytes, without_unread
 from cost_models.shapes import (
     ONE_F_ONE_B,
     kv_size,
@@ -289,7 +289,12 @@ class LayerActivationMemory:
             return tokens * per_token * offload_share(ctx)
 
         return peak_in_flight_stage_bytes(
-            model, grid["pp"], layer_bytes, first_stage_extra=embedding, **_schedule_of(grid)
+            model,
+            grid["pp"],
+            layer_bytes,
+            first_stage_extra=embedding,
+            last_stage_extra=micro_batch_logits_bytes(grid, ctx),
+            **_schedule_of(grid),
         )
 
     def _megatron(self, grid: Grid, ctx: TermContext) -> np.ndarray:

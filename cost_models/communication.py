@@ -326,6 +326,25 @@ combined_1f1b.py L51-63; DeepSeek-V3 report §3.2.1; SM contention and the layer
 last all-to-alls stay visible). Not fitted: the share of ``DP_OVERLAP_EXPOSED``."""
 
 
+HOST_BOUND_PAIRS = "none"
+"""The ``StackSpec.cuda_graphs`` scope under which the combined 1F1B hides no all-to-all: with
+no CUDA graphs one host thread issues both micro-batches' kernels of a layer pair, split into
+a dozen sub-module nodes alternating between the compute and communication streams
+(``model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` L176-239, Megatron-LM
+@0d8e0714, the core of Megatron-Bridge v0.2.0), so the GPU waits for launches instead of
+running one half under the other's all-to-all. Megatron-Bridge measured it and turned the
+overlap off: "Disable ``moe_a2a_overlap`` due to CPU overhead for BF16 and MXFP8" (PR #1760,
+Qwen3-235B on 64 B200: MXFP8 step 20.1 s -> 16.9 s, BF16 17.2 s -> 16.0 s; the 25.11 row of
+``blackwell_recipes.csv`` is the 20.1 s run), and on B300 "moe_a2a_overlap and VP degraded
+perf" (issue #3399). With ``layers`` or ``full`` graphs the attention, router and dispatch
+preprocessing replay from graphs and the overlap is priced (``EP_OVERLAP_EXPOSED``). Not
+fitted: the paired step then costs what the plain one does (the schedule's slots stay), which
+leaves what the host costs beyond that unpriced (the PR's 20.1 / 16.9 includes dropping VP).
+Hopper agrees: the H100 Qwen3-235B calibration rows ran ``moe_a2a_overlap`` without graphs
+(v0.4.0 / v0.5.0 ``QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1``, which V2 inherits) and are
+within -0.2..+7.3% priced without the overlap; with it hiding 80% they would be -17..-22%."""
+
+
 DISPATCHERS: tuple[str, ...] = ("alltoall", "allgather", "flex")
 """Megatron ``--moe-token-dispatcher-type`` (``moe/token_dispatcher.py``; ``flex`` is DeepEP /
 HybridEP). Not a layout axis: searched as one it tripled the MoE space (Mixtral-8x22B on 4096
@@ -470,7 +489,8 @@ class EpCommTime:
     with another's backward (Megatron's combined 1F1B, ``--overlap-moe-expert-parallel-comm``)
     hides all but ``EP_OVERLAP_EXPOSED`` of both all-to-alls in each pair
     (``Phases.paired_hidden``; the slots count the pairs on the critical path, so the warm-up
-    and cool-down, which run unpaired, keep theirs)."""
+    and cool-down, which run unpaired, keep theirs), unless no CUDA graphs cut the host's
+    launches (``HOST_BOUND_PAIRS``: then the pairs hide nothing)."""
 
     name: str = "ep_comm_s"
     category: str = "ep_comm"
@@ -515,6 +535,8 @@ class EpCommTime:
         full = np.asarray(grid["recompute"]) == RECOMPUTE_FULL
         layers = moe_stage_layers(stage_counts_for_time(model, grid["pp"], ctx.training.seq_len))
         hidden = 0.0 if self.ep_overlap is False else 1.0 - EP_OVERLAP_EXPOSED
+        if ctx.training.stack.cuda_graphs == HOST_BOUND_PAIRS:
+            hidden = 0.0  # the host cannot feed the paired layers (``HOST_BOUND_PAIRS``)
         # only the combined 1F1B overlaps a pair's halves layer by layer; torchtitan's DualPipeV
         # runs them one after the other (schedule.SEQUENTIAL_PAIRS), hiding nothing
         overlapped = np.asarray(grid["schedule"]) == COMBINED if "schedule" in grid else False

@@ -257,27 +257,32 @@ def stage_expert_layers(model: ModelSpec, pp: np.ndarray) -> np.ndarray:
     return out
 
 
+def micro_batch_logits_bytes(grid: Grid, ctx: TermContext) -> np.ndarray:
+    """Logits of one micro-batch for the loss on one rank of the last stage: ``s*b*V/(t*cp)``
+    elements at ``LOGITS_BYTES_PER_ELEMENT``, the vocabulary padded to ``128 * tp``."""
+    tp, cp, mbs = axes_of(grid, "tp", "cp", "mbs")
+    tokens = mbs * ctx.training.seq_len / cp
+    return tokens * padded_vocab(ctx.model, tp) / tp * LOGITS_BYTES_PER_ELEMENT
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogitsMemory:
-    """Logits of one micro-batch for the loss, ``s*b*V/t`` elements at ``LOGITS_BYTES_PER_ELEMENT``
-    (the OOM culprit with 128k vocabularies). They live on the last stage, which holds one
+    """Logits of one micro-batch for the loss (``micro_batch_logits_bytes``, the OOM culprit
+    with 128k vocabularies). They live on the last stage, which under 1F1B holds one
     micro-batch at a time; with ``pp > 1`` the first stage's ``pp`` in-flight micro-batches
-    dominate, so this counts only when ``pp == 1`` (as Megatron's estimator does), or when a
-    V-shaped schedule puts the last stage on the first rank."""
+    dominate, so this counts only when ``pp == 1`` (as Megatron's estimator does). Under the
+    other schedules (GPipe and Looped BFS hold every micro-batch's logits, a V puts the last
+    stage on the first rank) the activation peak counts them with the last stage's
+    micro-batches (``activations.LayerActivationMemory``, ``shapes.peak_in_flight_stage_bytes``
+    ``last_stage_extra``); those rows have ``pp > 1``."""
 
     name: str = "logits_bytes"
     category: str = "activations"
-    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs", "schedule")
-
-    def depends_on_in(self, domains) -> tuple[str, ...]:
-        """Without ``schedule`` in a space with no V-shaped schedule."""
-        return without_unread(self.depends_on, domains, ("schedule",), V_SHAPED)
+    depends_on: tuple[str, ...] = ("tp", "pp", "cp", "mbs")
 
     def evaluate(self, grid: Grid, ctx: TermContext) -> np.ndarray:
-        tp, pp, cp, mbs = axes_of(grid, "tp", "pp", "cp", "mbs")
-        tokens = mbs * ctx.training.seq_len / cp
-        logits = tokens * padded_vocab(ctx.model, tp) / tp * LOGITS_BYTES_PER_ELEMENT
-        return np.where((pp == 1) | v_shaped_rows(grid), logits, 0.0)
+        (pp,) = axes_of(grid, "pp")
+        return np.where(pp == 1, micro_batch_logits_bytes(grid, ctx), 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

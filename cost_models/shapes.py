@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
-from autopar.costs.schedule_orders import chunk_stage
+from autopar.costs.schedule_orders import chunk_of, chunk_stage
 from autopar.costs.schedule_slots import in_flight_chunks
 from autopar.inputs.specs import ModelSpec
 from autopar.layout.split import stage_split
@@ -257,6 +257,7 @@ def peak_in_flight_stage_bytes(
     per_kind_bytes: Callable[[str], np.ndarray | float],
     *,
     first_stage_extra: np.ndarray | float = 0.0,
+    last_stage_extra: np.ndarray | float = 0.0,
     schedule: np.ndarray | None = None,
     vpp: np.ndarray | None = None,
     grad_accum: np.ndarray | None = None,
@@ -273,7 +274,13 @@ def peak_in_flight_stage_bytes(
     can hold more: ``max_i (p - i)/p * bytes_i``. ``per_kind_bytes(kind)`` gives one layer's
     bytes per row; ``first_stage_extra`` (the embedding's) sits on stage 0 only. With fewer
     micro-batches than stages the ratio ``(p - i)/p`` understates the later stages (they hold
-    ``min(p - i, m)``); the first stage's count is then ``m`` as well."""
+    ``min(p - i, m)``); the first stage's count is then ``m`` as well.
+
+    ``last_stage_extra`` (the loss's logits, ``LogitsMemory``) sits with the last stage's
+    micro-batches on the rows of the other schedules only: under GPipe and Looped BFS the last
+    stage runs every forward, its loss included, before the first backward, so it holds all
+    ``m`` micro-batches' logits, and a V puts the last stage on the first rank; under 1F1B the
+    last stage holds one micro-batch and the first stage's ``p`` dominate, as before."""
     pp = np.atleast_1d(np.asarray(pp, dtype=np.int64))
     out = np.zeros(len(pp))
     cache: dict[str, np.ndarray] = {}
@@ -284,6 +291,7 @@ def peak_in_flight_stage_bytes(
         return cache[kind]
 
     extra = np.broadcast_to(np.asarray(first_stage_extra, dtype=np.float64), (len(pp),))
+    last = np.broadcast_to(np.asarray(last_stage_extra, dtype=np.float64), (len(pp),))
     other = np.zeros(len(pp), dtype=bool)
     if schedule is not None:
         other = ~np.isin(np.asarray(schedule), [PIPELINE_SCHEDULES.index(n) for n in ONE_F_ONE_B])
@@ -291,7 +299,7 @@ def peak_in_flight_stage_bytes(
             model,
             [np.asarray(x)[other] for x in (schedule, pp, vpp, grad_accum)],
             lambda kind: kind_bytes(kind)[other],
-            extra[other],
+            (extra[other], last[other]),
         )
     for value in np.unique(pp[~other]):
         rows = (pp == value) & ~other
@@ -312,13 +320,15 @@ ONE_F_ONE_B = ("1f1b", "combined-1f1b")
 stage's), on which the memory of the published runs was validated."""
 
 
-def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extra: np.ndarray) -> np.ndarray:
+def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray:
     """``max over ranks`` of the bytes a rank holds at its peak over the first rank's count in
     stages: each chunk's layers (virtual stage ``c*p + r``, or ``r`` and ``2p-1-r`` in a V) times
-    the micro-batches it holds then (``autopar.costs.schedule_slots.in_flight_chunks``); the
-    embedding's ``extra`` with the first chunk of rank 0. Per distinct (schedule, pp, vpp,
-    grad_accum): ``held (ranks x stages) @ kinds (stages x kinds) @ bytes (kinds x rows)``."""
+    the micro-batches it holds then (``autopar.costs.schedule_slots.in_flight_chunks``); of
+    ``extras``, the embedding's with the first chunk of rank 0 and the logits with the last
+    stage's chunk on its rank. Per distinct (schedule, pp, vpp, grad_accum): ``held (ranks x
+    stages) @ kinds (stages x kinds) @ bytes (kinds x rows)``."""
     schedule, pp, vpp, grad_accum = columns
+    extra, last_extra = extras
     out = np.zeros(len(pp))
     kinds = sorted({*model.layer_kinds, model.mtp_layer_kind})
     per_kind = np.stack([np.broadcast_to(kind_bytes(k), (len(pp),)) for k in kinds])
@@ -338,6 +348,8 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extra: np.ndarray) ->
                 weights[rank, chunk_stage(name, p, v, rank, chunk)] += count
         totals = (weights @ counts) @ per_kind[:, rows]
         totals[0] = totals[0] + extra[rows] * held[0][0]
+        rank, chunk = chunk_of(name, p, v, p * v - 1)
+        totals[rank] = totals[rank] + last_extra[rows] * held[rank][chunk]
         out[rows] = totals.max(axis=0) / max(sum(held[0]) / v, 1e-30)
     return out
 

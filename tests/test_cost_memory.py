@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.comm import DatasheetCollectives
 from autopar.costs.estimate import estimate
 from autopar.costs.terms import TermContext
@@ -14,6 +15,7 @@ from cost_models import default_cost_model
 from cost_models.activations import layer_activation_bytes_per_token
 from cost_models.memory import DenseParamMemory
 from cost_models.pipeline import InFlightMicrobatches
+from cost_models.shapes import peak_in_flight_stage_bytes
 
 H100 = GpuSpec(
     name="h100",
@@ -168,3 +170,33 @@ def test_context_parallelism_shrinks_activations() -> None:
     cp1 = estimate(Layout(dp=32, cp=1, grad_accum=32, **base), ctx, model).memory_bytes
     cp2 = estimate(Layout(dp=16, cp=2, grad_accum=64, **base), ctx, model).memory_bytes
     assert cp2["activations"] == pytest.approx(cp1["activations"] / 2, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "vpp", "held"),
+    [("gpipe", 1, 24), ("looped-bfs", 2, 24), ("1f1b", 1, 0), ("1f1b", 2, 0)],
+)
+def test_the_last_stage_holds_the_logits_of_every_micro_batch_it_keeps(schedule, vpp, held):
+    """Under GPipe and Looped BFS the last stage runs every forward, loss included, before the
+    first backward: its peak holds all ``m`` micro-batches' logits. Under 1F1B it holds one and
+    the first stage dominates (``LogitsMemory`` counts them only at ``pp == 1``). With the
+    layers' bytes at zero only the logits are left: the peak, taken back to bytes by the first
+    rank's in-flight count, is ``held`` micro-batches' logits."""
+    pp, m, logits = 4, 24, 3.0 * GIB
+    grid = {
+        "pp": np.array([pp]),
+        "vpp": np.array([vpp]),
+        "grad_accum": np.array([m]),
+        "schedule": np.array([PIPELINE_SCHEDULES.index(schedule)]),
+    }
+    peak = peak_in_flight_stage_bytes(
+        LLAMA3_70B,
+        grid["pp"],
+        lambda kind: 0.0,
+        last_stage_extra=logits,
+        schedule=grid["schedule"],
+        vpp=grid["vpp"],
+        grad_accum=grid["grad_accum"],
+    )
+    in_flight = InFlightMicrobatches().evaluate(grid, None)
+    assert float(peak[0] * in_flight[0]) == pytest.approx(held * logits, rel=1e-12)

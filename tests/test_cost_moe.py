@@ -19,6 +19,7 @@ from cost_models.activations import LayerActivationMemory
 from cost_models.communication import (
     DISPATCHERS,
     EP_OVERLAP_EXPOSED,
+    HOST_BOUND_PAIRS,
     EpCommTime,
     TpCommTime,
     best_dispatcher,
@@ -109,8 +110,9 @@ def test_overlap_switches_hide_expert_communication() -> None:
     """The shared expert hides behind the dispatch; a paired step of Megatron's combined 1F1B
     hides all but ``EP_OVERLAP_EXPOSED`` of both all-to-alls (its forward's and backward's):
     with no pipeline (combined_1f1b_schedule_for_no_pipelining) ``m - 1`` of ``m`` forwards
-    and backwards run paired."""
-    ctx = _ctx("deepseek-v3", 1024)
+    and backwards run paired. Only with CUDA graphs: without them the host cannot feed the
+    paired layers and they hide nothing (``HOST_BOUND_PAIRS``)."""
+    ctx = _ctx("deepseek-v3", 1024, cuda_graphs="layers")
     grid = _grid(tp=2, pp=8, dp=64, ep=64)
     plain = EpCommTime().evaluate(grid, ctx)[0]
     assert EpCommTime(shared_expert_overlap=True).evaluate(grid, ctx)[0] < plain
@@ -119,6 +121,9 @@ def test_overlap_switches_hide_expert_communication() -> None:
     whole = phases.forward[0] + phases.backward_input[0]
     assert phases.paired_hidden[0] == pytest.approx((1 - EP_OVERLAP_EXPOSED) * whole)
     assert EpCommTime(ep_overlap=False).phases(paired, ctx).paired_hidden[0] == 0.0
+    host_bound = _ctx("deepseek-v3", 1024, cuda_graphs=HOST_BOUND_PAIRS)
+    assert EpCommTime().phases(paired, host_bound).paired_hidden[0] == 0.0
+    assert EpCommTime().phases(paired, host_bound).forward[0] == pytest.approx(phases.forward[0])
     # torchtitan's DualPipeV runs a pair's halves one after the other (OVERLAP_F_B, torch
     # schedules.py L2889-2894): its pairs hide nothing, nor does 1F1B
     for name in ("dualpipe-v", "1f1b"):
@@ -135,6 +140,10 @@ def test_overlap_switches_hide_expert_communication() -> None:
     assert saved == pytest.approx((m - 1) * hidden, rel=1e-9)
     assert one.step_time_s - combined.step_time_s == pytest.approx(saved, rel=1e-9)
     assert combined.time_s["bubble"] == pytest.approx(one.time_s["bubble"], abs=1e-9)
+    # without graphs the combined schedule saves nothing over 1F1B (HOST_BOUND_PAIRS)
+    host_bound = _ctx("deepseek-v3", 1024, cuda_graphs=HOST_BOUND_PAIRS)
+    one, combined = (estimate(layout, host_bound, default_cost_model()) for layout in layouts)
+    assert combined.time_s["ep_comm"] == pytest.approx(one.time_s["ep_comm"], rel=1e-9)
 
 
 def test_hybridep_permute_is_hidden_only_with_a_static_budget() -> None:

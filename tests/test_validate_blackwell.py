@@ -74,9 +74,11 @@ def test_blackwell_rows_per_gpu_kind(blackwell) -> None:
 def test_all_blackwell_rows_stay_where_the_readme_reports_them(blackwell) -> None:
     modelled = blackwell[0]
     median, worst, signed = _stats(modelled)
-    assert median <= 5.0 and abs(signed) <= 3.0 and worst <= 29.0
+    assert median <= 5.0 and abs(signed) <= 3.0 and worst <= 25.0
     median, worst, _ = _stats(modelled[modelled["model"] != KNOWN_MISS])
-    assert median <= 6.0 and worst <= 28.0
+    # the B200 25.11 Qwen3-235B row, -19.5% once its EP overlap without graphs hides nothing
+    # (communication.HOST_BOUND_PAIRS; -27.4% priced as hiding 80%)
+    assert median <= 6.0 and worst <= 20.0
 
 
 def test_gpt_oss_is_the_family_the_model_misses(blackwell) -> None:

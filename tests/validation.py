@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks/validate_published.py"
+HELDOUT = SCRIPT.with_name("heldout.py")
 
 
 def _load():
@@ -34,3 +35,14 @@ def validated():
     if not validate_published.DEFAULT_CSV.exists():
         pytest.fail(f"published runs missing: {validate_published.DEFAULT_CSV}")
     return validate_published.validate(validate_published.DEFAULT_CSV)
+
+
+@functools.cache
+def heldout_residuals() -> tuple[dict, ...]:
+    """The held-out runs' residuals (``benchmarks/heldout.py``: MLPerf and NeMo), which the
+    error bands also take."""
+    spec = importlib.util.spec_from_file_location("heldout", HELDOUT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)  # imports validate_published: the module loaded above
+    return tuple(module.residual_table(module.heldout_cases()))

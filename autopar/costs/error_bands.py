@@ -1,9 +1,12 @@
 """How far a predicted step time may be off: the error band of its class (issue 20).
 
 A class is (GPU generation, precision, dense or MoE). Its band is the 90th percentile of the
-absolute relative errors of the default cost model on the class's published runs
-(``benchmarks/validate_published.py``, which writes the residuals to ``error_bands.json`` beside
-this module with ``--write-bands``; ``tests/test_error_bands.py`` checks the file is current). A
+absolute relative errors of the default cost model on the class's published runs: the
+calibration rows (``benchmarks/validate_published.py``) and the held-out runs from other
+sources, on which nothing is fitted (``benchmarks/heldout.py``: MLPerf Training, NeMo's
+performance summaries), so that the band says what the model keeps beyond the rows it was fitted
+on. ``validate_published.py --write-bands`` writes both to ``error_bands.json`` beside this
+module (``tests/test_error_bands.py`` checks the file is current). A
 class with fewer than ``MIN_RUNS`` runs takes the band of the nearest wider class that has them
 (the same generation and kind of model in any precision, then the same generation and
 precision, then the same generation, then all runs) and says so: the

@@ -61,7 +61,8 @@ PLACEMENT: Mapping[str, str] = {
 """Where the layer-independent part of a term lives; unnamed terms go on every stage."""
 LAST_AS_SINGLE_STAGE = frozenset({"logits_bytes"})
 """Terms the cost model counts only with ``pp == 1`` because the first stage dominates there;
-the last stage holds them whatever ``pp`` is, so they are probed at ``pp = 1``."""
+the last stage holds them whatever ``pp`` is, so they are probed at ``pp = 1``, per micro-batch
+the last chunk holds (GPipe and Looped BFS: every one; ``cost_models.memory.LogitsMemory``)."""
 EMBEDDING_TERMS = frozenset(
     {"dense_weights_bytes", "dense_gradients_bytes", "dense_optimizer_bytes"}
 )
@@ -325,7 +326,7 @@ def probe_stage_costs(
         one = {**sub, "pp": np.ones(n, dtype=np.int64), "recompute": np.zeros(n, dtype=np.int64)}
         for term in single_terms:
             value = np.asarray(term.evaluate(one, ctx), dtype=np.float64)
-            fixed["last_static_bytes"][rows] += np.broadcast_to(value, (n,))
+            fixed["last_activation_bytes"][rows] += np.broadcast_to(value, (n,))
     if not model.tied_embeddings:
         # The untied output layer has the input embedding's shape: the last stage holds its
         # parameters (the cost model counts them only with pp == 1, on the first stage).

@@ -124,9 +124,10 @@ def _exact_best(reach, found, estimates: list, top_k: int, ctx, cost_model) -> t
     of it (a zero-bubble or DualPipe schedule's slots at reference phase times:
     ``autopar.search.cpsat._slotted_part``). Every layout whose objective reaches the k-th best
     step found is enumerated and estimated with each schedule its rules allow (the fused table
-    keeps one per outer layout: ``autopar.search.cpsat.FOLDED``): a layout left out has
-    objective, hence step time, above it. Returns the estimates and whether the enumeration
-    completed."""
+    keeps one per outer layout: ``autopar.search.cpsat.FOLDED``), and those that fit kept
+    (the table keeps a schedule that fits; another schedule of the same outer layout may hold
+    more activations): a layout left out has objective, hence step time, above it. Returns the
+    estimates and whether the enumeration completed."""
     steps_us = [int(np.ceil(e.step_time_s * US_PER_S)) for e in estimates]
     if all(step <= obj + EXACT_SLACK_US for (obj, _), step in zip(found, steps_us, strict=True)):
         return estimates, True
@@ -135,7 +136,8 @@ def _exact_best(reach, found, estimates: list, top_k: int, ctx, cost_model) -> t
     left = deadline - time.perf_counter()
     rows, complete = _within(model, vm, bound, limit=EXACT_LIMIT, time_limit_s=max(0.0, left))
     candidates = {tuple(r.items()): r for r in _with_each_schedule(space, [*found, *rows])}
-    everything = estimate_many(layouts_from_rows(list(candidates.values())), ctx, cost_model)
+    estimated = estimate_many(layouts_from_rows(list(candidates.values())), ctx, cost_model)
+    everything = [e for e in estimated if e.fits]
     everything.sort(key=lambda e: (e.step_time_s, tie_key(e.layout.grid_row())))
     return _distinct_outer(everything)[:top_k], complete
 

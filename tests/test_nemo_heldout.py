@@ -1,0 +1,49 @@
+"""``benchmarks/nemo_heldout.py`` (held out, not calibration): the NeMo 25.02-25.07 Blackwell
+performance-summary rows build from their table's layout and their recipe's switches, fit in
+memory and get a finite prediction; the Nemotron-4 15B preset they need has the paper's size."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+from autopar.inputs.loading import load_model
+from cost_models.shapes import total_params
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "nemo_heldout.py"
+
+
+def _heldout():
+    spec = importlib.util.spec_from_file_location("nemo_heldout", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_heldout_row_is_modelled_and_fits() -> None:
+    rows = _heldout().heldout_table()
+    assert len(rows) == 18
+    assert all(r["fits"] and math.isfinite(r["error_pct"]) for r in rows)
+    assert {r["gpu"] for r in rows} == {"b200", "gb200-nvl72"}
+
+
+def test_the_offloaded_fsdp_row_fits_only_with_its_offload() -> None:
+    """Llama 3.1 405B at TP 2 with Megatron-FSDP on 128 GB200s (NeMo 25.07) offloads the
+    activations of 95 layers to the host (its recipe's ``activation_offload_layers``): without
+    them the layout does not fit."""
+    heldout = _heldout()
+    (row,) = [
+        r
+        for r in heldout.csv.DictReader(heldout.HELDOUT_CSV.open(newline=""))
+        if r["id"] == "nemo2507_gb200_llama31_405b_fsdp_128"
+    ]
+    with_offload, without = heldout.residual_table(
+        [heldout.heldout_case(row), heldout.heldout_case({**row, "cpu_offload_layers": "0"})]
+    )
+    assert with_offload["fits"] and not without["fits"]
+
+
+def test_nemotron_4_15b_has_the_reported_size() -> None:
+    """Nemotron-4 15B (arXiv 2402.16819): 15.6B parameters with its untied 256k embeddings."""
+    assert 15.4e9 < total_params(load_model("nemotron-4-15b")) < 15.8e9
