@@ -1,6 +1,7 @@
 """Held-out Blackwell runs: the MLPerf Training v5.1 Llama 3.1 8B / 405B submissions made with
 NVIDIA's NeMo 25.09 code: NVIDIA's own on GB200 / GB300 NVL72, and Oracle's, the University of
-Florida's and Verda's on DGX B200 (x86 hosts, InfiniBand / RoCE between 8-GPU nodes).
+Florida's (8B on 4 to 32 nodes, 405B on 32 and 56, its 405B configs without TP overlap) and
+Verda's on DGX B200 (x86 hosts, InfiniBand / RoCE between 8-GPU nodes).
 
 Not calibration (issue 20): no constant is fitted on these rows. They stand in for the check on
 Blackwell runs from other sources and containers. ``data/published/mlperf_v51_heldout.csv``
