@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_published import Case, predict, printed_layout  # noqa: E402
+from heldout import residual_table, summary  # noqa: E402
+from validate_published import Case, printed_layout  # noqa: E402
 
 from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
 from autopar.inputs.specs import TrainingSpec  # noqa: E402
@@ -81,21 +81,7 @@ def heldout_cases(path: Path = HELDOUT_CSV) -> list[Case]:
 
 def heldout_table(path: Path = HELDOUT_CSV) -> list[dict[str, object]]:
     """Per run: measured and predicted step time, the error and the largest time terms."""
-    rows = []
-    for case in heldout_cases(path):
-        pred = predict(case)
-        rows.append(
-            {
-                "id": case.row_id,
-                "gpu": case.gpu.name,
-                "measured_s": case.measured_step_s,
-                "predicted_s": pred["predicted_s"],
-                "error_pct": 100.0 * (pred["predicted_s"] / case.measured_step_s - 1.0),
-                "fits": pred["fits"],
-                **{k: v for k, v in pred.items() if k.endswith("_comm_s") or k == "compute_s"},
-            }
-        )
-    return rows
+    return residual_table(heldout_cases(path))
 
 
 def main() -> None:
@@ -108,18 +94,9 @@ def main() -> None:
             f"{r['error_pct']:+.0f}% | {r['compute_s']:.4g} | {r['cp_comm_s']:.3g} | "
             f"{r['dp_comm_s']:.3g} | {r['fits']} |"
         )
-    print(summary_line("held out", rows))
+    print(summary("held out", [r["error_pct"] for r in rows]))
     for gpu in sorted({r["gpu"] for r in rows}):
-        print(summary_line(f"  {gpu}", [r for r in rows if r["gpu"] == gpu]))
-
-
-def summary_line(label: str, rows: list[dict[str, object]]) -> str:
-    """``label: n runs, median |error|, max, signed median`` of ``heldout_table`` rows."""
-    errors = [float(r["error_pct"]) for r in rows]
-    return (
-        f"{label}: {len(rows)} runs, median |error| {statistics.median(map(abs, errors)):.1f}%, "
-        f"max {max(map(abs, errors)):.1f}%, signed median {statistics.median(errors):+.1f}%"
-    )
+        print(summary(f"  {gpu}", [r["error_pct"] for r in rows if r["gpu"] == gpu]))
 
 
 if __name__ == "__main__":
