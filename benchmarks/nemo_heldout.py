@@ -48,6 +48,12 @@ MOE_SWITCHES = {"moe_dispatcher": "alltoall"}
 """NeMo 2.0's MoE configs keep Megatron's all-to-all token dispatcher (module docstring)."""
 
 
+NEMO2_EAGER_ACTIVATIONS = ("relu2",)
+"""NeMo 2.0's Nemotron models run their squared ReLU as eager PyTorch ops
+(``StackSpec.eager_activations``: ``nemotron.py`` L22 / L45, ``fn/activation.py`` L35-37 at
+NeMo v2.3.0); every other row's activation is fused (GELU, SwiGLU: ``bias_activation_fusion``)."""
+
+
 def measured_step_s(row: dict[str, str]) -> float:
     """The step a row's tokens/s/GPU implies: ``gbs * seq_len / (tokens_per_s_gpu * n)``."""
     tokens = int(row["gbs_sequences"]) * int(row["seq_len"])
@@ -65,6 +71,7 @@ def heldout_case(row: dict[str, str]) -> Case:
         fp8_recipe="current",
         cuda_graphs=row["cuda_graphs"],
         cpu_offload_layers=int(row["cpu_offload_layers"]),
+        eager_activations=NEMO2_EAGER_ACTIVATIONS,
     )
     training = TrainingSpec(
         num_gpus=n,
