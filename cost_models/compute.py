@@ -105,9 +105,9 @@ def mlp_activation_bytes(model: ModelSpec, ffn_elements: np.ndarray) -> np.ndarr
 EAGER_ACTIVATION_BYTES: dict[str, tuple[float, float]] = {"relu2": (8.0, 20.0)}
 """HBM bytes per MLP-inner element (forward, backward) of an activation that the stack runs as
 eager PyTorch ops (``StackSpec.eager_activations``), in place of ``mlp_activation_bytes``'s one
-fused pass. ``relu2``, ``torch.pow(F.relu(x), 2)`` (NeMo ``nemo/collections/llm/fn/
-activation.py`` L35-37 at v2.3.0): forward ``relu`` (read 2, write 2) and ``pow`` (read 2, write
-2); backward, autograd's ``pow_backward`` (PyTorch ``FunctionsManual.cpp``: ``grad * (2 *
+fused pass. ``relu2``, ``torch.pow(F.relu(x), 2)`` without a fuser (NeMo ``nemo/collections/
+llm/fn/activation.py`` L34-37 at v2.3.0): forward ``relu`` (read 2, write 2) and ``pow`` (read
+2, write 2); backward, autograd's ``pow_backward`` (PyTorch ``FunctionsManual.cpp``: ``grad * (2 *
 x.pow(1))``: the copy of ``x.pow(1)`` read 2 write 2, the scale read 2 write 2, the product read
 4 write 2) and ``threshold_backward`` for the ReLU (read 4, write 2)."""
 

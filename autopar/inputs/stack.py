@@ -243,8 +243,11 @@ class StackSpec:
         label="eager act",
     )
     """NeMo 2.0's ``NemotronConfig.activation_func`` is ``nemo.collections.llm.fn.activation.
-    squared_relu`` (``nemotron.py`` L22 / L45 at NeMo v2.3.0), ``torch.pow(F.relu(x), 2)``
-    without a fuser (``activation.py`` L35-37), and Megatron's MLP calls it as is: its
+    squared_relu`` (``nemotron.py`` L22 / L45 at NeMo v2.3.0 and v2.4.0), ``torch.pow(F.relu(x),
+    2)`` with its fuser commented out ("# @torch.jit.script # remove until we have
+    serialization", ``activation.py`` L34-37; NeMo 1.x, the 24.07 stack, had it under
+    ``@jit_fuser``: ``nlp/modules/common/megatron/utils.py`` L184-186 at v2.0.0rc0), and
+    Megatron's MLP calls it as is: its
     ``bias_activation_fusion`` covers GELU and SwiGLU only (``transformer/mlp.py`` L105-131 at
     core_v0.12.0). Megatron's own ``squared_relu`` (since core_v0.14.0) is ``@jit_fuser``, one
     compiled kernel (``megatron/core/activations.py`` L8-11), so the other stacks keep ()."""
