@@ -6,8 +6,10 @@ of their residuals for both scripts, and the runs the error bands take them from
 
 from __future__ import annotations
 
+import csv
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,6 +38,20 @@ def residual_table(cases: list[Case]) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def read_cases(path: Path, build: Callable[[dict[str, str]], Case]) -> list[Case]:
+    """Every row of a held-out CSV, built into a ``Case`` by its script's ``build``."""
+    with path.open(newline="") as handle:
+        return [build(row) for row in csv.DictReader(handle)]
+
+
+def summary_lines(rows: list[dict[str, object]]) -> list[str]:
+    """``summary`` of all of ``residual_table``'s rows, then of each GPU's."""
+    lines = [summary("held out", [r["error_pct"] for r in rows])]
+    for gpu in sorted({r["gpu"] for r in rows}):
+        lines.append(summary(f"  {gpu}", [r["error_pct"] for r in rows if r["gpu"] == gpu]))
+    return lines
 
 
 def summary(label: str, errors: list[float]) -> str:

@@ -27,14 +27,13 @@ with the embedding and the loss counted as pipeline layers (``ASYM_PP_EMBED`` /
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from heldout import residual_table, summary  # noqa: E402
+from heldout import read_cases, residual_table, summary_lines  # noqa: E402
 from validate_published import Case, printed_layout  # noqa: E402
 
 from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
@@ -75,8 +74,7 @@ def heldout_case(row: dict[str, str]) -> Case:
 
 
 def heldout_cases(path: Path = HELDOUT_CSV) -> list[Case]:
-    with path.open(newline="") as handle:
-        return [heldout_case(row) for row in csv.DictReader(handle)]
+    return read_cases(path, heldout_case)
 
 
 def heldout_table(path: Path = HELDOUT_CSV) -> list[dict[str, object]]:
@@ -94,9 +92,8 @@ def main() -> None:
             f"{r['error_pct']:+.0f}% | {r['compute_s']:.4g} | {r['cp_comm_s']:.3g} | "
             f"{r['dp_comm_s']:.3g} | {r['fits']} |"
         )
-    print(summary("held out", [r["error_pct"] for r in rows]))
-    for gpu in sorted({r["gpu"] for r in rows}):
-        print(summary(f"  {gpu}", [r["error_pct"] for r in rows if r["gpu"] == gpu]))
+    for line in summary_lines(rows):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -38,14 +38,13 @@ the distributed optimizer (FSDP = 1: ZeRO-3, Megatron-FSDP), and for MoE rows Ne
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from heldout import residual_table, summary  # noqa: E402
+from heldout import read_cases, residual_table, summary_lines  # noqa: E402
 from validate_published import Case  # noqa: E402
 
 from autopar.inputs.loading import load_gpu, load_model, load_stack  # noqa: E402
@@ -118,8 +117,7 @@ def heldout_case(row: dict[str, str]) -> Case:
 
 
 def heldout_cases(path: Path = HELDOUT_CSV) -> list[Case]:
-    with path.open(newline="") as handle:
-        return [heldout_case(row) for row in csv.DictReader(handle)]
+    return read_cases(path, heldout_case)
 
 
 def heldout_table(path: Path = HELDOUT_CSV) -> list[dict[str, object]]:
@@ -136,9 +134,8 @@ def main() -> None:
             f"| {r['id']} | {r['measured_s']:.4g} | {r['predicted_s']:.4g} | "
             f"{r['error_pct']:+.1f}% | {r['fits']} |"
         )
-    print(summary("held out", [r["error_pct"] for r in rows]))
-    for gpu in sorted({r["gpu"] for r in rows}):
-        print(summary(f"  {gpu}", [r["error_pct"] for r in rows if r["gpu"] == gpu]))
+    for line in summary_lines(rows):
+        print(line)
 
 
 if __name__ == "__main__":

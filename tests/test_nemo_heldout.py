@@ -5,6 +5,7 @@ memory and get a finite prediction; the Nemotron-4 15B preset they need has the 
 from __future__ import annotations
 
 import dataclasses
+import csv
 import importlib.util
 import math
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_the_offloaded_fsdp_row_fits_only_with_its_offload() -> None:
     heldout = _heldout()
     (row,) = [
         r
-        for r in heldout.csv.DictReader(heldout.HELDOUT_CSV.open(newline=""))
+        for r in csv.DictReader(heldout.HELDOUT_CSV.open(newline=""))
         if r["id"] == "nemo2507_gb200_llama31_405b_fsdp_128"
     ]
     with_offload, without = heldout.residual_table(
@@ -55,7 +56,7 @@ def test_each_row_runs_its_recipes_fp8_scaling_and_activation() -> None:
     scaling (``nemo_heldout`` docstring); the Nemotron rows run NeMo 2.0's eager squared ReLU,
     the others keep their fused activation."""
     heldout = _heldout()
-    rows = list(heldout.csv.DictReader(heldout.HELDOUT_CSV.open(newline="")))
+    rows = list(csv.DictReader(heldout.HELDOUT_CSV.open(newline="")))
     for row in rows:
         stack = heldout.heldout_case(row).training.stack
         assert stack.fp8_recipe == ("delayed" if row["container"] == "25.02" else "current")
