@@ -4,8 +4,8 @@ memory and get a finite prediction; the Nemotron-4 15B preset they need has the 
 
 from __future__ import annotations
 
-import dataclasses
 import csv
+import dataclasses
 import importlib.util
 import math
 from pathlib import Path
