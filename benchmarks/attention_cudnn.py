@@ -1,7 +1,7 @@
 """Blackwell fused attention priced from cuDNN's published kernel benchmark instead of the fitted
 backward factor (issue 20): the calibration and held-out Blackwell rows before and after.
 
-    python benchmarks/attention_cudnn.py [--scan]
+    python benchmarks/attention_cudnn.py [--scan] [--elementwise]
 
 "before" is the model as it is (``BLACKWELL_BACKWARD_SLOWDOWN`` 2.0, the presets' GEMM
 efficiencies). "after" prices every Blackwell / Blackwell Ultra fused-attention block from
@@ -12,7 +12,8 @@ factor becomes the FLOP count 1.25) and refits only the per-GPU ``gemm_efficienc
 GPU's dense rows, B300 on its MoE rows, FP4 on the NVFP4 rows). No constant is fitted on the
 held-out rows. The model is patched in-process only; no file changes. ``--scan`` also scales
 the measured rates (0.6 prices the attention about as the factor 2.0 does) to show how weakly
-the calibration rows identify the split between GEMM efficiency and attention.
+the calibration rows identify the split between GEMM efficiency and attention;
+``--elementwise`` scans ``compute.HIDDEN_ELEMENTWISE_BYTES`` with the measured attention.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import validate_published as vp  # noqa: E402
 import cost_models.attention as attention  # noqa: E402
 import cost_models.attention_measured as measured  # noqa: E402
 import cost_models.communication as communication  # noqa: E402
+import cost_models.compute as compute  # noqa: E402
 import cost_models.gemm as gemm  # noqa: E402
 
 GPUS = ("b200", "b300", "gb200-nvl72", "gb300-nvl72")
@@ -115,9 +117,40 @@ def report(title: str, cases, held, efficiencies: dict[str, float], fp4: float) 
                 print(line(f"{label} {name}", own))
 
 
+def scan_elementwise(cases: list[vp.Case], held: list[vp.Case]) -> None:
+    """With the measured attention: ``compute.HIDDEN_ELEMENTWISE_BYTES`` x 1-4, everything
+    refitted. A lead for the cost the factor 2.0 stands in for (it grows as the hidden size
+    shrinks); GB300's efficiency reaching the bisection's bound of 1.0 says it is not all."""
+    print("\nHIDDEN_ELEMENTWISE_BYTES scan (measured attention; efficiencies refitted):")
+    saved = compute.HIDDEN_ELEMENTWISE_BYTES
+    try:
+        with measured_attention():
+            for factor in (1.0, 2.0, 3.0, 4.0):
+                compute.HIDDEN_ELEMENTWISE_BYTES = factor * saved
+                efficiencies, fp4 = refit(cases)
+                calibration, out = (
+                    errors_pct(cases, efficiencies, fp4),
+                    errors_pct(held, efficiencies, fp4),
+                )
+                dense = [e for e, c in zip(calibration, cases, strict=True) if not c.model.is_moe]
+                values = " / ".join(f"{efficiencies[n]:.3f}" for n in GPUS)
+                print(f"  x{factor:.0f}: {values}, FP4 {fp4:.3f}")
+                for label, errors in (
+                    ("calibration", calibration),
+                    ("dense", dense),
+                    ("held out", out),
+                ):
+                    print("  " + line(label, errors))
+    finally:
+        compute.HIDDEN_ELEMENTWISE_BYTES = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scan", action="store_true", help="also scale the measured rates")
+    parser.add_argument(
+        "--elementwise", action="store_true", help="also scan HIDDEN_ELEMENTWISE_BYTES"
+    )
     args = parser.parse_args()
     cases, held = fb.blackwell_cases(), heldout.heldout_cases()
     presets = {c.gpu.name: c.gpu.gemm_efficiency for c in cases}
@@ -126,6 +159,8 @@ def main() -> None:
         with measured_attention(factor):
             efficiencies, fp4 = refit(cases)
             report(f"after (cuDNN rates x {factor:.2f})", cases, held, efficiencies, fp4)
+    if args.elementwise:
+        scan_elementwise(cases, held)
 
 
 if __name__ == "__main__":
