@@ -234,7 +234,7 @@ def per_stage_schedules_only(problem: Problem) -> Problem:
     kept = tuple(s for s in asked if s in STAGE_SCHEDULES)
     if not kept:
         raise InputError(
-            f"per-stage plans run {', '.join(STAGE_SCHEDULES)} (loop placement); "
+            f"per-stage plans run {', '.join(STAGE_SCHEDULES)}; "
             f"got {', '.join(asked)} ({_refusals(asked)})",
             source="--pipeline-schedule",
         )

@@ -13,16 +13,25 @@ the 25.07 page for DGX-GB200; listed in ``benchmarks/README.md``), with the step
 
 What the tables do not print comes from NeMo's own performance recipes, per row (``config``:
 ``scripts/performance/recommended_model_configs/model_configs_{b200,gb200}.csv`` at tag v2.3.0
-for 25.02 and 25.04, the first tag that has the file, and v2.4.0 for 25.07): ``cuda_graphs``
-(``enable_cuda_graph``, Megatron's per-layer graphs: ``scripts/performance/helpers.py``
-``set_cuda_graph_configs``) and ``cpu_offload_layers`` (``activation_offload_layers``:
-``cpu_offloading_num_layers``, activations only); the layout is the table's where the config
-differs (two rows). The rest is what the pages say of all their rows and otherwise the
-``megatron-bridge-25.09`` stack's defaults, the same for every row: FP8 with scaling factors
-"computed in the current step" (``fp8_recipe="current"``), no recompute (every pre-training
-row's ``recompute_layers`` is 0), SP with TP, the distributed optimizer (FSDP = 1: ZeRO-3,
-Megatron-FSDP), and for MoE rows NeMo's default ``moe_token_dispatcher_type="alltoall"``
-(``nemo/collections/llm/gpt/model/mixtral.py``, ``llama4.py``).
+for 25.02 and 25.04, and v2.4.0 for 25.07; the 25.02 table's layouts are v2.3.0's, not those
+of v2.2.0's ``scripts/llm/performance/`` configs, which run GPT-3 on 128 GPUs and Llama 3.1
+405B on 144): ``cuda_graphs`` (``enable_cuda_graph``, Megatron's per-layer graphs:
+``scripts/performance/helpers.py`` ``set_cuda_graph_configs``) and ``cpu_offload_layers``
+(``activation_offload_layers``: ``cpu_offloading_num_layers``, activations only); the layout is
+the table's where the config differs (two rows); and ``fp8_recipe``. The 25.04 and 25.07 pages
+say "per-tensor FP8 quantization, leveraging scaling factors computed in the current step"
+(``current``); the 25.02 page says only "FP8 precision", and the recipes of that time scale
+with delayed scaling (``delayed``): v2.2.0's ``pretrain_*.py`` set ``bf16_with_fp8_mixed()``
+(``pretrain_nemotron4_15b.py`` L71), which has no ``fp8_recipe`` (Transformer Engine's default
+``DelayedScaling``, amax history 1024: ``recipes/precision/mixed_precision.py`` L46-54 at
+v2.2.0), and v2.3.0's ``--fp8_recipe`` defaults to ``ds`` (``argument_parser.py`` L80-91,
+``utils.py`` L340-344: ``fp8_recipe = "delayed"``). The MLP activation: NeMo 2.0 runs the
+Nemotron models' squared ReLU eagerly (``NEMO2_EAGER_ACTIVATIONS``). The rest is what the pages
+say of all their rows and otherwise the ``megatron-bridge-25.09`` stack's defaults, the same
+for every row: no recompute (every pre-training row's ``recompute_layers`` is 0), SP with TP,
+the distributed optimizer (FSDP = 1: ZeRO-3, Megatron-FSDP), and for MoE rows NeMo's default
+``moe_token_dispatcher_type="alltoall"`` (``nemo/collections/llm/gpt/model/mixtral.py``,
+``llama4.py``).
 
     python benchmarks/nemo_heldout.py            # the table benchmarks/README.md prints
 """
@@ -48,6 +57,13 @@ MOE_SWITCHES = {"moe_dispatcher": "alltoall"}
 """NeMo 2.0's MoE configs keep Megatron's all-to-all token dispatcher (module docstring)."""
 
 
+NEMO2_EAGER_ACTIVATIONS = ("relu2",)
+"""NeMo 2.0's Nemotron models run their squared ReLU as eager PyTorch ops
+(``StackSpec.eager_activations``: ``nemotron.py`` L22 / L45, ``fn/activation.py`` L34-37 at
+NeMo v2.3.0 and v2.4.0); the other rows' activations are fused (GELU, SwiGLU:
+``bias_activation_fusion``)."""
+
+
 def measured_step_s(row: dict[str, str]) -> float:
     """The step a row's tokens/s/GPU implies: ``gbs * seq_len / (tokens_per_s_gpu * n)``."""
     tokens = int(row["gbs_sequences"]) * int(row["seq_len"])
@@ -62,9 +78,10 @@ def heldout_case(row: dict[str, str]) -> Case:
     assert gbs == mbs * dp * int(row["ga"]), row["id"]  # the printed GA agrees
     stack = dataclasses.replace(
         load_stack("megatron-bridge-25.09"),
-        fp8_recipe="current",
+        fp8_recipe=row["fp8_recipe"],
         cuda_graphs=row["cuda_graphs"],
         cpu_offload_layers=int(row["cpu_offload_layers"]),
+        eager_activations=NEMO2_EAGER_ACTIVATIONS,
     )
     training = TrainingSpec(
         num_gpus=n,

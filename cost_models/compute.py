@@ -102,6 +102,28 @@ def mlp_activation_bytes(model: ModelSpec, ffn_elements: np.ndarray) -> np.ndarr
     return BYTES_BF16 * (reads + 1.0) * ffn_elements
 
 
+EAGER_ACTIVATION_BYTES: dict[str, tuple[float, float]] = {"relu2": (8.0, 20.0)}
+"""HBM bytes per MLP-inner element (forward, backward) of an activation that the stack runs as
+eager PyTorch ops (``StackSpec.eager_activations``), in place of ``mlp_activation_bytes``'s one
+fused pass. ``relu2``, ``torch.pow(F.relu(x), 2)`` without a fuser (NeMo ``nemo/collections/
+llm/fn/activation.py`` L34-37 at v2.3.0): forward ``relu`` (read 2, write 2) and ``pow`` (read
+2, write 2); backward, autograd's ``pow_backward`` (PyTorch ``FunctionsManual.cpp``: ``grad * (2 *
+x.pow(1))``: the copy of ``x.pow(1)`` read 2 write 2, the scale read 2 write 2, the product read
+4 write 2) and ``threshold_backward`` for the ReLU (read 4, write 2)."""
+
+
+def activation_bytes(model: ModelSpec, stack, ffn_elements: np.ndarray) -> tuple:
+    """(forward, backward) elementwise bytes of the MLP activation over ``ffn_elements``
+    outputs: one fused pass forward and two backward, or the eager op sequence
+    (``EAGER_ACTIVATION_BYTES``) for an activation the stack lists in ``eager_activations``."""
+    name = model.activation_function
+    if name in stack.eager_activations and name in EAGER_ACTIVATION_BYTES:
+        forward, backward = EAGER_ACTIVATION_BYTES[name]
+        return forward * ffn_elements, backward * ffn_elements
+    fused = mlp_activation_bytes(model, ffn_elements)
+    return fused, 2.0 * fused
+
+
 def mlp_time_s(
     model: ModelSpec, ffn: int, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,8 +141,9 @@ def mlp_time_s(
     weight = linear_weight_grad_time_s(
         tokens, up, h, ctx=ctx, gemm="fc1"
     ) + linear_weight_grad_time_s(tokens, h, down, ctx=ctx, gemm="fc2")
-    act = memory_time_s(mlp_activation_bytes(model, tokens * down), ctx)
-    return forward + act, backward + 2.0 * act, weight
+    act_forward, act_backward = activation_bytes(model, ctx.training.stack, tokens * down)
+    act_forward, act_backward = memory_time_s(act_forward, ctx), memory_time_s(act_backward, ctx)
+    return forward + act_forward, backward + act_backward, weight
 
 
 def attention_block_time_s(

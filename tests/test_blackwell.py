@@ -9,6 +9,7 @@ import pytest
 import autopar
 from autopar.api import make_context
 from autopar.base.errors import InputError
+from autopar.costs import error_bands
 from autopar.inputs.loading import load_gpu
 from cost_models.attention import attention_core_time_s
 
@@ -195,7 +196,9 @@ def test_recompute_modules_fit_gpt_oss_at_ep8_on_b200() -> None:
 def test_a_blackwell_step_time_carries_its_class_band() -> None:
     estimate = autopar.evaluate(**LLAMA_70B, **LAYOUT_70B, gpu="gb200-nvl72", precision="nvfp4")
     band = estimate.error_band
-    assert band["class"] == "blackwell nvfp4 dense" and band["few_runs"]
+    runs = [r for r in error_bands.residuals() if r[:3] == ("blackwell", "nvfp4", False)]
+    assert band["class"] == "blackwell nvfp4 dense" and band["num_runs"] == len(runs)
+    assert band["few_runs"] == (len(runs) < error_bands.MIN_RUNS)
     low, high = estimate.step_time_range_s
     assert low < estimate.step_time_s < high
 

@@ -204,3 +204,33 @@ def test_native_cross_entropy_sits_between_te_and_unfused() -> None:
     unfused = loss_s(cross_entropy_fusion=False, cross_entropy_impl="native")
     assert te < native < unfused
     assert loss_s(cross_entropy_fusion=False, cross_entropy_impl="te") == unfused
+
+
+def test_eager_squared_relu_costs_more_than_a_fused_one_and_only_for_relu2() -> None:
+    """``StackSpec.eager_activations``: NeMo 2.0's ``torch.pow(F.relu(x), 2)`` runs two kernels
+    forward and five backward (``compute.EAGER_ACTIVATION_BYTES``), where a fused activation
+    runs one and two; a SwiGLU model is unaffected by the switch."""
+    import dataclasses
+
+    from autopar.inputs.stack import StackSpec
+    from cost_models.compute import mlp_time_s
+
+    relu2 = dataclasses.replace(LLAMA3_8B, mlp_kind="squared_relu", ffn_hidden_size=16384)
+    tokens, tp = np.array([8192.0]), np.array([1.0])
+
+    def mlp(model: ModelSpec, eager: tuple[str, ...]) -> tuple:
+        base = context(num_gpus=8, gbs=128)
+        stack = StackSpec(name="t", eager_activations=eager)
+        training = dataclasses.replace(base.training, stack=stack)
+        ctx = dataclasses.replace(base, model=model, training=training)
+        return mlp_time_s(model, model.ffn_hidden_size, tokens=tokens, tp=tp, ctx=ctx)
+
+    fused, eager = mlp(relu2, ()), mlp(relu2, ("relu2",))
+    elements = tokens * relu2.ffn_hidden_size / (H100.hbm_bytes_per_s * 0.8)
+    assert eager[0] - fused[0] == pytest.approx(4.0 * elements)  # 8 B against 2 + 2
+    assert eager[1] - fused[1] == pytest.approx(12.0 * elements)  # 20 B against 2 x 4
+    assert eager[2] == pytest.approx(fused[2])  # the weight gradients do not move
+    swiglu = mlp(LLAMA3_8B, ()), mlp(LLAMA3_8B, ("relu2",))
+    assert swiglu[0][0] == pytest.approx(swiglu[1][0]) and swiglu[0][1] == pytest.approx(
+        swiglu[1][1]
+    )

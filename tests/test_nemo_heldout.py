@@ -4,6 +4,7 @@ memory and get a finite prediction; the Nemotron-4 15B preset they need has the 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from pathlib import Path
@@ -47,3 +48,27 @@ def test_the_offloaded_fsdp_row_fits_only_with_its_offload() -> None:
 def test_nemotron_4_15b_has_the_reported_size() -> None:
     """Nemotron-4 15B (arXiv 2402.16819): 15.6B parameters with its untied 256k embeddings."""
     assert 15.4e9 < total_params(load_model("nemotron-4-15b")) < 15.8e9
+
+
+def test_each_row_runs_its_recipes_fp8_scaling_and_activation() -> None:
+    """The 25.02 page does not say current scaling, and NeMo's recipes of then default to delayed
+    scaling (``nemo_heldout`` docstring); the Nemotron rows run NeMo 2.0's eager squared ReLU,
+    the others keep their fused activation."""
+    heldout = _heldout()
+    rows = list(heldout.csv.DictReader(heldout.HELDOUT_CSV.open(newline="")))
+    for row in rows:
+        stack = heldout.heldout_case(row).training.stack
+        assert stack.fp8_recipe == ("delayed" if row["container"] == "25.02" else "current")
+        assert stack.eager_activations == ("relu2",)
+    nemotron = [r for r in rows if r["model"].startswith("nemotron")]
+    case = heldout.heldout_case(nemotron[0])
+    assert case.model.activation_function == "relu2"
+    fused = dataclasses.replace(
+        case,
+        training=dataclasses.replace(
+            case.training,
+            stack=dataclasses.replace(case.training.stack, eager_activations=()),
+        ),
+    )
+    eager_s, fused_s = (r["predicted_s"] for r in heldout.residual_table([case, fused]))
+    assert eager_s > fused_s

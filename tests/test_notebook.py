@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbclient
-import nbformat
 import pytest
 
 # one worker executes the notebook once for the module's tests (tests/conftest.py)
@@ -20,6 +18,10 @@ NOTEBOOK = NOTEBOOKS / "capacity_planning.ipynb"
 
 @pytest.fixture(scope="module")
 def executed():
+    # imported here, not at collection: every worker collects this module, one executes it
+    import nbclient
+    import nbformat
+
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
         nb,

@@ -212,6 +212,11 @@ def test_torchtitan_writes_a_per_stage_v_plan():
     )  # fmt: skip
     staged = api.evaluate_problem(problem, layout, plan=plan)
     assert staged.per_stage.stages[0].chunk_layers == (7, 7)
+    # a plan given loop-placed is the same split: the schedule places it
+    as_loop = api.evaluate_problem(
+        problem, layout, plan=dataclasses.replace(plan, placement="loop")
+    )
+    assert as_loop.per_stage.plan == plan and as_loop.step_time_s == staged.step_time_s
     parallelism = emit.torchtitan_config(staged, problem)["parallelism"]
     assert parallelism["pipeline_parallel_schedule"] == "ZBVZeroBubble"
     split = ("layers_per_stage", "first_stage_less_layers", "last_stage_less_layers")

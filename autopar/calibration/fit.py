@@ -182,10 +182,11 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     best_x, best_sse = np.zeros(a.shape[1]), float(np.sum(b**2))
     for size in range(1, a.shape[1] + 1):
         for subset in itertools.combinations(order, size):
-            x, *_ = np.linalg.lstsq(a[:, subset], b, rcond=None)
+            columns = a[:, subset]
+            x, *_ = np.linalg.lstsq(columns, b, rcond=None)
             if np.any(x < 0):
                 continue
-            sse = float(np.sum((a[:, subset] @ x - b) ** 2))
+            sse = float(np.sum((columns @ x - b) ** 2))
             if sse < best_sse * (1.0 - 1e-9) - 1e-30:
                 best_x, best_sse = np.zeros(a.shape[1]), sse
                 best_x[list(subset)] = x
@@ -193,19 +194,21 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _fit_regime(
-    collective: str, points: pd.DataFrame, *, min_size_bytes: float
+    collective: str, s: np.ndarray, n: np.ndarray, t: np.ndarray, *, min_size_bytes: float
 ) -> tuple[Regime, float]:
-    """Weighted relative least squares of one regime over a grid of ramp exponents."""
-    s = points["size_bytes"].to_numpy(dtype=np.float64)
-    n = points["num_ranks"].to_numpy(dtype=np.float64)
-    t = points["time_s"].to_numpy(dtype=np.float64)
+    """Weighted relative least squares of one regime over a grid of ramp exponents, on the
+    points' sizes ``s``, rank counts ``n`` and times ``t`` (float arrays)."""
     weight = np.where(s >= MIB_BYTES, LARGE_WEIGHT, 1.0) / t
     f = bus_bandwidth_factor(collective, n)
+    # the columns every exponent shares, and the number of distinct sizes (curve points have
+    # a size > 0, so no NaN to leave out), computed once rather than per exponent
+    steps, bandwidth = latency_steps(collective, n), s * f
+    sizes = len(np.unique(s))
     best: tuple[float, float, np.ndarray] | None = None
     for k in RAMP_EXPONENTS:
-        if k > 0 and points["size_bytes"].nunique() < MIN_REGIME_POINTS:
+        if k > 0 and sizes < MIN_REGIME_POINTS:
             continue
-        columns = [latency_steps(collective, n), s * f] + ([s ** (1.0 - k) * f] if k else [])
+        columns = [steps, bandwidth] + ([s ** (1.0 - k) * f] if k else [])
         x, sse = _nnls(np.stack(columns, axis=1) * weight[:, None], weight * t)
         if best is None or sse < best[0] * (1.0 - 1e-9):
             best = (sse, k, x)
@@ -224,17 +227,22 @@ def _fit_regime(
 
 def _fit_regimes(collective: str, points: pd.DataFrame) -> tuple[Regime, ...]:
     """One regime, or two split at a size when that at least halves the fit error (module doc)."""
-    one, sse_one = _fit_regime(collective, points, min_size_bytes=0.0)
-    sizes = np.unique(points["size_bytes"])
+    # numpy columns, read once: each split candidate fits two regimes on their slices
+    s, n, t = (points[c].to_numpy(dtype=np.float64) for c in ("size_bytes", "num_ranks", "time_s"))
+    one, sse_one = _fit_regime(collective, s, n, t, min_size_bytes=0.0)
+    sizes = np.unique(s)
     best: tuple[tuple[Regime, ...], float] = ((one,), sse_one)
     candidates = sizes[MIN_REGIME_POINTS : len(sizes) - MIN_REGIME_POINTS + 1]
     if len(candidates) > MAX_SPLIT_CANDIDATES:  # a fine sweep: try evenly spaced switch sizes
         picks = np.linspace(0, len(candidates) - 1, MAX_SPLIT_CANDIDATES).round().astype(int)
         candidates = candidates[np.unique(picks)]
     for split in candidates:
-        below = points["size_bytes"] < split
-        low, sse_low = _fit_regime(collective, points[below], min_size_bytes=0.0)
-        high, sse_high = _fit_regime(collective, points[~below], min_size_bytes=float(split))
+        below = s < split
+        above = ~below
+        low, sse_low = _fit_regime(collective, s[below], n[below], t[below], min_size_bytes=0.0)
+        high, sse_high = _fit_regime(
+            collective, s[above], n[above], t[above], min_size_bytes=float(split)
+        )
         if sse_low + sse_high < best[1]:
             best = ((low, high), sse_low + sse_high)
     return best[0] if best[1] <= TWO_REGIME_GAIN * sse_one else (one,)

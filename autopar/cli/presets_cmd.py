@@ -68,7 +68,7 @@ def _switch_cell(value: object) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
-        return ",".join(value)
+        return ",".join(value) or "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

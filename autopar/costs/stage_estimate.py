@@ -30,7 +30,13 @@ from autopar.costs.stage_figures import (
 from autopar.costs.stage_schedules import stage_schedule
 from autopar.costs.terms import CostModel, TermContext, grid_of
 from autopar.layout.plan import Estimate, Layout
-from autopar.layout.stages import RECOMPUTE_CODES, PerStage, StagePlan, plan_recompute_mode
+from autopar.layout.stages import (
+    RECOMPUTE_CODES,
+    PerStage,
+    StagePlan,
+    placement_of,
+    plan_recompute_mode,
+)
 
 STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other", "reserve")
 
@@ -51,6 +57,8 @@ def estimate_plan(
     (``autopar.costs.stage_schedules.stage_schedule``) unless given."""
     if schedule is None:
         schedule = stage_schedule(layout.pipeline_schedule)
+    # the chunks are listed in model order whatever the placement: the schedule places them
+    plan = dataclasses.replace(plan, placement=placement_of(layout.pipeline_schedule))
     grid = grid_of([layout])
     costs = probe_stage_costs(cost_model, ctx, grid)
     figures = stage_figures(plan, costs, grid["grad_accum"], schedule=schedule)

@@ -51,14 +51,20 @@ def _slots(name: str, pp: int, vpp: int, m: int) -> Fraction:
     return Fraction(value).limit_denominator(3 * pp * vpp)
 
 
+@functools.lru_cache(maxsize=65536)
+def _float_weights(schedule, pp: int, vpp: int, m: int) -> tuple[float, float]:
+    """``(a, d)`` of ``schedule.step_weights`` as floats (``_weighted_pipeline_s``)."""
+    a, b = schedule.step_weights(pp, vpp, m)
+    return float(a), float(1 / b)
+
+
 def _weighted_pipeline_s(schedule, slowest_s, total_s, num_microbatches, *, pp: int, vpp: int):
     """``a * slowest + total / d`` with ``(a, 1/d)`` the schedule's ``step_weights`` per
     micro-batch count (``d`` is ``vpp`` or ``3*vpp``: one count's weights are computed once)."""
     m = np.asarray(num_microbatches, dtype=np.int64)
     distinct, where = np.unique(m, return_inverse=True)
-    weights = [schedule.step_weights(pp, vpp, int(x)) for x in distinct]
-    a = np.array([float(w[0]) for w in weights])[where.reshape(m.shape)]
-    divisor = np.array([float(1 / w[1]) for w in weights])[where.reshape(m.shape)]
+    weights = np.array([_float_weights(schedule, pp, vpp, int(x)) for x in distinct])
+    a, divisor = (weights[:, k][where.reshape(m.shape)] for k in (0, 1))
     return a * np.asarray(slowest_s) + np.asarray(total_s) / divisor
 
 

@@ -55,6 +55,9 @@ RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "
 L560-583): the attention core; MLA's up-projections and RoPE; the two norms of a layer
 (``input_layernorm``, ``pre_mlp_layernorm``); the routed experts' activation function. The
 last three discard their outputs (output-discarding checkpoints)."""
+EAGER_ACTIVATIONS: tuple[str, ...] = ("relu2",)
+"""Activations whose eager op sequence ``cost_models.compute`` prices
+(``EAGER_ACTIVATION_BYTES``)."""
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj")
 """autopar's ``selective``: the attention core, with MLA's up-projections (Megatron-Bridge's
 DeepSeek recipes' ``mla_up_proj``; it has no effect on other attention)."""
@@ -232,6 +235,22 @@ class StackSpec:
         choices=CUDA_GRAPHS,
         label="cuda graphs",
     )
+    eager_activations: tuple[str, ...] = switch(
+        (),
+        help="MLP activations the stack's model code runs as separate eager PyTorch ops, not "
+        "one fused kernel: relu2 (NeMo 2.0's squared ReLU, torch.pow(F.relu(x), 2)).",
+        choices=EAGER_ACTIVATIONS,
+        label="eager act",
+    )
+    """NeMo 2.0's ``NemotronConfig.activation_func`` is ``nemo.collections.llm.fn.activation.
+    squared_relu`` (``nemotron.py`` L22 / L45 at NeMo v2.3.0 and v2.4.0), ``torch.pow(F.relu(x),
+    2)`` with its fuser commented out ("# @torch.jit.script # remove until we have
+    serialization", ``activation.py`` L34-37; NeMo 1.x, the 24.07 stack, had it under
+    ``@jit_fuser``: ``nlp/modules/common/megatron/utils.py`` L184-186 at v2.0.0rc0), and
+    Megatron's MLP calls it as is: its
+    ``bias_activation_fusion`` covers GELU and SwiGLU only (``transformer/mlp.py`` L105-131 at
+    core_v0.12.0). Megatron's own ``squared_relu`` (since core_v0.14.0) is ``@jit_fuser``, one
+    compiled kernel (``megatron/core/activations.py`` L8-11), so the other stacks keep ()."""
     moe_fused_mlp: bool = switch(
         False,
         help="Routed experts through Transformer Engine's fused grouped MLP (Megatron "

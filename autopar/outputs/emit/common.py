@@ -200,9 +200,10 @@ def ffn_pattern(model: ModelSpec) -> str | None:
 def unsupported_layers(model: ModelSpec) -> list[str]:
     """Layer features the Megatron-style emitters do not write (sliding-window and Mamba mixers,
     MLP-less layers, attention sinks): they refuse rather than drop them."""
-    mixers = {kind.split("/")[0] for kind in model.layer_kinds}
+    kinds = set(model.layer_kinds)  # a few distinct kinds over up to hundreds of layers
+    mixers = {kind.split("/")[0] for kind in kinds}
     missing = sorted(mixers & {"sliding", "mamba", "none"})
-    if any(kind.endswith("/none") for kind in model.layer_kinds):
+    if any(kind.endswith("/none") for kind in kinds):
         missing.append("MLP-less layers")
     if model.attention_sinks:
         missing.append("attention sinks")
