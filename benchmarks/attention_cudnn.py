@@ -111,6 +111,10 @@ def report(title: str, cases, held, efficiencies: dict[str, float], fp4: float) 
         if label == "calibration":
             dense = [e for e, c in zip(errors, rows, strict=True) if not c.model.is_moe]
             print(line("calibration dense", dense))
+        else:
+            for source in ("mlperf", "nemo"):
+                own = [e for e, c in zip(errors, rows, strict=True) if c.row_id.startswith(source)]
+                print(line(f"held out {source}", own))
         for name in GPUS:
             own = [e for e, c in zip(errors, rows, strict=True) if c.gpu.name == name]
             if own:
