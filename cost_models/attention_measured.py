@@ -14,9 +14,10 @@ and ``llama3.1/gb300/llama3.1_20260424_100757.csv`` (64 query / 8 KV heads, head
 Q/K 192, V 128: MLA), ``gpt_oss/gb200/gpt_oss_20260424_100011.csv`` and
 ``gpt_oss/gb300/gpt_oss_20260424_100022.csv`` (head size 64, 128-token sliding window); and the
 1,024-token window of ``gb200_919_only_cudnn/gpt_oss_20260226_175022.csv`` /
-``gb300_919_only_cudnn/gpt_oss_20260226_185932.csv`` (cuDNN 9.19, added at commit df73764).
-cuDNN 9.18 and 9.19 (commits df73764, afa9f7c) give the Llama and DeepSeek shapes within 3% of
-9.22, so the figures stand for the containers of 2025-26.
+``gb300_919_only_cudnn/gpt_oss_20260226_185932.csv`` (cuDNN 9.19, at commit df73764).
+cuDNN 9.18 and 9.19 (commits b8c0656, df73764; batch 1) give the Llama shape within 8% of
+9.22 at sequences 2,048-16,384 (GB200 forward at 8,192: 1,563 / 1,598 / 1,574 TFLOP/s), so the
+figures stand for the containers of 2025-26.
 
 The benchmark counts FLOPs as ``2 x (unmasked score elements) x (d_qk + d_vo)`` forward and
 ``2 x elements x (3 d_qk + 2 d_vo)`` backward (``benchmark_single_sdpa.py`` ``flops``): with
@@ -26,8 +27,9 @@ the model's count (the MLA backward's ``3 x 192 + 2 x 128 = 832`` against ``2.5 
 is divided out).
 
 The rates depend on the key-loop length, the keys per query row (``seq / 2`` causal), not on the
-mask: the same Llama files' ``no_mask`` rows at half the sequence agree within 3% (GB200
-forward: causal 8,192 1,574 TFLOP/s, full 4,096 1,599). Short loops pay each query tile's
+mask: the same Llama files' ``no_mask`` rows at half the sequence agree within 2% at causal
+sequences 4,096-8,192 (GB200 forward: causal 8,192 1,574 TFLOP/s, full 4,096 1,599), within 6%
+up to 16,384 (the backward at 32,768: 12%). Short loops pay each query tile's
 prologue and epilogue (Q load, O store, softmax rescale) over fewer key tiles; the 128-token
 window pays it over two key tiles (``attention.windowed_keys``) and runs at half the rate of the
 1,024-token window, which these tables express as a key-loop length of 256 against 1,152.

@@ -52,8 +52,8 @@ def test_backward_is_slower_per_flop_and_blackwell_ultra_mostly_speeds_the_forwa
 
 
 def test_head_size_and_format_and_clocks() -> None:
-    """Head size 64 (the 128-token window) runs below 128; MLA's 160 between its neighbours'
-    points' interpolation; FP8 faster forward; a 2.25 PFLOP/s SKU (B200) at 0.9x GB200."""
+    """Head size 64 (the 128-token window) runs below 128; 144 lies between 128's and 160's
+    rates; FP8 runs a faster forward; a 2.25 PFLOP/s SKU (B200) at 0.9x GB200."""
     assert rate("blackwell", 64, 256) < 0.5 * rate("blackwell", 128, 1024)
     between = rate("blackwell", 144, 4096)
     assert min(rate("blackwell", 128, 4096), rate("blackwell", 160, 4096)) <= between
