@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from autopar.layout.stages import V_PLACED
+from autopar.layout.stages import V_PLACED, chunk_place, placed_chunks, placement_of
 
 Op = tuple[str, int, int]
 """``(phase, stage, micro-batch)``; phase ``F``, ``B`` (whole backward), ``I`` or ``W``."""
@@ -350,10 +350,9 @@ def pipeline_length(schedule: str, pp: int, vpp: int) -> int:
 
 
 def chunk_stage(schedule: str, pp: int, vpp: int, rank: int, chunk: int) -> int:
-    """The global stage of ``rank``'s ``chunk`` (``chunk_of`` inverted)."""
-    if schedule in V_SHAPED:
-        return rank if chunk == 0 else 2 * pp - 1 - rank
-    return chunk * pp + rank
+    """The global stage of ``rank``'s ``chunk`` (``chunk_of`` inverted; the placement is
+    ``autopar.layout.stages.placed_chunks``)."""
+    return placed_chunks(pp, vpp, rank, placement_of(schedule))[chunk]
 
 
 def chunk_of(schedule: str, pp: int, vpp: int, stage: int) -> tuple[int, int]:
@@ -361,6 +360,4 @@ def chunk_of(schedule: str, pp: int, vpp: int, stage: int) -> tuple[int, int]:
     if schedule == "dualpipe":
         direction, k = divmod(stage, pp)
         return (k, 0) if direction == 0 else (pp - 1 - k, 1)
-    if schedule in V_SHAPED:
-        return (stage, 0) if stage < pp else (2 * pp - 1 - stage, 1)
-    return stage % pp, stage // pp
+    return chunk_place(pp, stage, placement_of(schedule))

@@ -47,6 +47,13 @@ def placed_chunks(pp: int, vpp: int, stage: int, placement: str = "loop") -> tup
     return tuple(j * pp + stage for j in range(vpp))
 
 
+def chunk_place(pp: int, chunk: int, placement: str = "loop") -> tuple[int, int]:
+    """``(rank, local index)`` of chunk ``chunk`` (model order): ``placed_chunks`` inverted."""
+    if placement == "v":
+        return (chunk, 0) if chunk < pp else (2 * pp - 1 - chunk, 1)
+    return chunk % pp, chunk // pp
+
+
 def last_stage(pp: int, placement: str = "loop") -> int:
     """The rank that holds the last chunk (the output layer and the loss): ``pp - 1``, or 0
     in a V."""
@@ -104,10 +111,8 @@ class StagePlan:
         return placed_chunks(self.pp, self.vpp, stage, self.placement)
 
     def rank_of(self, chunk: int) -> int:
-        """The stage (rank) that holds ``chunk``."""
-        if self.placement == "v":
-            return chunk if chunk < self.pp else 2 * self.pp - 1 - chunk
-        return chunk % self.pp
+        """The stage (rank) that holds ``chunk`` (``chunk_place``)."""
+        return chunk_place(self.pp, chunk, self.placement)[0]
 
     @property
     def last_stage(self) -> int:
