@@ -663,3 +663,30 @@ def test_checkpoint_settings_reach_each_consumer() -> None:
     config = consumers.torchtitan_parse(emit.torchtitan_args(est, problem))
     assert config.checkpoint.interval == interval
     assert config.checkpoint.async_mode == "async"
+
+
+def test_torchtitan_splits_a_per_stage_v_plan_as_autopar_priced_it():
+    """A per-stage ZB-V plan (chunks r and 2pp-1-r on rank r) written for torchtitan: its own
+    ``ConfigManager`` reads the arguments, and its own split
+    (``_get_pipeline_metadata`` / ``_generate_llm_fqn_per_model_part``) gives the chunks, in
+    model order, that autopar priced."""
+    from autopar import api
+    from autopar.layout.stages import parse_plan
+
+    problem = api.make_problem(
+        model="llama-3.1-70b", gpus=1024, seq_len=8192, global_batch=1024, framework="torchtitan"
+    )
+    layout = api.layout_of(
+        problem, tp=8, pp=4, vpp=2, zero=3, recompute="selective", pipeline_schedule="zb-v",
+        pipeline_plan="per-stage",
+    )  # fmt: skip
+    plan = parse_plan(
+        pp=4, vpp=2, stage_layers="7,11,11,11,11,11,11,7", stage_recompute="selective",
+        placement="v",
+    )  # fmt: skip
+    staged = api.evaluate_problem(problem, layout, plan=plan)
+    config = consumers.torchtitan_parse(emit.torchtitan_args(staged, problem))
+    assert config.parallelism.pipeline_parallel_schedule == "ZBVZeroBubble"
+    parallelism = emit.torchtitan_config(staged, problem)["parallelism"]
+    layers = consumers.torchtitan_stage_layers(problem.model.num_layers, parallelism)
+    assert layers == list(staged.per_stage.plan.chunk_layers)
