@@ -73,12 +73,17 @@ def unsettled(rule, fold: Fold) -> bool:
 @dataclass(slots=True)
 class Table:
     """One term's values on its own key axes, indexed by key code (dense when the code space is
-    small, else sorted codes searched); the folded axes come last."""
+    small, else sorted codes searched); the folded axes come last. Dense, the table is a matrix
+    of one row per distinct key of the outer (unfolded) axes, plus a last row of NaN, by one
+    column per code of the folded axes, and ``outer`` gives each outer code its row: the keys
+    of a term over the schedule and vpp are a few thousand, their full code space millions
+    (issue 23: filling those was a tenth of a torchtitan ``any`` solve)."""
 
     axes: tuple[str, ...]
     codes: np.ndarray
     values: np.ndarray
     dense: np.ndarray | None = None
+    outer: np.ndarray | None = None
 
 
 def radix(space: Space, axis: str) -> int:
@@ -109,13 +114,24 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
     values = np.asarray(values, dtype=np.float64)
     if not axes:
         return Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
-    ordered = (*[a for a in axes if a not in fold.axes], *[a for a in fold.axes if a in axes])
+    outer = tuple(a for a in axes if a not in fold.axes)
+    folded = tuple(a for a in fold.axes if a in axes)
+    ordered = (*outer, *folded)
     codes = codes_of(space, sub, ordered)
-    span = int(np.prod([radix(space, a) for a in ordered]))
-    if span <= DENSE_CODES:
-        dense = np.full(span, np.nan)
-        dense[codes] = values
-        return Table(axes=ordered, codes=codes, values=values, dense=dense)
+    outer_span = int(np.prod([radix(space, a) for a in outer]))
+    fold_span = int(np.prod([radix(space, a) for a in folded]))
+    if outer_span <= DENSE_CODES:
+        outer_code = codes_of(space, sub, outer) if outer else np.zeros(len(codes), np.int64)
+        present = np.zeros(outer_span, dtype=bool)
+        present[outer_code] = True
+        rows = int(present.sum())
+        if (rows + 1) * fold_span <= DENSE_CODES:
+            index = np.full(outer_span, rows, dtype=np.int64)  # absent: the NaN row
+            index[present] = np.arange(rows)
+            fold_code = codes - outer_code * fold_span
+            dense = np.full((rows + 1, fold_span), np.nan)
+            dense[index[outer_code], fold_code] = values
+            return Table(axes=ordered, codes=codes, values=values, dense=dense, outer=index)
     order = np.argsort(codes, kind="stable")
     return Table(axes=ordered, codes=codes[order], values=values[order])
 
@@ -123,7 +139,13 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
 def scaled(table: Table, factor: float) -> Table:
     """``table`` with every value times ``factor``."""
     dense = None if table.dense is None else table.dense * factor
-    return Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
+    return Table(
+        axes=table.axes,
+        codes=table.codes,
+        values=table.values * factor,
+        dense=dense,
+        outer=table.outer,
+    )
 
 
 def keys_of(space: Space, term, rows, fold: Fold, cache=None):
@@ -198,14 +220,16 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     outer = table.axes[: len(table.axes) - len(folded)]
     rows = len(next(iter(chunk.values())))
     code = codes_of(space, chunk, outer, cache) if outer else np.zeros(rows, dtype=np.int64)
+    if table.dense is not None:
+        row = table.outer[code]
+        if not folded:
+            return table.dense[row, 0][:, None]
+        return table.dense[row[:, None], fold.column_codes(space, folded)[None, :]]
     if folded:
         span = int(np.prod([radix(space, a) for a in folded]))
         code = code[:, None] * span + fold.column_codes(space, folded)[None, :]
-    if table.dense is not None:
-        out = table.dense[code]
-    else:
-        pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
-        out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
+    pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
+    out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
     return out if folded else out[:, None]
 
 
