@@ -39,6 +39,9 @@ class Fold:
     them and the folded axes alone were checked in choosing the columns."""
     codes: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)
     """Memo: each column's mixed-radix code over some of ``axes`` (``column_codes``)."""
+    kept: dict[tuple, bytes] = field(default_factory=dict)
+    """Memo: the columns the rules allow a group of rows, by the group's values
+    (``column_groups``, asked once per term's keys and once for the rows)."""
 
     def __len__(self) -> int:
         return len(self.values[self.axes[0]])
@@ -274,13 +277,16 @@ def column_groups(space: Space, rows, fold: Fold):
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
     for start, end in zip(starts.tolist(), ends, strict=True):
         first = order[start]
-        cells = {a: np.full(len(fold), rows[a][first]) for a in group}
-        cells.update(fold.values)
-        keep = np.ones(len(fold), dtype=bool)
-        for rule in rules:
-            keep &= np.asarray(rule.check(cells), dtype=bool)
-        if keep.any():
-            merged.setdefault(np.packbits(keep).tobytes(), []).append(order[start:end])
+        memo = (group, *(int(rows[a][first]) for a in group))
+        if memo not in fold.kept:
+            cells = {a: np.full(len(fold), rows[a][first]) for a in group}
+            cells.update(fold.values)
+            keep = np.ones(len(fold), dtype=bool)
+            for rule in rules:
+                keep &= np.asarray(rule.check(cells), dtype=bool)
+            fold.kept[memo] = np.packbits(keep).tobytes() if keep.any() else b""
+        if fold.kept[memo]:
+            merged.setdefault(fold.kept[memo], []).append(order[start:end])
     for mask, parts in merged.items():
         keep = np.unpackbits(np.frombuffer(mask, dtype=np.uint8))[: len(fold)].astype(bool)
         values = {a: v[keep] for a, v in fold.values.items()}
