@@ -77,16 +77,18 @@ def unsettled(rule, fold: Fold) -> bool:
 class Table:
     """One term's values on its own key axes, indexed by key code (dense when the code space is
     small, else sorted codes searched); the folded axes come last. Dense, the table is a matrix
-    of one row per distinct key of the outer (unfolded) axes, plus a last row of NaN, by one
-    column per code of the folded axes, and ``outer`` gives each outer code its row: the keys
-    of a term over the schedule and vpp are a few thousand, their full code space millions
-    (issue 23: filling those was a tenth of a torchtitan ``any`` solve)."""
+    of one row per distinct key of the outer (unfolded) axes by one column per distinct key of
+    the folded ones, each plus a last one of NaN; ``outer`` gives each outer code its row and
+    ``column`` each folded code its column: the keys of a term over the schedule and vpp are a
+    few thousand, their full code space millions (issue 23: filling those was a tenth of a
+    torchtitan ``any`` solve)."""
 
     axes: tuple[str, ...]
     codes: np.ndarray
     values: np.ndarray
     dense: np.ndarray | None = None
     outer: np.ndarray | None = None
+    column: np.ndarray | None = None
 
 
 def radix(space: Space, axis: str) -> int:
@@ -120,23 +122,32 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
     outer = tuple(a for a in axes if a not in fold.axes)
     folded = tuple(a for a in fold.axes if a in axes)
     ordered = (*outer, *folded)
-    codes = codes_of(space, sub, ordered)
     outer_span = int(np.prod([radix(space, a) for a in outer]))
     fold_span = int(np.prod([radix(space, a) for a in folded]))
+    size = len(values)
+    outer_code = codes_of(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
+    fold_code = codes_of(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
+    codes = outer_code * fold_span + fold_code  # codes_of over ``ordered`` (mixed radix)
     if outer_span <= DENSE_CODES:
-        outer_code = codes_of(space, sub, outer) if outer else np.zeros(len(codes), np.int64)
-        present = np.zeros(outer_span, dtype=bool)
-        present[outer_code] = True
-        rows = int(present.sum())
-        if (rows + 1) * fold_span <= DENSE_CODES:
-            index = np.full(outer_span, rows, dtype=np.int64)  # absent: the NaN row
-            index[present] = np.arange(rows)
-            fold_code = codes - outer_code * fold_span
-            dense = np.full((rows + 1, fold_span), np.nan)
-            dense[index[outer_code], fold_code] = values
-            return Table(axes=ordered, codes=codes, values=values, dense=dense, outer=index)
+        index, rows = _compact(outer_code, outer_span)
+        column, columns = _compact(fold_code, fold_span)
+        if (rows + 1) * (columns + 1) <= DENSE_CODES:
+            dense = np.full((rows + 1, columns + 1), np.nan)
+            dense[index[outer_code], column[fold_code]] = values
+            return Table(ordered, codes, values, dense=dense, outer=index, column=column)
     order = np.argsort(codes, kind="stable")
     return Table(axes=ordered, codes=codes[order], values=values[order])
+
+
+def _compact(code: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Each code of ``range(span)`` its place among the distinct ``code`` (absent: the count of
+    them, a last place), and that count."""
+    present = np.zeros(span, dtype=bool)
+    present[code] = True
+    count = int(present.sum())
+    index = np.full(span, count, dtype=np.int64)
+    index[present] = np.arange(count)
+    return index, count
 
 
 def scaled(table: Table, factor: float) -> Table:
@@ -148,6 +159,7 @@ def scaled(table: Table, factor: float) -> Table:
         values=table.values * factor,
         dense=dense,
         outer=table.outer,
+        column=table.column,
     )
 
 
@@ -227,7 +239,8 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
         row = table.outer[code]
         if not folded:
             return table.dense[row, 0][:, None]
-        return table.dense[row[:, None], fold.column_codes(space, folded)[None, :]]
+        column = table.column[fold.column_codes(space, folded)]
+        return table.dense[row[:, None], column[None, :]]
     if folded:
         span = int(np.prod([radix(space, a) for a in folded]))
         code = code[:, None] * span + fold.column_codes(space, folded)[None, :]
