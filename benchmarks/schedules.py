@@ -1,7 +1,7 @@
 """Pipeline schedules (issue 23): the published bubble and memory tables, the predicted gains,
 and the solve time with the schedule axis.
 
-    python benchmarks/schedules.py [--part tables|gains|solve] [--repeat R]
+    python benchmarks/schedules.py [--part tables|gains|solve|paired] [--repeat R]
 
 - ``tables``: each schedule simulated (``autopar.costs.schedule``) with equal forward,
   input-gradient and weight-gradient times beside the closed forms the sources print: the
@@ -15,6 +15,8 @@ and the solve time with the schedule axis.
   interleaved 1F1B on the same layout.
 - ``solve``: in-process solve time (median of ``--repeat``) of Llama-3 70B on 1024 H100 and
   DeepSeek-V3 on 2048 H100, default schedules against ``--pipeline-schedule any``.
+- ``paired`` (not in the default parts): the same cases' CPU time, default and ``any``
+  alternated, the median of the pairs' ratios (the figures of benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -249,9 +251,32 @@ def solve(repeat: int) -> None:
             )
 
 
+def paired(repeat: int) -> None:
+    """CPU time in process, default and ``any`` alternated ``repeat`` times after a warm-up:
+    the median of the pairs' ratios (a shared machine's load moves both of a pair alike)."""
+
+    def cpu_s(kw: dict) -> float:
+        start = time.process_time()
+        api.solve(time_limit=60, **kw)
+        return time.process_time() - start
+
+    for name, options in SOLVE_CASES.items():
+        for framework in ("megatron", "torchtitan"):
+            default = {**options, "framework": framework}
+            searched = {**default, "pipeline_schedule": "any"}
+            cpu_s(default), cpu_s(searched)
+            pairs = [(cpu_s(default), cpu_s(searched)) for _ in range(repeat)]
+            ratios = [b / a for a, b in pairs]
+            print(
+                f"{name:<20} {framework:<10} default {statistics.median(a for a, _ in pairs):.3f}"
+                f" s, any {statistics.median(b for _, b in pairs):.3f} s CPU: "
+                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("tables", "gains", "solve"), action="append")
+    parser.add_argument("--part", choices=("tables", "gains", "solve", "paired"), action="append")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     parts = args.part or ["tables", "gains", "solve"]
@@ -261,6 +286,8 @@ def main() -> None:
         gains()
     if "solve" in parts:
         solve(args.repeat)
+    if "paired" in parts:
+        paired(args.repeat)
 
 
 if __name__ == "__main__":

@@ -58,11 +58,16 @@ def _rows(grid: Grid, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ints = [np.broadcast_to(np.atleast_1d(x), (size,)) for x in ints]
     floats = [np.broadcast_to(np.asarray(c, dtype=np.float64), (size,)) for c in columns]
     key = ((ints[0] * (1 << 21) + ints[1]) * 128 + ints[2]) * (1 << 25) + ints[3]
-    if all(np.ptp(f) == 0 for f in floats if f.size):
-        _, first, where = np.unique(key, return_index=True, return_inverse=True)
-        rows = np.column_stack([x[first] for x in (*ints, *floats)]).astype(np.float64)
-        return rows, where
-    return np.unique(np.column_stack([*ints, *floats]), axis=0, return_inverse=True)
+    # each float column joins the key by its bit pattern's rank among the distinct ones (the
+    # rows np.unique(axis=0) tells apart, without its sort of whole rows: issue 23)
+    for f in floats:
+        if f.size and np.ptp(f) != 0:
+            _, where = np.unique(key, return_inverse=True)
+            _, bits = np.unique(f.view(np.int64), return_inverse=True)
+            key = where.ravel() * (int(bits.max()) + 1) + bits.ravel()
+    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    rows = np.column_stack([x[first] for x in (*ints, *floats)]).astype(np.float64)
+    return rows, where
 
 
 _REFERENCE = (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)

@@ -442,10 +442,11 @@ def _phased_tables(
     sub = keys_of[slots.name]
     size = len(next(iter(sub.values()))) if sub else 1
     free = slots_ratio_free(slots, sub, ctx, size)
-    nominal = Phases(*(np.full(size, x) for x in (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)))
-    at = slot_phases(slots, sub, ctx, nominal)
-    if free.all() and uniform_slots(at).all():
-        return None
+    if free.all():  # the nominal slots are the slots (where some are not, they are not needed)
+        nominal = (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)
+        at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in nominal)))
+        if uniform_slots(at).all():
+            return None
     parts, medians = _phase_parts(space, ctx, cost_model, keys_of, totals, fold, deadline)
     if not free.all():
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))

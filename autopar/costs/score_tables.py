@@ -39,6 +39,9 @@ class Fold:
     them and the folded axes alone were checked in choosing the columns."""
     codes: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)
     """Memo: each column's mixed-radix code over some of ``axes`` (``column_codes``)."""
+    kept: dict[tuple, bytes] = field(default_factory=dict)
+    """Memo: the columns the rules allow a group of rows, by the group's values
+    (``column_groups``, asked once per term's keys and once for the rows)."""
 
     def __len__(self) -> int:
         return len(self.values[self.axes[0]])
@@ -73,12 +76,19 @@ def unsettled(rule, fold: Fold) -> bool:
 @dataclass(slots=True)
 class Table:
     """One term's values on its own key axes, indexed by key code (dense when the code space is
-    small, else sorted codes searched); the folded axes come last."""
+    small, else sorted codes searched); the folded axes come last. Dense, the table is a matrix
+    of one row per distinct key of the outer (unfolded) axes by one column per distinct key of
+    the folded ones, each plus a last one of NaN; ``outer`` gives each outer code its row and
+    ``column`` each folded code its column: the keys of a term over the schedule and vpp are a
+    few thousand, their full code space millions (issue 23: filling those was a tenth of a
+    torchtitan ``any`` solve)."""
 
     axes: tuple[str, ...]
     codes: np.ndarray
     values: np.ndarray
     dense: np.ndarray | None = None
+    outer: np.ndarray | None = None
+    column: np.ndarray | None = None
 
 
 def radix(space: Space, axis: str) -> int:
@@ -109,21 +119,48 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
     values = np.asarray(values, dtype=np.float64)
     if not axes:
         return Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
-    ordered = (*[a for a in axes if a not in fold.axes], *[a for a in fold.axes if a in axes])
-    codes = codes_of(space, sub, ordered)
-    span = int(np.prod([radix(space, a) for a in ordered]))
-    if span <= DENSE_CODES:
-        dense = np.full(span, np.nan)
-        dense[codes] = values
-        return Table(axes=ordered, codes=codes, values=values, dense=dense)
+    outer = tuple(a for a in axes if a not in fold.axes)
+    folded = tuple(a for a in fold.axes if a in axes)
+    ordered = (*outer, *folded)
+    outer_span = int(np.prod([radix(space, a) for a in outer]))
+    fold_span = int(np.prod([radix(space, a) for a in folded]))
+    size = len(values)
+    outer_code = codes_of(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
+    fold_code = codes_of(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
+    codes = outer_code * fold_span + fold_code  # codes_of over ``ordered`` (mixed radix)
+    if outer_span <= DENSE_CODES:
+        index, rows = _compact(outer_code, outer_span)
+        column, columns = _compact(fold_code, fold_span)
+        if (rows + 1) * (columns + 1) <= DENSE_CODES:
+            dense = np.full((rows + 1, columns + 1), np.nan)
+            dense[index[outer_code], column[fold_code]] = values
+            return Table(ordered, codes, values, dense=dense, outer=index, column=column)
     order = np.argsort(codes, kind="stable")
     return Table(axes=ordered, codes=codes[order], values=values[order])
+
+
+def _compact(code: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Each code of ``range(span)`` its place among the distinct ``code`` (absent: the count of
+    them, a last place), and that count."""
+    present = np.zeros(span, dtype=bool)
+    present[code] = True
+    count = int(present.sum())
+    index = np.full(span, count, dtype=np.int64)
+    index[present] = np.arange(count)
+    return index, count
 
 
 def scaled(table: Table, factor: float) -> Table:
     """``table`` with every value times ``factor``."""
     dense = None if table.dense is None else table.dense * factor
-    return Table(axes=table.axes, codes=table.codes, values=table.values * factor, dense=dense)
+    return Table(
+        axes=table.axes,
+        codes=table.codes,
+        values=table.values * factor,
+        dense=dense,
+        outer=table.outer,
+        column=table.column,
+    )
 
 
 def keys_of(space: Space, term, rows, fold: Fold, cache=None):
@@ -198,14 +235,17 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     outer = table.axes[: len(table.axes) - len(folded)]
     rows = len(next(iter(chunk.values())))
     code = codes_of(space, chunk, outer, cache) if outer else np.zeros(rows, dtype=np.int64)
+    if table.dense is not None:
+        row = table.outer[code]
+        if not folded:
+            return table.dense[row, 0][:, None]
+        column = table.column[fold.column_codes(space, folded)]
+        return table.dense[row[:, None], column[None, :]]
     if folded:
         span = int(np.prod([radix(space, a) for a in folded]))
         code = code[:, None] * span + fold.column_codes(space, folded)[None, :]
-    if table.dense is not None:
-        out = table.dense[code]
-    else:
-        pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
-        out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
+    pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
+    out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
     return out if folded else out[:, None]
 
 
@@ -250,13 +290,16 @@ def column_groups(space: Space, rows, fold: Fold):
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
     for start, end in zip(starts.tolist(), ends, strict=True):
         first = order[start]
-        cells = {a: np.full(len(fold), rows[a][first]) for a in group}
-        cells.update(fold.values)
-        keep = np.ones(len(fold), dtype=bool)
-        for rule in rules:
-            keep &= np.asarray(rule.check(cells), dtype=bool)
-        if keep.any():
-            merged.setdefault(np.packbits(keep).tobytes(), []).append(order[start:end])
+        memo = (group, *(int(rows[a][first]) for a in group))
+        if memo not in fold.kept:
+            cells = {a: np.full(len(fold), rows[a][first]) for a in group}
+            cells.update(fold.values)
+            keep = np.ones(len(fold), dtype=bool)
+            for rule in rules:
+                keep &= np.asarray(rule.check(cells), dtype=bool)
+            fold.kept[memo] = np.packbits(keep).tobytes() if keep.any() else b""
+        if fold.kept[memo]:
+            merged.setdefault(fold.kept[memo], []).append(order[start:end])
     for mask, parts in merged.items():
         keep = np.unpackbits(np.frombuffer(mask, dtype=np.uint8))[: len(fold)].astype(bool)
         values = {a: v[keep] for a, v in fold.values.items()}
