@@ -1,7 +1,8 @@
 """Held-out Blackwell runs: the MLPerf Training v5.1 Llama 3.1 8B / 405B submissions made with
 NVIDIA's NeMo 25.09 code: NVIDIA's own on GB200 / GB300 NVL72, and Oracle's, the University of
-Florida's (8B on 4 to 32 nodes, 405B on 32 and 56, its 405B configs without TP overlap) and
-Verda's on DGX B200 (x86 hosts, InfiniBand / RoCE between 8-GPU nodes).
+Florida's (8B on 1 to 32 nodes, 405B on 32 and 56, its 405B configs without TP overlap),
+Dell's (8B on one and two B200 nodes, one B300 node) and Verda's on DGX B200 / HGX B300 (x86
+hosts, InfiniBand / RoCE between 8-GPU nodes).
 
 Not calibration (issue 20): no constant is fitted on these rows. They stand in for the check on
 Blackwell runs from other sources and containers. ``data/published/mlperf_v51_heldout.csv``
@@ -14,10 +15,12 @@ The config of an NVIDIA run is the one its submission's ``README-<system>.md`` n
 (``benchmarks/llama31_*/implementations/<system>/``: "Launch configuration ... are in the
 ``config_*.sh`` script"): each 405B directory also holds an FP8 twin of that config (the same
 name without ``_fp4``), which did not run; all four NVIDIA 405B submissions name the
-``_cg_fp4.sh`` one (NVIDIA: the only v5.1 submitter to train in FP4). The B200 rows are those
-whose submitter's directory holds the config of their layout (FP8: no DGX-B200 405B config
-sources config_common_fp4.sh); the 8-GPU B200 runs (FP8 attention, 0.41-0.54 s across four
-submitters) are not in. Each run is evaluated on the
+``_cg_fp4.sh`` one (NVIDIA: the only v5.1 submitter to train in FP4). The B200 / B300 rows are
+those whose submitter's directory holds exactly one config of their layout (FP8: no DGX-B200
+405B config sources config_common_fp4.sh; Dell's 8-GPU B200 config, named after its system,
+is NVFP4 with FP8 attention). Left out: Oracle's 8-GPU run (its directory holds an FP8 and an
+NVFP4 config of that layout) and Lenovo's (its log names a B200 platform, its results
+directory and system file a B300). Each run is evaluated on the
 ``megatron-bridge-25.09`` stack with what its config sets: FP8 current scaling
 (``FP8_RECIPE=tensorwise``, config_common.sh), NVFP4 (config_common_fp4.sh: ``FP4=True``,
 ``FP8=False``, every linear layer in NVFP4, ``FP8_PARAM_GATHER=False``, TP overlap off, FP8
