@@ -86,8 +86,9 @@ quadratic (FP8 0.536 / 1.731 / 6.176 / 23.23 / 90.35 ms, MXFP8 0.642 / 2.080 / 7
 whole causal triangle's FLOPs at 795 (660) TFLOP/s, two thirds of cuDNN's causal FP8 rate at
 head size 128 and that length (1,178 TFLOP/s, ``attention_measured``): the kernel a causal layer
 runs. Transformer Engine runs GPT-OSS's sink attention in FP8 on these GPUs since v2.15
-(``utils.py`` "Filter: Softmax type": FusedAttention with ``fp8_dpa`` needs compute capability
-10.0 and cuDNN 9.21; the MXFP8 attention of TE PR #2719), which the 26.08 GPT-OSS recipes turn
+(``attention/dot_product_attention/utils.py`` L882 "Filter: Softmax type" at v2.15: FusedAttention
+with ``fp8_dpa`` needs compute capability 10.0 and cuDNN 9.21; v2.10-v2.14 refuse FP8 with sinks;
+the MXFP8 attention of TE PR #2719), which the 26.08 GPT-OSS recipes turn
 on (``fp8_dot_product_attention = True``, Megatron-Bridge v0.6.0
 ``perf_recipes/gpt_oss/common.py`` ``_apply_gpt_oss_120b_full_iter_fp8mx_configs``). Hopper has
 no FP8 backward at head size 64 (cudnn-frontend ``results/h200_919_only_cudnn/
