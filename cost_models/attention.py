@@ -72,6 +72,37 @@ def windowed_keys(window: int, seq_len: int) -> int:
     return int(min(seq_len, 2 * (window + ATTENTION_TILE)))
 
 
+FP8_UNWINDOWED_BACKWARD: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
+"""GPU generations whose FP8 fused-attention backward computes the whole causal triangle of a
+sliding-window layer (the forward skips the tiles outside the window, the backward does not).
+Measured, not fitted: NVIDIA's cuDNN SDPA training benchmark (cudnn-frontend @3929da2,
+``benchmark/sdpa_benchmark_training/results/gpt_oss/gb200/gpt_oss_20260424_100011.csv`` and
+``gb300/gpt_oss_20260424_100022.csv``, cuDNN 9.22; head size 64, 128-token causal window,
+2 x 128 heads) times the BF16 backward linear in the sequence (GB200: 0.237 / 0.465 / 0.911 /
+1.818 / 3.692 ms at 2,048 ... 32,768) but the FP8 (current scaling) and MXFP8 backward
+quadratic (FP8 0.536 / 1.731 / 6.176 / 23.23 / 90.35 ms, MXFP8 0.642 / 2.080 / 7.427 / 27.94 /
+108.4 ms: x3.2-3.9 per doubling), while the FP8 forward stays linear (0.101 / 0.195 / 0.385 /
+0.766 / 1.529 ms). At 4,096 the FP8 backward is 3.7x (MXFP8 4.5x) the BF16 one and runs the
+whole causal triangle's FLOPs at 795 (660) TFLOP/s, two thirds of cuDNN's causal FP8 rate at
+head size 128 and that length (1,178 TFLOP/s, ``attention_measured``): the kernel a causal layer
+runs. Transformer Engine runs GPT-OSS's sink attention in FP8 on these GPUs since v2.15
+(``attention/dot_product_attention/utils.py`` L882 "Filter: Softmax type" at v2.15: FusedAttention
+with ``fp8_dpa`` needs compute capability 10.0 and cuDNN 9.21; v2.10-v2.14 refuse FP8 with sinks;
+the MXFP8 attention of TE PR #2719), which the 26.08 GPT-OSS recipes turn
+on (``fp8_dot_product_attention = True``, Megatron-Bridge v0.6.0
+``perf_recipes/gpt_oss/common.py`` ``_apply_gpt_oss_120b_full_iter_fp8mx_configs``). Hopper has
+no FP8 backward at head size 64 (cudnn-frontend ``results/h200_919_only_cudnn/
+gpt_oss_20260227_034819.csv``: "hidden_dim shoud be equal to 128"), so it is not listed."""
+
+
+def windowed_backward(ctx: TermContext) -> bool:
+    """Whether the fused-attention backward of a sliding-window layer skips the key tiles
+    outside the window as its forward does (``windowed_keys``): not in FP8 on the generations of
+    ``FP8_UNWINDOWED_BACKWARD``, whose backward costs what a causal layer's does."""
+    fp8 = gemm_dtype(ctx, "attention") == "fp8"
+    return not (fp8 and ctx.cluster.gpu.generation in FP8_UNWINDOWED_BACKWARD)
+
+
 def backward_slowdown(ctx: TermContext) -> float:
     """How much slower per FLOP the fused-attention backward runs than its forward on the GPU."""
     return BACKWARD_SLOWDOWN.get(ctx.cluster.gpu.generation, FLASH_BACKWARD_SLOWDOWN)

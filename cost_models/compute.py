@@ -25,6 +25,7 @@ from cost_models.attention import (  # noqa: F401  (re-exported for the other te
     attention_core_time_s,
     backward_slowdown,
     flash_block_time_s,
+    windowed_backward,
     windowed_keys,
 )
 from cost_models.flops import (
@@ -276,6 +277,9 @@ def mixer_time_s(
     core = attention_core_time_s(model, flash_attention=flash_attention, **shape)
     core_backward = 2.0 * core
     if flash_attention:
+        if mixer == "sliding" and not windowed_backward(ctx):
+            # the FP8 backward on Blackwell runs the whole causal triangle (measured)
+            shape = {**shape, "seq_len": ctx.training.seq_len}
         paced = attention_core_time_s(model, flash_attention=True, backward=True, **shape)
         core_backward = 2.0 * backward_slowdown(ctx) * paced
     modules = ctx.training.stack.recompute_modules

@@ -217,3 +217,42 @@ def test_a_sliding_window_pays_whole_tiles() -> None:
     window = attention_core_time_s(problem.model, seq_len=windowed_keys(128, 4096), **shape)
     naive = attention_core_time_s(problem.model, seq_len=128, **shape)
     assert 2.0 < float(window) / float(naive) <= 4.0  # Q, K, V, O traffic is the same
+
+
+def _sliding_and_full_backward_s(gpu: str, precision: str, fp8_gemms: tuple) -> tuple:
+    """(sliding, full) attention-mixer backward of one GPT-OSS 120B layer on ``gpu``, the
+    attention core in FP8 when ``fp8_gemms`` lists it."""
+    import dataclasses
+
+    import numpy as np
+
+    from cost_models.compute import mixer_time_s
+
+    problem = autopar.make_problem(
+        model="gpt-oss-120b", gpus=64, gpu=gpu, global_batch=64, precision=precision
+    )
+    ctx = make_context(problem)
+    stack = dataclasses.replace(ctx.training.stack, fp8_gemms=fp8_gemms)
+    ctx = dataclasses.replace(ctx, training=dataclasses.replace(ctx.training, stack=stack))
+    one = np.array([1.0])
+    shape = dict(tokens=4096.0 * one, tp=one, mbs=one, flash_attention=True, ctx=ctx)
+    sliding = mixer_time_s(problem.model, "sliding", **shape)[1]
+    full = mixer_time_s(problem.model, "attention", **shape)[1]
+    return float(sliding[0]), float(full[0])
+
+
+def test_the_fp8_backward_of_a_window_runs_the_causal_triangle_on_blackwell() -> None:
+    """cuDNN's FP8 / MXFP8 attention backward on Blackwell does not skip the tiles outside a
+    sliding window (cudnn-frontend's GPT-OSS benchmark: quadratic in the sequence where BF16 is
+    linear; ``attention.FP8_UNWINDOWED_BACKWARD``): a sliding layer's backward with FP8 attention
+    costs a full layer's; in BF16 it stays a fraction of it, and so does FP8 elsewhere."""
+    linears = ("qkv", "proj", "fc1", "fc2")
+    for gpu in ("gb200-nvl72", "b300"):
+        sliding, full = _sliding_and_full_backward_s(gpu, "fp8", (*linears, "attention"))
+        assert sliding == pytest.approx(full)
+        sliding, full = _sliding_and_full_backward_s(gpu, "fp8", linears)
+        assert sliding < 0.5 * full
+        sliding, full = _sliding_and_full_backward_s(gpu, "bf16", (*linears, "attention"))
+        assert sliding < 0.5 * full
+    sliding, full = _sliding_and_full_backward_s("h100", "fp8", (*linears, "attention"))
+    assert sliding < 0.8 * full  # the projections, the same in both, weigh more on Hopper

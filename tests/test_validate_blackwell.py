@@ -90,6 +90,16 @@ def test_gpt_oss_is_the_family_the_model_misses(blackwell) -> None:
     assert len(rows) == 8 and (rows["error_pct"] < 0).all()
 
 
+def test_the_gpt_oss_rows_with_fp8_attention_pay_the_unwindowed_backward(blackwell) -> None:
+    """The 26.08 GPT-OSS recipes run the attention in MXFP8, whose cuDNN backward on Blackwell
+    computes the whole causal triangle of a sliding-window layer (``attention.
+    FP8_UNWINDOWED_BACKWARD``): priced so, they are within 12% (-18% / -21% when the window was
+    skipped), still too fast, as the BF16-attention rows are."""
+    rows = blackwell[0][blackwell[0]["id"].str.contains("2608_gb[23]00_gptoss", regex=True)]
+    assert len(rows) == 2
+    assert (rows["error_pct"] < 0).all() and (rows["error_pct"] > -12.0).all()
+
+
 def test_the_tp_backward_of_the_nvfp4_rows_overlaps_without_userbuffers(blackwell) -> None:
     """The NVFP4 recipes turn TP overlap off; Transformer Engine still runs the column-parallel
     backward all-gather and reduce-scatter behind the GEMMs (``tp_backward_overlap``): the two
