@@ -14,6 +14,7 @@ import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.terms import Grid, Phases, TermContext
+from cost_models import hybridep
 from cost_models.compute import (
     backward_slowdown,
     flash_block_time_s,
@@ -363,7 +364,9 @@ def dispatch_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray
       with the distinct nodes a token reaches: ``n * (1 - (1 - 1/n)^top_k)`` of ``n`` nodes for
       uniform routing, at most ``topk_group`` with node-limited routing
       (``moe_utils.group_limited_topk``; DeepSeek-V3 report §2.1.2: "each token will be sent to
-      at most M nodes").
+      at most M nodes"). Inside one NVLink 5 domain (Blackwell) HybridEP's published pace per
+      received row (``cost_models.hybridep``: one row per destination rank, the Torch API's
+      figures, the kernels' under full-iteration graphs) replaces the datasheet all-to-all.
     The combine mirrors it (reduce-scatter over ETP, all-to-all back)."""
     model = ctx.model
     tp, cp, ep, etp, mbs = (
@@ -388,6 +391,10 @@ def dispatch_time_s(grid: Grid, ctx: TermContext, dispatcher: str) -> np.ndarray
             reach = np.minimum(reach, model.moe_router_group_topk)
         size = size * np.where(nodes > 1.0, reach / model.experts_per_token, 1.0)
     a2a = ctx.comm.time_s("all_to_all", size, num_ranks=ep, num_nodes=nodes)
+    if dispatcher == "flex" and hybridep.applies(ctx):
+        # HybridEP's measured pace inside one NVLink 5 domain (``cost_models.hybridep``)
+        one_domain = (nodes <= 1.0) & (etp <= 1.0)
+        a2a = np.where(one_domain, hybridep.hybridep_one_way_s(grid, ctx, tokens), a2a)
     gathered = etp * copies * token_bytes
     gather = ctx.comm.time_s("all_gather", gathered, num_ranks=etp, num_nodes=etp_nodes)
     return a2a + gather

@@ -49,6 +49,7 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     linear_weight_grad_time_s,
     memory_time_s,
 )
+from cost_models.rope import UNFUSED_ROPE_BYTES, rope_unfused
 from cost_models.shapes import (
     MLA_REPLICATED,
     heaviest_stage,
@@ -163,11 +164,14 @@ def attention_block_time_s(
     weight = linear_weight_grad_time_s(
         tokens, qkv, h, ctx=ctx, gemm="qkv"
     ) + linear_weight_grad_time_s(tokens, h, q / tp, ctx=ctx, gemm="proj")
-    rope = (
-        0.0
-        if model.learned_position_embeddings
-        else memory_time_s(2.0 * BYTES_BF16 * tokens * (q + kv) / tp, ctx)
-    )
+    if model.learned_position_embeddings:
+        return forward, backward, weight
+    if rope_unfused(model):
+        elements = tokens * (q + kv) / tp
+        rope_f = memory_time_s(UNFUSED_ROPE_BYTES[0] * elements, ctx)
+        rope_b = memory_time_s(UNFUSED_ROPE_BYTES[1] * elements, ctx)
+        return forward + rope_f, backward + rope_b, weight
+    rope = memory_time_s(2.0 * BYTES_BF16 * tokens * (q + kv) / tp, ctx)
     return forward + rope, backward + 2.0 * rope, weight
 
 

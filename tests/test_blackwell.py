@@ -256,3 +256,73 @@ def test_the_fp8_backward_of_a_window_runs_the_causal_triangle_on_blackwell() ->
         assert sliding < 0.5 * full
     sliding, full = _sliding_and_full_backward_s("h100", "fp8", (*linears, "attention"))
     assert sliding < 0.8 * full  # the projections, the same in both, weigh more on Hopper
+
+
+def test_gpt_oss_runs_its_yarn_rope_unfused() -> None:
+    """Megatron falls back to its unfused RoPE when YaRN's concentration factor is not 1
+    (``cost_models.rope``): GPT-OSS's factor 32 gives 0.1 ln 32 + 1; DeepSeek-V3 (MLA, mscale =
+    mscale_all_dim) and the Llama / Qwen3 models keep the fused kernel, and only GPT-OSS's
+    projections pay the unfused bytes."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    from cost_models.compute import attention_block_time_s
+    from cost_models.rope import UNFUSED_ROPE_BYTES, rope_unfused, yarn_concentration
+
+    gpt_oss = autopar.make_problem(model="gpt-oss-120b", gpus=64, gpu="b200", global_batch=64)
+    assert yarn_concentration(gpt_oss.model) == pytest.approx(0.1 * math.log(32.0) + 1.0)
+    assert rope_unfused(gpt_oss.model)
+    for name in ("deepseek-v3", "llama-3-70b", "qwen3-30b-a3b"):
+        problem = autopar.make_problem(model=name, gpus=64, gpu="b200", global_batch=64)
+        assert not rope_unfused(problem.model), name
+    ctx = make_context(gpt_oss)
+    one = np.array([1.0])
+    unfused = attention_block_time_s(gpt_oss.model, tokens=4096.0 * one, tp=one, ctx=ctx)
+    fused_model = dataclasses.replace(gpt_oss.model, rope=type(gpt_oss.model.rope)())
+    fused = attention_block_time_s(fused_model, tokens=4096.0 * one, tp=one, ctx=ctx)
+    extra_f, extra_b = float(unfused[0][0] - fused[0][0]), float(unfused[1][0] - fused[1][0])
+    assert extra_f > 0.0 and extra_b > 0.0
+    # 24 - 4 B forward, 20 - 8 B backward per Q / K element
+    ratio = (UNFUSED_ROPE_BYTES[0] - 4.0) / (UNFUSED_ROPE_BYTES[1] - 8.0)
+    assert extra_f / extra_b == pytest.approx(ratio)
+    assert unfused[2][0] == fused[2][0]  # the weight gradients do not change
+
+
+def test_hybridep_is_priced_at_its_published_pace_inside_one_nvlink_domain() -> None:
+    """HybridEP sends a token once per rank holding one of its experts and runs at its
+    benchmark's pace per received row (``cost_models.hybridep``): at EP 8 a GPT-OSS token
+    reaches 3.3 ranks (not 4 copies), the Torch API's 550 / 538 GB/s apply, the kernels' with
+    full-iteration graphs; Hopper keeps the datasheet all-to-all."""
+    import dataclasses
+
+    import numpy as np
+
+    from cost_models import hybridep
+    from cost_models.communication import dispatch_time_s
+
+    hit = hybridep.rank_hit_probability(128, 4, 8.0)
+    assert 8.0 * hit == pytest.approx(3.34, abs=0.01)
+    assert hybridep.rank_hit_probability(128, 8, 8.0) * 8.0 == pytest.approx(5.34, abs=0.01)
+    grid = {name: np.array([1.0]) for name in ("tp", "cp", "etp")}
+    grid.update(ep=np.array([8.0]), mbs=np.array([4.0]))
+    times = {}
+    for gpu in ("b200", "h100"):
+        problem = autopar.make_problem(
+            model="gpt-oss-120b", gpus=64, gpu=gpu, seq_len=4096, global_batch=1280
+        )
+        ctx = make_context(problem)
+        times[gpu] = {d: float(dispatch_time_s(grid, ctx, d)[0]) for d in ("flex", "alltoall")}
+        if gpu == "b200":
+            received = 4.0 * 4096 * 8.0 * hit * problem.model.hidden_size * 2.0
+            expected = 0.5 * received * (1 / 550.10e9 + 1 / 538.44e9)
+            assert times[gpu]["flex"] == pytest.approx(expected)
+            stack = dataclasses.replace(ctx.training.stack, cuda_graphs="full")
+            graphed = dataclasses.replace(
+                ctx, training=dataclasses.replace(ctx.training, stack=stack)
+            )
+            kernels = float(dispatch_time_s(grid, graphed, "flex")[0])
+            assert kernels == pytest.approx(0.5 * received * (1 / 750.15e9 + 1 / 684.27e9))
+    assert times["h100"]["flex"] == times["h100"]["alltoall"]
+    assert times["b200"]["flex"] != times["b200"]["alltoall"]

@@ -74,7 +74,8 @@ def test_blackwell_rows_per_gpu_kind(blackwell) -> None:
 def test_all_blackwell_rows_stay_where_the_readme_reports_them(blackwell) -> None:
     modelled = blackwell[0]
     median, worst, signed = _stats(modelled)
-    assert median <= 5.0 and abs(signed) <= 3.0 and worst <= 25.0
+    # worst 24.3% before GPT-OSS's unfused YaRN RoPE and HybridEP's measured pace
+    assert median <= 5.0 and abs(signed) <= 3.0 and worst <= 22.5
     median, worst, _ = _stats(modelled[modelled["model"] != KNOWN_MISS])
     # the B200 25.11 Qwen3-235B row, -19.5% once its EP overlap without graphs hides nothing
     # (communication.HOST_BOUND_PAIRS; -27.4% priced as hiding 80%)
