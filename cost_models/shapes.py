@@ -334,18 +334,33 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray
     per_kind = np.stack([np.broadcast_to(kind_bytes(k), (len(pp),)) for k in kinds])
     unique, where = _distinct_rows(np.column_stack([schedule, pp, vpp, grad_accum]))
     order = np.argsort(where, kind="stable")
-    starts = np.searchsorted(where[order], np.arange(len(unique) + 1))
+    starts = np.searchsorted(where[order], np.arange(len(unique) + 1)).tolist()
+    # each shape's rows contiguous: slices, not a gather per shape (issue 23)
+    per_kind, extra, last_extra = per_kind[:, order], extra[order], last_extra[order]
+    peaks = np.zeros(len(pp))
     for index, (code, p, v, m) in enumerate(unique.tolist()):
-        name = PIPELINE_SCHEDULES[code]
-        rows = order[starts[index] : starts[index + 1]]
-        held = in_flight_chunks(name, p, v, m)
-        weights = _held_by_stage(name, p, v, m)
-        totals = (weights @ _stage_kind_counts(model, p * v, kinds)) @ per_kind[:, rows]
-        totals[0] = totals[0] + extra[rows] * held[0][0]
-        rank, chunk = chunk_of(name, p, v, p * v - 1)
-        totals[rank] = totals[rank] + last_extra[rows] * held[rank][chunk]
-        out[rows] = totals.max(axis=0) / max(sum(held[0]) / v, 1e-30)
+        start, end = starts[index], starts[index + 1]
+        stage_bytes, first, (rank, held_last), count = _peak_weights(model, code, p, v, m, kinds)
+        totals = stage_bytes @ np.ascontiguousarray(per_kind[:, start:end])
+        totals[0] = totals[0] + extra[start:end] * first
+        totals[rank] = totals[rank] + last_extra[start:end] * held_last
+        peaks[start:end] = totals.max(axis=0) / count
+    out[order] = peaks
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _peak_weights(model: ModelSpec, code: int, p: int, v: int, m: int, kinds: tuple[str, ...]):
+    """Of one schedule's shape (``_scheduled_peak``): ``(ranks x kinds)`` layers a rank holds
+    at its peak, the micro-batches of the first chunk of rank 0, the rank of the last stage's
+    chunk and the micro-batches it holds of it, and the first rank's count in stages.
+    Memoised; read only."""
+    name = PIPELINE_SCHEDULES[code]
+    held = in_flight_chunks(name, p, v, m)
+    stage_bytes = _held_by_stage(name, p, v, m) @ _stage_kind_counts(model, p * v, kinds)
+    stage_bytes.flags.writeable = False
+    rank, chunk = chunk_of(name, p, v, p * v - 1)
+    return stage_bytes, held[0][0], (rank, held[rank][chunk]), max(sum(held[0]) / v, 1e-30)
 
 
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

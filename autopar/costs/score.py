@@ -45,6 +45,7 @@ from autopar.costs.score_tables import (
     keys_of,
     rule_cells,
     scaled,
+    table_like,
     table_of,
     unsettled,
 )
@@ -154,10 +155,12 @@ def score_space(
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
         keys: dict[str, dict[str, np.ndarray]] = {}
         shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
+        phases: dict[str, Phases] | None = {} if isinstance(cost_model.slots, PhasedSlots) else None
         for term in terms:  # the deadline checked before each evaluation
             keys[term.name] = keys_of(space, term, rows, fold, shared)
-            tables[term.name] = _table(space, ctx, term, keys[term.name], fold, deadline)
-        phased = _phased_tables(space, ctx, cost_model, keys, tables, fold, deadline)
+            tables[term.name] = _table(space, ctx, term, keys[term.name], fold, deadline, phases)
+        parts = (keys, tables, phases)
+        phased = _phased_tables(space, ctx, cost_model, parts, fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     acc, complete, cells = _Acc(), True, 0
@@ -217,10 +220,17 @@ def _all_terms(cost_model: CostModel) -> Iterable:
     yield cost_model.in_flight
 
 
-def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None) -> Table:
-    """``term`` on its keys ``sub`` (``keys_of``)."""
+def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None, phases=None):
+    """``term`` on its keys ``sub`` (``keys_of``); with ``phases`` (a dict) a ``PhasedTerm``'s
+    phases are kept there by name and its values are their sum (what its ``evaluate`` gives:
+    ``terms.PhasedTerm``), so that ``_phase_parts`` need not evaluate it again."""
     size = len(next(iter(sub.values()))) if sub else 1
-    values = evaluated(term, sub, ctx, size, deadline)
+    if phases is not None and isinstance(term, PhasedTerm) and size <= CHUNK_CELLS:
+        check_deadline(deadline)
+        phases[term.name] = term_phases(term, sub, ctx, size)
+        values = phases[term.name].total()
+    else:
+        values = evaluated(term, sub, ctx, size, deadline)
     return table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values, fold)
 
 
@@ -427,18 +437,18 @@ class _Phased:
         return micro, gather(self.exact) > 0.5
 
 
-def _phased_tables(
-    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
-):
+def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts, fold, deadline):
     """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
     ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
-    ``keys_of``: each term's keys by name (``score_tables.keys_of``); ``totals``: their tables.
+    ``parts``: each term's keys by name (``score_tables.keys_of``), their tables, and the
+    phased terms' phases by name (``_table``).
     Where every slot is ratio-free (1F1B, the combined 1F1B) the reference times change
     nothing: the nominal slots are the slots, and a phase whose slots are the forward's needs
     no table."""
     slots = cost_model.slots
     if not isinstance(slots, PhasedSlots):
         return None
+    keys_of, totals, _ = parts
     sub = keys_of[slots.name]
     size = len(next(iter(sub.values()))) if sub else 1
     free = slots_ratio_free(slots, sub, ctx, size)
@@ -447,10 +457,10 @@ def _phased_tables(
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in nominal)))
         if uniform_slots(at).all():
             return None
-    parts, medians = _phase_parts(space, ctx, cost_model, keys_of, totals, fold, deadline)
+    parts, medians = _phase_parts(cost_model, ctx, parts, deadline)
     if not free.all():
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
-    axes = space.key_axes(term_axes(slots, space.domains))
+    base = totals[slots.name]  # the slots' own keys: each phase's table is laid out as it
     with np.errstate(invalid="ignore"):
         steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
     others = []
@@ -458,20 +468,19 @@ def _phased_tables(
         step = np.where(np.isfinite(step), step, 0.0)
         if terms and np.any(step != 0):
             tables = tuple(t() for t in terms)
-            others.append((table_of(space, axes, sub, step, fold), tables, sign))
+            others.append((table_like(base, step), tables, sign))
     return _Phased(
-        forward=table_of(space, axes, sub, at.forward, fold),
+        forward=table_like(base, at.forward),
         others=tuple(others),
-        exact=table_of(space, axes, sub, free.astype(np.float64), fold),
+        exact=table_like(base, free.astype(np.float64)),
     )
 
 
-def _phase_parts(
-    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
-):
+def _phase_parts(cost_model: CostModel, ctx: TermContext, tables, deadline):
     """Per phase beyond the forward, the micro-batch terms' nonzero parts of it (each a
     function giving its table, built only where the phase's slots differ), and the sums of the
-    terms' median phases (the reference times)."""
+    terms' median phases (the reference times); ``tables``: as ``_phased_tables``'s ``parts``."""
+    keys_of, totals, memo = tables
     parts: list[list] = [[], [], []]
     medians = np.zeros(4)
     for term in cost_model.microbatch_terms:
@@ -484,10 +493,9 @@ def _phase_parts(
             medians += [FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, 0.0, 0.0]
             parts[0].append(functools.partial(scaled, total, 1.0 - FORWARD_SHARE))
             continue
-        phases = term_phases(term, keys, ctx, n)
+        phases = memo[term.name] if term.name in memo else term_phases(term, keys, ctx, n)
         medians += [float(np.median(part)) if n else 0.0 for part in phases]
-        axes = space.key_axes(term_axes(term, space.domains))
         for i, part in enumerate(phases[1:]):
             if np.any(part != 0):
-                parts[i].append(functools.partial(table_of, space, axes, keys, part, fold))
+                parts[i].append(functools.partial(table_like, totals[term.name], part))
     return parts, medians

@@ -89,6 +89,9 @@ class Table:
     dense: np.ndarray | None = None
     outer: np.ndarray | None = None
     column: np.ndarray | None = None
+    layout: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None
+    """Where each of the keys ``table_of`` was given sits: its (row, column) of ``dense``, else
+    its place among the sorted ``codes`` (``table_like``)."""
 
 
 def radix(space: Space, axis: str) -> int:
@@ -133,10 +136,34 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
         column, columns = _compact(fold_code, fold_span)
         if (rows + 1) * (columns + 1) <= DENSE_CODES:
             dense = np.full((rows + 1, columns + 1), np.nan)
-            dense[index[outer_code], column[fold_code]] = values
-            return Table(ordered, codes, values, dense=dense, outer=index, column=column)
+            cells = (index[outer_code], column[fold_code])
+            dense[cells] = values
+            return Table(
+                ordered, codes, values, dense=dense, outer=index, column=column, layout=cells
+            )
     order = np.argsort(codes, kind="stable")
-    return Table(axes=ordered, codes=codes[order], values=values[order])
+    return Table(axes=ordered, codes=codes[order], values=values[order], layout=order)
+
+
+def table_like(table: Table, values) -> Table:
+    """``table_of`` of ``values`` on the keys and axes ``table`` was made of, its codes and
+    layout reused (a term's phases and a schedule's slots per phase: issue 23)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not table.axes:
+        return Table(axes=(), codes=table.codes, values=values[:1].copy())
+    if table.dense is None:
+        return Table(table.axes, table.codes, values[table.layout], layout=table.layout)
+    dense = np.full(table.dense.shape, np.nan)
+    dense[table.layout] = values
+    return Table(
+        table.axes,
+        table.codes,
+        values,
+        dense=dense,
+        outer=table.outer,
+        column=table.column,
+        layout=table.layout,
+    )
 
 
 def _compact(code: np.ndarray, span: int) -> tuple[np.ndarray, int]:
@@ -160,6 +187,7 @@ def scaled(table: Table, factor: float) -> Table:
         dense=dense,
         outer=table.outer,
         column=table.column,
+        layout=table.layout,
     )
 
 
