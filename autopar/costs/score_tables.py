@@ -231,13 +231,16 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
         settled = columns  # every group is settled on the same axes
     empty = np.zeros(0, dtype=np.int64)  # no group has a column: no key, every axis present
     take = np.concatenate(taken) if taken else empty
-    keys = {a: v[take] for a, v in sub.items()}
-    keys.update({a: np.concatenate(v) if v else empty for a, v in values.items()})
-    keep = np.ones(len(keys[folded[0]]), dtype=bool)
-    for rule in space.rules:
-        if unsettled(rule, settled) and set(rule.axes) <= set(keys):
-            keep &= rule.check(keys)
-    return {a: v[keep] for a, v in keys.items()}
+    crossed = {a: np.concatenate(v) if v else empty for a, v in values.items()}
+    present = {*sub, *crossed}
+    checks = [r for r in space.rules if unsettled(r, settled) and set(r.axes) <= present]
+    if checks:  # the rules see their own axes; the other axes are gathered once, kept keys only
+        seen = {a: crossed[a] if a in crossed else sub[a][take] for r in checks for a in r.axes}
+        keep = np.ones(len(take), dtype=bool)
+        for rule in checks:
+            keep &= rule.check(seen)
+        take, crossed = take[keep], {a: v[keep] for a, v in crossed.items()}
+    return {**{a: v[take] for a, v in sub.items()}, **crossed}
 
 
 def evaluated(term, sub, ctx: TermContext, size: int, deadline):
