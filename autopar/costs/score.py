@@ -273,27 +273,28 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
 
 def _scored(chunk, fold: Fold, figures, cells: np.ndarray) -> list[Scored]:
     """The layouts of ``cells`` (flat indices into the chunk's matrix); each row's axes in
-    table order, ``vpp`` last."""
+    table order, ``vpp`` last. The cells' values are read as Python numbers at once (element
+    by element they cost more than the rest of the reduction: issue 23)."""
     times, memory, exact = figures
     rows, cols = np.divmod(cells, len(fold))
-    out = []
-    for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-        row = {
-            a: int(fold.values[a][c] if a in fold.values else chunk[a][r])
-            for a in GRID_AXES
-            if a != "vpp"
-        }
-        row["vpp"] = int(fold.values["vpp"][c])
-        sure = True if exact is None else bool(exact[r, c])
-        out.append(
-            Scored(
-                row=row,
-                step_s=float(times[r, c]),
-                memory_bytes=float(memory[r, c]),
-                exact=sure,
-            )
+    axes = (*(a for a in GRID_AXES if a != "vpp"), "vpp")
+    values = [
+        np.asarray(fold.values[a][cols] if a in fold.values else chunk[a][rows])
+        .astype(np.int64)
+        .tolist()
+        for a in axes
+    ]
+    sure = [True] * len(cells) if exact is None else exact[rows, cols].astype(bool).tolist()
+    return [
+        Scored(row=dict(zip(axes, row, strict=True)), step_s=t, memory_bytes=m, exact=e)
+        for row, t, m, e in zip(
+            zip(*values, strict=True),
+            times[rows, cols].astype(np.float64).tolist(),
+            memory[rows, cols].astype(np.float64).tolist(),
+            sure,
+            strict=True,
         )
-    return out
+    ]
 
 
 def scored_order(item: Scored) -> tuple:
