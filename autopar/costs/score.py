@@ -263,9 +263,9 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
     valid = np.isfinite(times) & np.isfinite(memory)
-    for rule in space.rules:
-        if unsettled(rule, fold):
-            valid &= rule_cells(space, rule, chunk, fold, cache)
+    checks = [rule for rule in space.rules if unsettled(rule, fold)]
+    if checks:
+        valid &= rule_cells(space, checks, chunk, fold, cache)
     if exact is not None:
         exact = np.broadcast_to(exact, times.shape)
     return times, memory, valid, exact

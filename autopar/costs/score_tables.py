@@ -280,21 +280,30 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     return out if folded else out[:, None]
 
 
-def rule_cells(space: Space, rule, chunk, fold: Fold, cache: dict) -> np.ndarray:
-    """A rule over a folded axis on every (row, column) cell, checked once per distinct
-    combination of its other axes."""
-    others = tuple(a for a in rule.axes if a not in fold.axes)
-    if others:
-        _, first, inverse = np.unique(
-            codes_of(space, chunk, others, cache), return_index=True, return_inverse=True
-        )
-    else:
-        rows = len(next(iter(chunk.values())))
-        first, inverse = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
-    combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
-    combos.update({a: np.tile(v, len(first)) for a, v in fold.values.items()})
-    ok = np.asarray(rule.check(combos), dtype=bool).reshape(len(first), len(fold))
-    return ok[inverse.ravel()]
+def rule_cells(space: Space, rules, chunk, fold: Fold, cache: dict) -> np.ndarray:
+    """Rules over a folded axis on every (row, column) cell, all of them: those that read the
+    same other axes checked together, once per distinct combination of those (torchtitan's
+    five schedule rules all read pp and grad_accum: one expansion onto the cells, not five)."""
+    by_others: dict[tuple[str, ...], list] = {}
+    for rule in rules:
+        others = tuple(sorted(a for a in rule.axes if a not in fold.axes))
+        by_others.setdefault(others, []).append(rule)
+    rows = len(next(iter(chunk.values())))
+    valid = np.ones((rows, len(fold)), dtype=bool)
+    for others, same in by_others.items():
+        if others:
+            _, first, inverse = np.unique(
+                codes_of(space, chunk, others, cache), return_index=True, return_inverse=True
+            )
+        else:
+            first, inverse = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+        combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
+        combos.update({a: np.tile(v, len(first)) for a, v in fold.values.items()})
+        ok = np.ones(len(first) * len(fold), dtype=bool)
+        for rule in same:
+            ok &= np.asarray(rule.check(combos), dtype=bool)
+        valid &= ok.reshape(len(first), len(fold))[inverse.ravel()]
+    return valid
 
 
 GROUP_AXES = ("pp", "ep", "recompute")
