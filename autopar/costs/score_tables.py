@@ -42,6 +42,9 @@ class Fold:
     kept: dict[tuple, bytes] = field(default_factory=dict)
     """Memo: the columns the rules allow a group of rows, by the group's values
     (``column_groups``, asked once per term's keys and once for the rows)."""
+    parts: dict[tuple, object] = field(default_factory=dict)
+    """Memo of ``column_groups``: by the group's axes, the rules it checks; by those and a
+    mask of columns, the ``Fold`` of them (whose own memos are then shared by every caller)."""
 
     def __len__(self) -> int:
         return len(self.values[self.axes[0]])
@@ -235,12 +238,13 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
     present = {*sub, *crossed}
     checks = [r for r in space.rules if unsettled(r, settled) and set(r.axes) <= present]
     if checks:  # the rules see their own axes; the other axes are gathered once, kept keys only
-        seen = {a: crossed[a] if a in crossed else sub[a][take] for r in checks for a in r.axes}
+        read = dict.fromkeys(a for r in checks for a in r.axes)
+        seen = {a: crossed[a] if a in crossed else sub[a].take(take) for a in read}
         keep = np.ones(len(take), dtype=bool)
         for rule in checks:
             keep &= rule.check(seen)
         take, crossed = take[keep], {a: v[keep] for a, v in crossed.items()}
-    return {**{a: v[take] for a, v in sub.items()}, **crossed}
+    return {**{a: v.take(take) for a, v in sub.items()}, **crossed}
 
 
 def evaluated(term, sub, ctx: TermContext, size: int, deadline):
@@ -325,13 +329,20 @@ def column_groups(space: Space, rows, fold: Fold):
     if not group:
         yield np.arange(count), fold
         return
+    if not count:  # no row: no group
+        return
     code = codes_of(space, rows, group)
     order = np.argsort(code, kind="stable")
-    values, starts = np.unique(code[order], return_index=True)
-    ends = (*starts[1:].tolist(), count)
-    rules = [r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}]
+    ranked = code[order]
+    starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])).tolist()
+    ends = (*starts[1:], count)
+    if group not in fold.parts:
+        fold.parts[group] = [
+            r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}
+        ]
+    rules = fold.parts[group]
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
-    for start, end in zip(starts.tolist(), ends, strict=True):
+    for start, end in zip(starts, ends, strict=True):
         first = order[start]
         memo = (group, *(int(rows[a][first]) for a in group))
         if memo not in fold.kept:
@@ -344,6 +355,13 @@ def column_groups(space: Space, rows, fold: Fold):
         if fold.kept[memo]:
             merged.setdefault(fold.kept[memo], []).append(order[start:end])
     for mask, parts in merged.items():
+        yield np.concatenate(parts), _part(fold, group, mask)
+
+
+def _part(fold: Fold, group: tuple[str, ...], mask: bytes) -> Fold:
+    """The ``Fold`` of the columns ``mask`` keeps, settled on ``group`` (memoised)."""
+    if (group, mask) not in fold.parts:
         keep = np.unpackbits(np.frombuffer(mask, dtype=np.uint8))[: len(fold)].astype(bool)
         values = {a: v[keep] for a, v in fold.values.items()}
-        yield np.concatenate(parts), Fold(axes=fold.axes, values=values, settled=group)
+        fold.parts[group, mask] = Fold(axes=fold.axes, values=values, settled=group)
+    return fold.parts[group, mask]
