@@ -155,12 +155,19 @@ def score_space(
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
         keys: dict[str, dict[str, np.ndarray]] = {}
         shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
-        phases: dict[str, Phases] | None = {} if isinstance(cost_model.slots, PhasedSlots) else None
+        # phased slots are evaluated as one table only where no schedule splits the phases
+        # (``_phased_tables`` is None): the phased figures read per-phase tables instead
+        later = cost_model.slots if isinstance(cost_model.slots, PhasedSlots) else None
+        phases: dict[str, Phases] | None = None if later is None else {}
         for term in terms:  # the deadline checked before each evaluation
             keys[term.name] = keys_of(space, term, rows, fold, shared)
-            tables[term.name] = _table(space, ctx, term, keys[term.name], fold, deadline, phases)
-        parts = (keys, tables, phases)
-        phased = _phased_tables(space, ctx, cost_model, parts, fold, deadline)
+            if term is not later:
+                tables[term.name] = _table(
+                    space, ctx, term, keys[term.name], fold, deadline, phases
+                )
+        phased = _phased_tables(space, ctx, cost_model, (keys, tables, phases), fold, deadline)
+        if later is not None and phased is None:
+            tables[later.name] = _table(space, ctx, later, keys[later.name], fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     acc, complete, cells = _Acc(), True, 0
@@ -449,8 +456,7 @@ def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts,
     slots = cost_model.slots
     if not isinstance(slots, PhasedSlots):
         return None
-    keys_of, totals, _ = parts
-    sub = keys_of[slots.name]
+    sub = parts[0][slots.name]
     size = len(next(iter(sub.values()))) if sub else 1
     free = slots_ratio_free(slots, sub, ctx, size)
     if free.all():  # the nominal slots are the slots (where some are not, they are not needed)
@@ -461,7 +467,9 @@ def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts,
     parts, medians = _phase_parts(cost_model, ctx, parts, deadline)
     if not free.all():
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
-    base = totals[slots.name]  # the slots' own keys: each phase's table is laid out as it
+    forward = table_of(
+        space, space.key_axes(term_axes(slots, space.domains)), sub, at.forward, fold
+    )
     with np.errstate(invalid="ignore"):
         steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
     others = []
@@ -469,11 +477,9 @@ def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts,
         step = np.where(np.isfinite(step), step, 0.0)
         if terms and np.any(step != 0):
             tables = tuple(t() for t in terms)
-            others.append((table_like(base, step), tables, sign))
+            others.append((table_like(forward, step), tables, sign))
     return _Phased(
-        forward=table_like(base, at.forward),
-        others=tuple(others),
-        exact=table_like(base, free.astype(np.float64)),
+        forward=forward, others=tuple(others), exact=table_like(forward, free.astype(np.float64))
     )
 
 
