@@ -199,15 +199,15 @@ class InFlightMicrobatches:
     def _ordered(self, grid: Grid) -> np.ndarray:
         """The first rank's peak counted on the order (``in_flight_stage_units``)."""
         keys, where = _rows(grid)
-        first = np.array(
-            [
-                in_flight_stage_units(
-                    PIPELINE_SCHEDULES[int(k[0])], int(k[1]), int(k[2]), int(k[3])
-                )[0]
-                for k in keys
-            ]
-        )
+        first = np.array([_first_rank_units(*k) for k in keys.astype(np.int64).tolist()])
         return first[where.ravel()]
+
+
+@functools.lru_cache(maxsize=65536)
+def _first_rank_units(code: int, pp: int, vpp: int, m: int) -> float:
+    """The first rank's ``in_flight_stage_units`` by schedule code, memoised (asked per
+    distinct shape at every scoring: issue 23)."""
+    return float(in_flight_stage_units(PIPELINE_SCHEDULES[code], pp, vpp, m)[0])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -501,7 +501,7 @@ def _phase_parts(cost_model: CostModel, ctx: TermContext, tables, deadline):
             parts[0].append(functools.partial(scaled, total, 1.0 - FORWARD_SHARE))
             continue
         phases = memo[term.name] if term.name in memo else term_phases(term, keys, ctx, n)
-        medians += [float(np.median(part)) if n else 0.0 for part in phases]
+        medians += [float(np.median(part)) if n and part.any() else 0.0 for part in phases]
         for i, part in enumerate(phases[1:]):
             if np.any(part != 0):
                 parts[i].append(functools.partial(table_like, totals[term.name], part))

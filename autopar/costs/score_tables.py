@@ -341,21 +341,31 @@ def column_groups(space: Space, rows, fold: Fold):
             r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}
         ]
     rules = fold.parts[group]
+    firsts = order[starts]
+    memos = list(zip(*(rows[a][firsts].tolist() for a in group), strict=True))
+    _kept(fold, group, rules, {a: rows[a][firsts] for a in group}, memos)
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
-    for start, end in zip(starts, ends, strict=True):
-        first = order[start]
-        memo = (group, *(int(rows[a][first]) for a in group))
-        if memo not in fold.kept:
-            cells = {a: np.full(len(fold), rows[a][first]) for a in group}
-            cells.update(fold.values)
-            keep = np.ones(len(fold), dtype=bool)
-            for rule in rules:
-                keep &= np.asarray(rule.check(cells), dtype=bool)
-            fold.kept[memo] = np.packbits(keep).tobytes() if keep.any() else b""
-        if fold.kept[memo]:
-            merged.setdefault(fold.kept[memo], []).append(order[start:end])
+    for start, end, memo in zip(starts, ends, memos, strict=True):
+        if fold.kept[group, *memo]:
+            merged.setdefault(fold.kept[group, *memo], []).append(order[start:end])
     for mask, parts in merged.items():
         yield np.concatenate(parts), _part(fold, group, mask)
+
+
+def _kept(fold: Fold, group: tuple[str, ...], rules, values, memos) -> None:
+    """``fold.kept`` of each group of ``values`` (its axes' values, one a group) not yet there:
+    the rules over the group's axes and the folded ones checked on every (group, column) cell
+    at once, not group by group (issue 23: a solve builds its ``Fold`` anew)."""
+    new = [i for i, memo in enumerate(memos) if (group, *memo) not in fold.kept]
+    if not new:
+        return
+    cells = {a: np.repeat(v[new], len(fold)) for a, v in values.items()}
+    cells.update({a: np.tile(v, len(new)) for a, v in fold.values.items()})
+    keep = np.ones(len(new) * len(fold), dtype=bool)
+    for rule in rules:
+        keep &= np.asarray(rule.check(cells), dtype=bool)
+    for i, kept in zip(new, keep.reshape(len(new), len(fold)), strict=True):
+        fold.kept[group, *memos[i]] = np.packbits(kept).tobytes() if kept.any() else b""
 
 
 def _part(fold: Fold, group: tuple[str, ...], mask: bytes) -> Fold:
