@@ -262,7 +262,8 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
         slots = cells(tables[cost_model.slots.name])
         micro = slots * total(cost_model.microbatch_terms)
     else:
-        micro, exact = phased.figures(cells, total(cost_model.microbatch_terms))
+        micro = phased.figures(cells, total(cost_model.microbatch_terms))
+        exact = _Exact(space, phased.exact, chunk, fold)
     times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
@@ -273,9 +274,25 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
     checks = [rule for rule in space.rules if unsettled(rule, fold)]
     if checks:
         valid &= rule_cells(space, checks, chunk, fold, cache)
-    if exact is not None:
-        exact = np.broadcast_to(exact, times.shape)
     return times, memory, valid, exact
+
+
+@dataclass(frozen=True, slots=True)
+class _Exact:
+    """Whether cells' step times are exact (``_Phased.exact``), read only at the cells asked
+    for: only the kept layouts need it (issue 23: a gathered matrix per chunk before)."""
+
+    space: Space
+    table: Table
+    chunk: dict
+    fold: Fold
+
+    def __getitem__(self, cells: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        rows, cols = (np.asarray(x) for x in cells)
+        part = {a: v[rows] for a, v in self.chunk.items()}
+        values = gather(self.space, self.table, part, self.fold, {})
+        values = np.broadcast_to(values, (len(rows), len(self.fold)))
+        return values[np.arange(len(rows)), cols] > 0.5
 
 
 def _scored(chunk, fold: Fold, figures, cells: np.ndarray) -> list[Scored]:
@@ -434,15 +451,14 @@ class _Phased:
     nonzero parts of it; +1, or -1 for what the pairs hide)."""
     exact: Table
 
-    def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def figures(self, gather, total: np.ndarray) -> np.ndarray:
         """Each cell's micro-batch part, ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``
-        (``terms.weighted`` with ``total = F + I + W``), and whether it is exact."""
+        (``terms.weighted`` with ``total = F + I + W``); whether it is exact: ``exact``."""
         forward = gather(self.forward)
         micro = forward * total
         for slots, parts, sign in self.others:
             micro = micro + sign * gather(slots) * sum(gather(t) for t in parts)
-        micro = np.where(np.isinf(forward), np.inf, micro)
-        return micro, gather(self.exact) > 0.5
+        return np.where(np.isinf(forward), np.inf, micro)
 
 
 def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts, fold, deadline):
