@@ -269,7 +269,12 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     folded = tuple(a for a in table.axes if a in fold.axes)
     outer = table.axes[: len(table.axes) - len(folded)]
     rows = len(next(iter(chunk.values())))
-    code = codes_of(space, chunk, outer, cache) if outer else np.zeros(rows, dtype=np.int64)
+    if not outer:
+        code = np.zeros(rows, dtype=np.int64)
+    elif (outer,) in cache:  # the chunk's codes over these axes (one tuple key per axes)
+        code = cache[outer,]
+    else:
+        code = cache[outer,] = codes_of(space, chunk, outer, cache)
     if table.dense is not None:
         row = table.outer[code]
         if not folded:
