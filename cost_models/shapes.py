@@ -301,18 +301,37 @@ def peak_in_flight_stage_bytes(
             lambda kind: kind_bytes(kind)[other],
             (extra[other], last[other]),
         )
-    for value in np.unique(pp[~other]):
-        rows = (pp == value) & ~other
-        stages = int(value)
-        peak = np.zeros(int(rows.sum()))
-        kinds_of = all_stage_kinds(model, stages)
-        for i in range(stages):
-            total = extra[rows] if i == 0 else np.zeros(int(rows.sum()))
+    plain = np.flatnonzero(~other)
+    plain = plain[np.argsort(pp[plain], kind="stable")]  # by pp, each value's rows in order
+    values, starts = np.unique(pp[plain], return_index=True)
+    ends = [*starts[1:].tolist(), len(plain)][: len(starts)]
+    for value, start, end in zip(values.tolist(), starts.tolist(), ends, strict=True):
+        rows = plain[start:end]
+        peak = np.zeros(len(rows))
+        kinds_of = all_stage_kinds(model, value)
+        for i in _extreme_stages(model, value):
+            total = extra[rows] if i == 0 else np.zeros(len(rows))
             for kind, count in kinds_of[i].items():
                 total = total + count * kind_bytes(kind)[rows]
-            peak = np.maximum(peak, total * (stages - i) / stages)
+            peak = np.maximum(peak, total * (value - i) / value)
         out[rows] = peak
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _extreme_stages(model: ModelSpec, pp: int) -> tuple[int, ...]:
+    """The stages whose 1F1B peak can be the largest: stage 0 (the embedding's) and, of the
+    later stages holding the same layer kinds in the same order, the first and the last. Over
+    those a row's bytes are one value ``t`` and its peak ``t * (pp - i) / pp`` is monotone in
+    ``i``, so its largest is at one end, the same figure as over every stage (issue 23: at
+    PP 80 every row looped over 80 stages)."""
+    first: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    for i, kinds in enumerate(all_stage_kinds(model, pp)[1:], start=1):
+        key = tuple(kinds.items())
+        first.setdefault(key, i)
+        last[key] = i
+    return tuple(sorted({0, *first.values(), *last.values()}))
 
 
 ONE_F_ONE_B = ("1f1b", "combined-1f1b")

@@ -28,7 +28,14 @@ from autopar.costs.terms import term_axes
 from autopar.inputs.loading import load_model
 from autopar.layout.space import build_space
 from cost_models.pipeline import _rows
-from cost_models.shapes import _held_by_stage, _scheduled_peak, _stage_kind_counts
+from cost_models.shapes import (
+    _extreme_stages,
+    _held_by_stage,
+    _scheduled_peak,
+    _stage_kind_counts,
+    all_stage_kinds,
+    peak_in_flight_stage_bytes,
+)
 
 
 def _grid(seed: int, size: int) -> dict[str, np.ndarray]:
@@ -233,3 +240,37 @@ def test_the_scheduled_peak_is_each_shape_s_product(name: str) -> None:
     expected = _peak_by_shape(model, columns, lambda k: per_kind[k], extras)
     assert np.array_equal(got, expected)
     assert np.all(got > 0)
+
+
+def _one_f_one_b_by_stage(model, pp, kind_bytes, extra) -> np.ndarray:
+    """The 1F1B peak over every stage, as it was written before."""
+    out = np.zeros(len(pp))
+    for value in np.unique(pp):
+        rows = pp == value
+        stages = int(value)
+        peak = np.zeros(int(rows.sum()))
+        kinds_of = all_stage_kinds(model, stages)
+        for i in range(stages):
+            total = extra[rows] if i == 0 else np.zeros(int(rows.sum()))
+            for kind, count in kinds_of[i].items():
+                total = total + count * kind_bytes(kind)[rows]
+            peak = np.maximum(peak, total * (stages - i) / stages)
+        out[rows] = peak
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama-70b", "deepseek-v3"])
+def test_the_one_f_one_b_peak_reads_the_end_stages_only(name: str) -> None:
+    model = load_model(name)
+    rng = np.random.default_rng(11)
+    size = 400
+    pp = rng.choice([1, 2, 3, 4, 5, 7, 8, 16, 20], size)
+    kinds = sorted({*model.layer_kinds, model.mtp_layer_kind})
+    per_kind = {k: rng.random(size) * 1e9 for k in kinds}
+    extra = rng.random(size) * 1e9  # large: stage 0 often the peak, not always
+    got = peak_in_flight_stage_bytes(model, pp, lambda k: per_kind[k], first_stage_extra=extra)
+    expected = _one_f_one_b_by_stage(model, pp, lambda k: per_kind[k], extra)
+    assert np.array_equal(got, expected)
+    assert len(_extreme_stages(model, 16)) < 16
+    none = peak_in_flight_stage_bytes(model, pp[:0], lambda k: per_kind[k][:0])
+    assert none.shape == (0,)
