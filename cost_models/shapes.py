@@ -351,9 +351,10 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray
     kinds = tuple(sorted({*model.layer_kinds, model.mtp_layer_kind}))
     per_kind = np.stack([np.broadcast_to(kind_bytes(k), (len(pp),)) for k in kinds])
     unique, where = _distinct_rows(np.column_stack([schedule, pp, vpp, grad_accum]))
-    shapes = [_peak_weights(model, *shape, kinds) for shape in unique.tolist()]
     if len(kinds) == 1:
-        return _one_kind_peak(shapes, where, per_kind[0], (extra, last_extra))
+        weights = [_one_kind_weights(model, *shape, kinds) for shape in unique.tolist()]
+        return _one_kind_peak(weights, where, per_kind[0], (extra, last_extra))
+    shapes = [_peak_weights(model, *shape, kinds) for shape in unique.tolist()]
     order = np.argsort(where, kind="stable")
     starts = np.searchsorted(where[order], np.arange(len(unique) + 1)).tolist()
     # each shape's rows contiguous: slices, not a gather per shape (issue 23)
@@ -370,29 +371,36 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray
     return out
 
 
-def _one_kind_peak(shapes, where: np.ndarray, layer_bytes: np.ndarray, extras) -> np.ndarray:
-    """``_scheduled_peak`` of a model with one layer kind, every shape with the same number of
-    ranks at once: ``(ranks x 1) @ (1 x rows)`` is each product alone, so the figures are the
-    loop's to the bit (issue 23: 230 shapes of Llama-3 70B under torchtitan ``any``)."""
+def _one_kind_peak(weights, where: np.ndarray, layer_bytes: np.ndarray, extras) -> np.ndarray:
+    """``_scheduled_peak`` of a model with one layer kind, every row at once, to the loop's
+    bit: ``(ranks x 1) @ (1 x rows)`` is each product alone, and a product is monotone in the
+    rank's layers, so the ranks without an extra peak at the most layers (or the fewest, for
+    negative bytes): rank 0 with the embedding's (and the logits' where the last stage is
+    there), the last stage's rank with the logits, and that one (issue 23: 230 shapes of
+    Llama-3 70B under torchtitan ``any``)."""
     extra, last_extra = extras
-    out = np.zeros(len(where))
-    ranks = np.array([len(shape[0]) for shape in shapes], dtype=np.int64)
-    first = np.array([float(shape[1]) for shape in shapes])
-    last_rank = np.array([shape[2][0] for shape in shapes], dtype=np.int64)
-    held_last = np.array([float(shape[2][1]) for shape in shapes])
-    count = np.array([shape[3] for shape in shapes])
-    for p in np.unique(ranks).tolist():
-        table = np.zeros((len(shapes), p))
-        for index in np.flatnonzero(ranks == p).tolist():
-            table[index] = shapes[index][0][:, 0]
-        rows = np.flatnonzero(ranks[where] == p)
-        shape = where[rows]
-        totals = table[shape] * layer_bytes[rows, None]
-        totals[:, 0] = totals[:, 0] + extra[rows] * first[shape]
-        at = (np.arange(len(rows)), last_rank[shape])
-        totals[at] = totals[at] + last_extra[rows] * held_last[shape]
-        out[rows] = totals.max(axis=1) / count[shape]
-    return out
+    table = np.array(weights, dtype=np.float64).reshape(-1, 8)
+    first, held_first, last_rank, held_last, layers_last, most, fewest, count = table[where].T
+    on_first = last_rank == 0
+    rank0 = first * layer_bytes + extra * held_first
+    rank0 = np.where(on_first, rank0 + last_extra * held_last, rank0)
+    last = np.where(on_first, rank0, layers_last * layer_bytes + last_extra * held_last)
+    others = np.where(layer_bytes >= 0, most * layer_bytes, fewest * layer_bytes)
+    others = np.where(np.isnan(most), rank0, others)  # no rank without an extra
+    return np.maximum(np.maximum(rank0, last), others) / count
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_kind_weights(model: ModelSpec, code: int, p: int, v: int, m: int, kinds) -> tuple:
+    """Of ``_peak_weights`` with one kind: rank 0's layers and its first chunk's micro-batches,
+    the last stage's rank, its micro-batches of that chunk and its layers, the most and the
+    fewest layers of the other ranks (NaN where there is none), the first rank's count.
+    Memoised."""
+    stage_bytes, held_first, (rank, held_last), count = _peak_weights(model, code, p, v, m, kinds)
+    layers = stage_bytes[:, 0]
+    rest = np.delete(layers, sorted({0, rank}))
+    most, fewest = (float(rest.max()), float(rest.min())) if len(rest) else (np.nan, np.nan)
+    return (layers[0], held_first, rank, held_last, layers[rank], most, fewest, count)
 
 
 @functools.lru_cache(maxsize=4096)
