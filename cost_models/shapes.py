@@ -357,17 +357,13 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray
     shapes = [_peak_weights(model, *shape, kinds) for shape in unique.tolist()]
     order = np.argsort(where, kind="stable")
     starts = np.searchsorted(where[order], np.arange(len(unique) + 1)).tolist()
-    # each shape's rows contiguous: slices, not a gather per shape (issue 23)
-    per_kind, extra, last_extra = per_kind[:, order], extra[order], last_extra[order]
-    peaks = np.zeros(len(pp))
-    for index, (stage_bytes, first, (rank, held_last), count) in enumerate(shapes):
-        start, end = starts[index], starts[index + 1]
-        totals = stage_bytes @ np.ascontiguousarray(per_kind[:, start:end])
-        totals[0] = totals[0] + extra[start:end] * first
-        totals[rank] = totals[rank] + last_extra[start:end] * held_last
-        peaks[start:end] = totals.max(axis=0) / count
     out = np.zeros(len(pp))
-    out[order] = peaks
+    for index, (stage_bytes, first, (rank, held_last), count) in enumerate(shapes):
+        rows = order[starts[index] : starts[index + 1]]
+        totals = stage_bytes @ per_kind[:, rows]
+        totals[0] = totals[0] + extra[rows] * first
+        totals[rank] = totals[rank] + last_extra[rows] * held_last
+        out[rows] = totals.max(axis=0) / count
     return out
 
 
