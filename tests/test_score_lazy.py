@@ -9,6 +9,7 @@ import pytest
 
 from autopar.api import make_problem
 from autopar.base.axes import GRID_AXES, PIPELINE_SCHEDULES
+from autopar.costs import score_tables
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule_orders import chunk_of
 from autopar.costs.schedule_slots import in_flight_chunks
@@ -18,6 +19,7 @@ from autopar.costs.score_tables import (
     column_groups,
     fold_of,
     gather,
+    gather_cells,
     keys_of,
     rule_cells,
     table_like,
@@ -274,3 +276,24 @@ def test_the_one_f_one_b_peak_reads_the_end_stages_only(name: str) -> None:
     assert len(_extreme_stages(model, 16)) < 16
     none = peak_in_flight_stage_bytes(model, pp[:0], lambda k: per_kind[k][:0])
     assert none.shape == (0,)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("name", ["pipeline_slots", "dp_comm_s", "workspace_bytes"])
+def test_cells_read_alone_are_the_gathered_matrix_s(monkeypatch, name: str, dense: bool) -> None:
+    if not dense:
+        monkeypatch.setattr(score_tables, "DENSE_CODES", 1)
+    space = _llama_space()
+    keys, axes, fold, rows = _term_keys(space, name)
+    size = len(next(iter(keys.values()))) if keys else 1
+    table = table_of(space, axes, keys, np.arange(1, size + 1, dtype=np.float64), fold)
+    assert (table.dense is not None) == dense or not axes
+    rng = np.random.default_rng(3)
+    for index, columns in column_groups(space, rows, fold):
+        chunk = {a: v[index] for a, v in rows.items()}
+        matrix = np.broadcast_to(
+            gather(space, table, chunk, columns, {}), (len(index), len(columns))
+        )
+        cells = (rng.integers(0, len(index), 50), rng.integers(0, len(columns), 50))
+        alone = gather_cells(space, table, chunk, columns, {}, cells)
+        assert np.array_equal(alone, matrix[cells], equal_nan=True)

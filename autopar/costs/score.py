@@ -42,6 +42,7 @@ from autopar.costs.score_tables import (
     evaluated,
     fold_of,
     gather,
+    gather_cells,
     keys_of,
     rule_cells,
     scaled,
@@ -263,7 +264,7 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
         micro = slots * total(cost_model.microbatch_terms)
     else:
         micro = phased.figures(cells, total(cost_model.microbatch_terms))
-        exact = _Exact(space, phased.exact, chunk, fold)
+        exact = _Exact(space, phased.exact, chunk, fold, cache)
     times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
@@ -286,13 +287,11 @@ class _Exact:
     table: Table
     chunk: dict
     fold: Fold
+    cache: dict
 
     def __getitem__(self, cells: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        rows, cols = (np.asarray(x) for x in cells)
-        part = {a: v[rows] for a, v in self.chunk.items()}
-        values = gather(self.space, self.table, part, self.fold, {})
-        values = np.broadcast_to(values, (len(rows), len(self.fold)))
-        return values[np.arange(len(rows)), cols] > 0.5
+        cells = tuple(np.asarray(x) for x in cells)
+        return gather_cells(self.space, self.table, self.chunk, self.fold, self.cache, cells) > 0.5
 
 
 def _scored(chunk, fold: Fold, figures, cells: np.ndarray) -> list[Scored]:

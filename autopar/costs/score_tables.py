@@ -268,13 +268,7 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
         return table.values[0]
     folded = tuple(a for a in table.axes if a in fold.axes)
     outer = table.axes[: len(table.axes) - len(folded)]
-    rows = len(next(iter(chunk.values())))
-    if not outer:
-        code = np.zeros(rows, dtype=np.int64)
-    elif (outer,) in cache:  # the chunk's codes over these axes (one tuple key per axes)
-        code = cache[outer,]
-    else:
-        code = cache[outer,] = codes_of(space, chunk, outer, cache)
+    code = _outer_codes(space, chunk, outer, cache)
     if table.dense is not None:
         row = table.outer[code]
         if not folded:
@@ -290,6 +284,33 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
     out = np.where(table.codes[pos] == code, table.values[pos], np.nan)
     return out if folded else out[:, None]
+
+
+def _outer_codes(space: Space, chunk, outer: tuple[str, ...], cache: dict) -> np.ndarray:
+    """The chunk's codes over ``outer``, computed once per axes (cached by a tuple key)."""
+    if not outer:
+        return np.zeros(len(next(iter(chunk.values()))), dtype=np.int64)
+    if (outer,) not in cache:
+        cache[outer,] = codes_of(space, chunk, outer, cache)
+    return cache[outer,]
+
+
+def gather_cells(space: Space, table: Table, chunk, fold: Fold, cache: dict, cells):
+    """``gather(...)[rows, cols]`` for ``cells = (rows, cols)``, read at those cells only."""
+    rows, cols = cells
+    if not table.axes:
+        return np.full(len(rows), table.values[0])
+    folded = tuple(a for a in table.axes if a in fold.axes)
+    outer = table.axes[: len(table.axes) - len(folded)]
+    code = _outer_codes(space, chunk, outer, cache)[rows]
+    columns = fold.column_codes(space, folded)[cols] if folded else np.zeros(len(rows), int)
+    if table.dense is not None:
+        column = table.column[columns] if folded else columns
+        return table.dense[table.outer[code], column]
+    if folded:
+        code = code * int(np.prod([radix(space, a) for a in folded])) + columns
+    pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
+    return np.where(table.codes[pos] == code, table.values[pos], np.nan)
 
 
 def rule_cells(space: Space, rules, chunk, fold: Fold, cache: dict) -> np.ndarray:
