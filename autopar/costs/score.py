@@ -347,7 +347,10 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         # the top rows of this chunk, with every tie of the last one (to the microsecond)
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
-        picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
+        last = np.round(kth * US_PER_S)
+        if len(acc.best) >= top:  # slower than the kept top-th: _keep_top would drop it
+            last = min(last, acc.best[top - 1].step_us)
+        picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= last)
         acc.best = sorted_scored(acc.best + _scored(chunk, fold, figures, picked))
         acc.best = _keep_top(acc.best, top)
         if band > 0:
