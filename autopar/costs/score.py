@@ -160,12 +160,14 @@ def score_space(
         # (``_phased_tables`` is None): the phased figures read per-phase tables instead
         later = cost_model.slots if isinstance(cost_model.slots, PhasedSlots) else None
         phases: dict[str, Phases] | None = None if later is None else {}
+        memory = {
+            t.name for t in (*cost_model.static_memory_terms, *cost_model.microbatch_memory_terms)
+        }
         for term in terms:  # the deadline checked before each evaluation
             keys[term.name] = keys_of(space, term, rows, fold, shared)
             if term is not later:
-                tables[term.name] = _table(
-                    space, ctx, term, keys[term.name], fold, deadline, phases
-                )
+                table = _table(space, ctx, term, keys[term.name], fold, deadline, phases)
+                tables[term.name] = _constant(table) if term.name in memory else table
         phased = _phased_tables(space, ctx, cost_model, (keys, tables, phases), fold, deadline)
         if later is not None and phased is None:
             tables[later.name] = _table(space, ctx, later, keys[later.name], fold, deadline)
@@ -240,6 +242,20 @@ def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None,
     else:
         values = evaluated(term, sub, ctx, size, deadline)
     return table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values, fold)
+
+
+def _constant(table: Table) -> Table:
+    """A memory table of one finite value everywhere as that value alone (a dense model's
+    expert activations: zeros on 18,492 keys of Llama-3 70B under torchtitan ``any``, issue 23):
+    its cells are the same at every layout; the keys it lacks are no layout's (every rule that
+    left them out is checked on the cells, ``keys_of``), and a layout's memory is read only
+    where it is one."""
+    values = table.values
+    if not table.axes or not len(values) or not np.isfinite(values[0]):
+        return table
+    if not np.all(values == values[0]):
+        return table
+    return Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
 
 
 def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fold, phased=None):
