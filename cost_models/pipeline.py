@@ -119,9 +119,18 @@ class PipelineSlots:
         # rows whose slots are the same at every phase time (1F1B, GPipe, ...) are keyed by the
         # schedule and shape alone, at one reference ratio: the same slots, from one call per
         # shape instead of one per distinct phase ratio (a sort of every row's ratios)
-        free = self.ratio_free(grid, ctx)
-        ratios = [np.where(free, ref, r) for ref, r in zip(_REFERENCE, _ratio(times), strict=True)]
-        keys, where = _rows(grid, *ratios)
+        shapes, at = _rows(grid)
+        free = np.array([_ratio_free(*k) for k in shapes.astype(np.int64).tolist()], dtype=bool)
+        ratio = _ratio(times)
+        if len(shapes) and all(np.ptp(r) == 0 for r in ratio):  # one ratio: keyed by shape
+            one = tuple(float(np.ravel(r)[0]) for r in ratio)
+            pairs = zip(shapes.tolist(), free.tolist(), strict=True)
+            keys = [(*k, *(_REFERENCE if f else one)) for k, f in pairs]
+            where = at
+        else:
+            ratios = [np.where(free[at], ref, r) for ref, r in zip(_REFERENCE, ratio, strict=True)]
+            rows, where = _rows(grid, *ratios)
+            keys = rows.tolist()
         # the distinct keys as Python numbers (a numpy row read element by element cost more
         # than the memoised simulation it keys: issue 23)
         table = np.array(
@@ -129,7 +138,7 @@ class PipelineSlots:
                 schedule_slots(
                     PIPELINE_SCHEDULES[int(k[0])], int(k[1]), int(k[2]), int(k[3]), tuple(k[4:])
                 )
-                for k in keys.tolist()
+                for k in keys
             ]
         )
         rows = table.reshape(-1, 4)[where.ravel()]

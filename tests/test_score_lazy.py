@@ -12,7 +12,7 @@ from autopar.base.axes import GRID_AXES, PIPELINE_SCHEDULES
 from autopar.costs import score_tables
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule_orders import chunk_of
-from autopar.costs.schedule_slots import in_flight_chunks
+from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
 from autopar.costs.score import Scored, _scored
 from autopar.costs.score_tables import (
     codes_of,
@@ -26,10 +26,10 @@ from autopar.costs.score_tables import (
     table_of,
     unsettled,
 )
-from autopar.costs.terms import term_axes
+from autopar.costs.terms import Phases, term_axes
 from autopar.inputs.loading import load_model
 from autopar.layout.space import build_space
-from cost_models.pipeline import _rows
+from cost_models.pipeline import PipelineSlots, _rows
 from cost_models.shapes import (
     _extreme_stages,
     _held_by_stage,
@@ -297,3 +297,21 @@ def test_cells_read_alone_are_the_gathered_matrix_s(monkeypatch, name: str, dens
         cells = (rng.integers(0, len(index), 50), rng.integers(0, len(columns), 50))
         alone = gather_cells(space, table, chunk, columns, {}, cells)
         assert np.array_equal(alone, matrix[cells], equal_nan=True)
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_phase_slots_are_each_row_s_schedule_slots(constant: bool) -> None:
+    rng = np.random.default_rng(5)
+    size = 300
+    grid = _grid(21, size)
+    shares = rng.random((4, size)) if not constant else np.tile([[0.3], [0.4], [0.2], [0.1]], size)
+    got = PipelineSlots().phase_slots(grid, None, Phases(*shares))
+    total = np.maximum(shares[:3].sum(axis=0), 1e-30)
+    for i in range(size):
+        name = PIPELINE_SCHEDULES[int(grid["schedule"][i])]
+        shape = (int(grid["pp"][i]), int(grid["vpp"][i]), int(grid["grad_accum"][i]))
+        free = ratio_free(name, *shape)
+        ratio = (1 / 3, 1 - 1 / 3, 0.0, 0.0) if free else tuple((shares[:, i] / total[i]).tolist())
+        expected = schedule_slots(name, *shape, ratio)
+        assert tuple(float(x[i]) for x in got) == expected
+    assert not all(ratio_free(PIPELINE_SCHEDULES[int(s)], 2, 2, 8) for s in grid["schedule"])
