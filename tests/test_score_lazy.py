@@ -15,11 +15,13 @@ from autopar.costs.schedule_orders import chunk_of
 from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
 from autopar.costs.score import Scored, _scored
 from autopar.costs.score_tables import (
+    Keys,
     codes_of,
     column_groups,
     fold_of,
     gather,
     gather_cells,
+    key_codes,
     keys_of,
     rule_cells,
     table_like,
@@ -315,3 +317,16 @@ def test_phase_slots_are_each_row_s_schedule_slots(constant: bool) -> None:
         expected = schedule_slots(name, *shape, ratio)
         assert tuple(float(x[i]) for x in got) == expected
     assert not all(ratio_free(PIPELINE_SCHEDULES[int(s)], 2, 2, 8) for s in grid["schedule"])
+
+
+@pytest.mark.parametrize("name", ["layer_activations_bytes", "pipeline_slots", "pp_comm_s"])
+def test_crossed_keys_codes_are_their_values_codes(name: str) -> None:
+    space = _llama_space()
+    keys, axes, fold, _ = _term_keys(space, name)
+    assert isinstance(keys, Keys)
+    plain = dict(keys)
+    outer = tuple(a for a in axes if a not in fold.axes)
+    folded = tuple(a for a in fold.axes if a in axes)
+    for part in (outer, folded, axes, outer[:2]):
+        assert np.array_equal(key_codes(space, keys, part), codes_of(space, plain, part))
+    assert len(np.unique(key_codes(space, keys, axes))) == len(plain["tp"])  # distinct keys

@@ -120,6 +120,29 @@ def codes_of(space: Space, grid, axes: tuple[str, ...], cache=None):
     return code
 
 
+class Keys(dict):
+    """A term's keys crossed with the folded columns (``_axes_keys``): axis -> values, which
+    also knows them as its distinct outer keys taken by ``take`` and its columns' codes, so the
+    codes of its tables are the outer keys' codes taken, not the crossed keys' (issue 23)."""
+
+    __slots__ = ("columns", "memo", "outer", "take")
+
+
+def key_codes(space: Space, keys, axes: tuple[str, ...]) -> np.ndarray:
+    """``codes_of(space, keys, axes)``, from the outer keys or the columns of ``Keys``."""
+    if not isinstance(keys, Keys):
+        return codes_of(space, keys, axes)
+    if axes not in keys.memo:
+        if set(axes) <= set(keys.outer):
+            keys.memo[axes] = codes_of(space, keys.outer, axes)[keys.take]
+        elif set(axes) <= set(keys.columns[1]):
+            code, columns = keys.columns
+            keys.memo[axes] = codes_of(space, columns, axes)[code]
+        else:
+            keys.memo[axes] = codes_of(space, keys, axes)
+    return keys.memo[axes]
+
+
 def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Table:
     """A table of ``values`` on the keys ``sub`` over ``axes``."""
     values = np.asarray(values, dtype=np.float64)
@@ -131,8 +154,8 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
     outer_span = int(np.prod([radix(space, a) for a in outer]))
     fold_span = int(np.prod([radix(space, a) for a in folded]))
     size = len(values)
-    outer_code = codes_of(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
-    fold_code = codes_of(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
+    outer_code = key_codes(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
+    fold_code = key_codes(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
     codes = outer_code * fold_span + fold_code  # codes_of over ``ordered`` (mixed radix)
     if outer_span <= DENSE_CODES:
         index, rows = _compact(outer_code, outer_span)
@@ -224,17 +247,24 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
         return sub
     taken: list[np.ndarray] = []
     values: dict[str, list[np.ndarray]] = {a: [] for a in folded}
-    settled = fold
+    places: list[np.ndarray] = []  # each crossed key's column among ``distinct``
+    distinct: dict[str, list[np.ndarray]] = {a: [] for a in folded}
+    settled, count = fold, 0
     groups = column_groups(space, sub, fold) if sub else [(np.zeros(1, dtype=np.int64), fold)]
     for index, columns in groups:  # each key crossed with its group's columns
         _, first_column = np.unique(columns.column_codes(space, folded), return_index=True)
         taken.append(np.repeat(index, len(first_column)))
+        places.append(np.tile(np.arange(count, count + len(first_column)), len(index)))
+        count += len(first_column)
         for a in folded:
+            distinct[a].append(columns.values[a][first_column])
             values[a].append(np.tile(columns.values[a][first_column], len(index)))
         settled = columns  # every group is settled on the same axes
     empty = np.zeros(0, dtype=np.int64)  # no group has a column: no key, every axis present
     take = np.concatenate(taken) if taken else empty
+    place = np.concatenate(places) if places else empty
     crossed = {a: np.concatenate(v) if v else empty for a, v in values.items()}
+    columns_of = {a: np.concatenate(v) if v else empty for a, v in distinct.items()}
     present = {*sub, *crossed}
     checks = [r for r in space.rules if unsettled(r, settled) and set(r.axes) <= present]
     if checks:  # the rules see their own axes; the other axes are gathered once, kept keys only
@@ -243,8 +273,11 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
         keep = np.ones(len(take), dtype=bool)
         for rule in checks:
             keep &= rule.check(seen)
-        take, crossed = take[keep], {a: v[keep] for a, v in crossed.items()}
-    return {**{a: v.take(take) for a, v in sub.items()}, **crossed}
+        take, place = take[keep], place[keep]
+        crossed = {a: v[keep] for a, v in crossed.items()}
+    keys = Keys({**{a: v.take(take) for a, v in sub.items()}, **crossed})
+    keys.outer, keys.take, keys.columns, keys.memo = sub, take, (place, columns_of), {}
+    return keys
 
 
 def evaluated(term, sub, ctx: TermContext, size: int, deadline):
