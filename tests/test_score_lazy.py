@@ -13,7 +13,7 @@ from autopar.costs import score_tables
 from autopar.costs.plugin import load_cost_model
 from autopar.costs.schedule_orders import chunk_of
 from autopar.costs.schedule_slots import in_flight_chunks, ratio_free, schedule_slots
-from autopar.costs.score import Scored, _scored
+from autopar.costs.score import Scored, _median, _scored
 from autopar.costs.score_tables import (
     Keys,
     codes_of,
@@ -330,3 +330,17 @@ def test_crossed_keys_codes_are_their_values_codes(name: str) -> None:
     for part in (outer, folded, axes, outer[:2]):
         assert np.array_equal(key_codes(space, keys, part), codes_of(space, plain, part))
     assert len(np.unique(key_codes(space, keys, axes))) == len(plain["tp"])  # distinct keys
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 10, 11, 3000, 3001])
+def test_the_median_is_numpy_s(size: int) -> None:
+    rng = np.random.default_rng(size)
+    for values in (
+        rng.random(size),
+        rng.choice([0.0, 1.5, 2.25], size),
+        np.where(rng.random(size) < 0.1, np.nan, rng.random(size)),
+        np.broadcast_to(0.7, (size,)),
+    ):
+        expected = float(np.median(values))
+        got = _median(values)
+        assert (np.isnan(got) and np.isnan(expected)) or got == expected
