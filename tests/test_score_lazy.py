@@ -26,6 +26,7 @@ from autopar.costs.score_tables import (
     rule_cells,
     table_like,
     table_of,
+    touches,
     unsettled,
 )
 from autopar.costs.terms import Phases, term_axes
@@ -344,3 +345,26 @@ def test_the_median_is_numpy_s(size: int) -> None:
         expected = float(np.median(values))
         got = _median(values)
         assert (np.isnan(got) and np.isnan(expected)) or got == expected
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
+def test_each_group_s_columns_are_its_rules_on_every_column(framework: str) -> None:
+    space = _llama_space(framework)
+    fold = fold_of(space)
+    rows = space.pruned_grid([a for a in GRID_AXES if a not in fold.axes])
+    groups = list(column_groups(space, rows, fold))
+    group = groups[0][1].settled
+    rules = [r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}]
+    assert any(set(r.axes) == {"pp", "vpp"} for r in rules)
+    seen = 0
+    for index, columns in groups:
+        for i in index[:: max(1, len(index) // 7)].tolist():
+            cells = {a: np.full(len(fold), rows[a][i]) for a in group}
+            cells.update(fold.values)
+            keep = np.ones(len(fold), dtype=bool)
+            for rule in rules:
+                keep &= np.asarray(rule.check(cells), dtype=bool)
+            expected = {a: v[keep] for a, v in fold.values.items()}
+            assert all(np.array_equal(columns.values[a], expected[a]) for a in fold.axes)
+            seen += 1
+    assert seen > len(groups)

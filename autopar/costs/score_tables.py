@@ -402,7 +402,7 @@ def column_groups(space: Space, rows, fold: Fold):
     rules = fold.parts[group]
     firsts = order[starts]
     memos = list(zip(*(rows[a][firsts].tolist() for a in group), strict=True))
-    _kept(fold, group, rules, {a: rows[a][firsts] for a in group}, memos)
+    _kept(space, fold, (group, rules), {a: rows[a][firsts] for a in group}, memos)
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
     for start, end, memo in zip(starts, ends, memos, strict=True):
         if fold.kept[group, *memo]:
@@ -411,18 +411,31 @@ def column_groups(space: Space, rows, fold: Fold):
         yield np.concatenate(parts), _part(fold, group, mask)
 
 
-def _kept(fold: Fold, group: tuple[str, ...], rules, values, memos) -> None:
+def _kept(space: Space, fold: Fold, checks, values, memos) -> None:
     """``fold.kept`` of each group of ``values`` (its axes' values, one a group) not yet there:
-    the rules over the group's axes and the folded ones checked on every (group, column) cell
-    at once, not group by group (issue 23: a solve builds its ``Fold`` anew)."""
+    the rules over the group's axes and the folded ones (``checks``: the group's axes and
+    those rules) checked on every (group, column) cell at once, not group by group (issue 23:
+    a solve builds its ``Fold`` anew), and each rule once per distinct combination of its
+    axes' values among the cells (the layer-split rules read pp and vpp alone: a few hundred
+    of the thousands of (group, vpp, schedule) cells)."""
+    group, rules = checks
     new = [i for i, memo in enumerate(memos) if (group, *memo) not in fold.kept]
     if not new:
         return
     cells = {a: np.repeat(v[new], len(fold)) for a, v in values.items()}
     cells.update({a: np.tile(v, len(new)) for a, v in fold.values.items()})
     keep = np.ones(len(new) * len(fold), dtype=bool)
+    by_axes: dict[tuple[str, ...], list] = {}
     for rule in rules:
-        keep &= np.asarray(rule.check(cells), dtype=bool)
+        by_axes.setdefault(tuple(sorted(rule.axes)), []).append(rule)
+    for axes, same in by_axes.items():
+        code = codes_of(space, cells, axes) if axes else np.zeros(len(keep), dtype=np.int64)
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        distinct = {a: v[first] for a, v in cells.items()}
+        ok = np.ones(len(first), dtype=bool)
+        for rule in same:
+            ok &= np.asarray(rule.check(distinct), dtype=bool)
+        keep &= ok[inverse.ravel()]
     for i, kept in zip(new, keep.reshape(len(new), len(fold)), strict=True):
         fold.kept[group, *memos[i]] = np.packbits(kept).tobytes() if kept.any() else b""
 
