@@ -9,6 +9,7 @@ holds ``p`` micro-batches of activations under 1F1B (``min(p, m)`` when there ar
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,16 +59,30 @@ def _rows(grid: Grid, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ints = [np.broadcast_to(np.atleast_1d(x), (size,)) for x in ints]
     floats = [np.broadcast_to(np.asarray(c, dtype=np.float64), (size,)) for c in columns]
     key = ((ints[0] * (1 << 21) + ints[1]) * 128 + ints[2]) * (1 << 25) + ints[3]
-    # each float column joins the key by its bit pattern's rank among the distinct ones (the
-    # rows np.unique(axis=0) tells apart, without its sort of whole rows: issue 23)
-    for f in floats:
-        if f.size and np.ptp(f) != 0:
-            _, where = np.unique(key, return_inverse=True)
-            _, bits = np.unique(f.view(np.int64), return_inverse=True)
-            key = where.ravel() * (int(bits.max()) + 1) + bits.ravel()
-    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    # the float columns that vary join the key by their bit patterns, in one stable sort of
+    # the columns (the rows np.unique(axis=0) tells apart, without its sort of whole rows, nor
+    # a sort per column: issue 23)
+    varying = [f.view(np.int64) for f in floats if f.size and np.ptp(f) != 0]
+    if varying:
+        first, where = _distinct(key, *varying)
+    else:
+        _, first, where = np.unique(key, return_index=True, return_inverse=True)
     rows = np.column_stack([x[first] for x in (*ints, *floats)]).astype(np.float64)
     return rows, where
+
+
+def _distinct(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique``'s ``return_index`` and ``return_inverse`` for the rows of integer
+    ``columns`` in lexicographic order (each row's first occurrence: the sort is stable)."""
+    order = np.lexsort(columns[::-1])
+    new = np.zeros(len(order), dtype=bool)
+    new[:1] = True
+    for column in columns:
+        ranked = column[order]
+        new[1:] |= ranked[1:] != ranked[:-1]
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = np.cumsum(new) - 1
+    return order[new], where
 
 
 _REFERENCE = (FORWARD_SHARE, 1.0 - FORWARD_SHARE, 0.0, 0.0)
@@ -104,17 +119,24 @@ class PipelineSlots:
         # rows whose slots are the same at every phase time (1F1B, GPipe, ...) are keyed by the
         # schedule and shape alone, at one reference ratio: the same slots, from one call per
         # shape instead of one per distinct phase ratio (a sort of every row's ratios)
-        free = self.ratio_free(grid, ctx)
-        ratios = [np.where(free, ref, r) for ref, r in zip(_REFERENCE, _ratio(times), strict=True)]
-        keys, where = _rows(grid, *ratios)
+        shapes, at = _rows(grid)
+        free = np.array([_ratio_free(*k) for k in shapes.astype(np.int64).tolist()], dtype=bool)
+        ratio = _ratio(times)
+        if len(shapes) and all(np.ptp(r) == 0 for r in ratio):  # one ratio: keyed by shape
+            one = tuple(float(np.ravel(r)[0]) for r in ratio)
+            pairs = zip(shapes.tolist(), free.tolist(), strict=True)
+            keys = [(*k, *(_REFERENCE if f else one)) for k, f in pairs]
+            where = at
+        else:
+            ratios = [np.where(free[at], ref, r) for ref, r in zip(_REFERENCE, ratio, strict=True)]
+            rows, where = _rows(grid, *ratios)
+            keys = rows.tolist()
+        # the distinct keys as Python numbers (a numpy row read element by element cost more
+        # than the memoised simulation it keys: issue 23)
         table = np.array(
             [
                 schedule_slots(
-                    PIPELINE_SCHEDULES[int(k[0])],
-                    int(k[1]),
-                    int(k[2]),
-                    int(k[3]),
-                    tuple(float(x) for x in k[4:]),
+                    PIPELINE_SCHEDULES[int(k[0])], int(k[1]), int(k[2]), int(k[3]), tuple(k[4:])
                 )
                 for k in keys
             ]
@@ -125,10 +147,15 @@ class PipelineSlots:
     def ratio_free(self, grid: Grid, ctx: TermContext) -> np.ndarray:
         """Where the slots are the same at every phase time (``schedule_slots.ratio_free``)."""
         keys, where = _rows(grid)
-        free = np.array(
-            [ratio_free(PIPELINE_SCHEDULES[int(k[0])], *map(int, k[1:4])) for k in keys]
-        )
+        free = np.array([_ratio_free(*k) for k in keys.astype(np.int64).tolist()], dtype=bool)
         return free[where.ravel()]
+
+
+@functools.lru_cache(maxsize=65536)
+def _ratio_free(code: int, pp: int, vpp: int, m: int) -> bool:
+    """``schedule_slots.ratio_free`` by schedule code, memoised (asked per distinct shape at
+    every scoring of the slots: issue 23)."""
+    return ratio_free(PIPELINE_SCHEDULES[code], pp, vpp, m)
 
 
 # ONE_F_ONE_B (cost_models.shapes): the loop-style schedules whose first rank's peak has the
@@ -181,15 +208,15 @@ class InFlightMicrobatches:
     def _ordered(self, grid: Grid) -> np.ndarray:
         """The first rank's peak counted on the order (``in_flight_stage_units``)."""
         keys, where = _rows(grid)
-        first = np.array(
-            [
-                in_flight_stage_units(
-                    PIPELINE_SCHEDULES[int(k[0])], int(k[1]), int(k[2]), int(k[3])
-                )[0]
-                for k in keys
-            ]
-        )
+        first = np.array([_first_rank_units(*k) for k in keys.astype(np.int64).tolist()])
         return first[where.ravel()]
+
+
+@functools.lru_cache(maxsize=65536)
+def _first_rank_units(code: int, pp: int, vpp: int, m: int) -> float:
+    """The first rank's ``in_flight_stage_units`` by schedule code, memoised (asked per
+    distinct shape at every scoring: issue 23)."""
+    return float(in_flight_stage_units(PIPELINE_SCHEDULES[code], pp, vpp, m)[0])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -301,18 +301,37 @@ def peak_in_flight_stage_bytes(
             lambda kind: kind_bytes(kind)[other],
             (extra[other], last[other]),
         )
-    for value in np.unique(pp[~other]):
-        rows = (pp == value) & ~other
-        stages = int(value)
-        peak = np.zeros(int(rows.sum()))
-        kinds_of = all_stage_kinds(model, stages)
-        for i in range(stages):
-            total = extra[rows] if i == 0 else np.zeros(int(rows.sum()))
+    plain = np.flatnonzero(~other)
+    plain = plain[np.argsort(pp[plain], kind="stable")]  # by pp, each value's rows in order
+    values, starts = np.unique(pp[plain], return_index=True)
+    ends = [*starts[1:].tolist(), len(plain)][: len(starts)]
+    for value, start, end in zip(values.tolist(), starts.tolist(), ends, strict=True):
+        rows = plain[start:end]
+        peak = np.zeros(len(rows))
+        kinds_of = all_stage_kinds(model, value)
+        for i in _extreme_stages(model, value):
+            total = extra[rows] if i == 0 else np.zeros(len(rows))
             for kind, count in kinds_of[i].items():
                 total = total + count * kind_bytes(kind)[rows]
-            peak = np.maximum(peak, total * (stages - i) / stages)
+            peak = np.maximum(peak, total * (value - i) / value)
         out[rows] = peak
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _extreme_stages(model: ModelSpec, pp: int) -> tuple[int, ...]:
+    """The stages whose 1F1B peak can be the largest: stage 0 (the embedding's) and, of the
+    later stages holding the same layer kinds in the same order, the first and the last. Over
+    those a row's bytes are one value ``t`` and its peak ``t * (pp - i) / pp`` is monotone in
+    ``i``, so its largest is at one end, the same figure as over every stage (issue 23: at
+    PP 80 every row looped over 80 stages)."""
+    first: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    for i, kinds in enumerate(all_stage_kinds(model, pp)[1:], start=1):
+        key = tuple(kinds.items())
+        first.setdefault(key, i)
+        last[key] = i
+    return tuple(sorted({0, *first.values(), *last.values()}))
 
 
 ONE_F_ONE_B = ("1f1b", "combined-1f1b")
@@ -329,23 +348,69 @@ def _scheduled_peak(model: ModelSpec, columns, kind_bytes, extras) -> np.ndarray
     stages) @ kinds (stages x kinds) @ bytes (kinds x rows)``."""
     schedule, pp, vpp, grad_accum = columns
     extra, last_extra = extras
-    out = np.zeros(len(pp))
     kinds = tuple(sorted({*model.layer_kinds, model.mtp_layer_kind}))
     per_kind = np.stack([np.broadcast_to(kind_bytes(k), (len(pp),)) for k in kinds])
     unique, where = _distinct_rows(np.column_stack([schedule, pp, vpp, grad_accum]))
+    if len(kinds) == 1:
+        weights = [_one_kind_weights(model, *shape, kinds) for shape in unique.tolist()]
+        return _one_kind_peak(weights, where, per_kind[0], (extra, last_extra))
+    shapes = [_peak_weights(model, *shape, kinds) for shape in unique.tolist()]
     order = np.argsort(where, kind="stable")
-    starts = np.searchsorted(where[order], np.arange(len(unique) + 1))
-    for index, (code, p, v, m) in enumerate(unique.tolist()):
-        name = PIPELINE_SCHEDULES[code]
+    starts = np.searchsorted(where[order], np.arange(len(unique) + 1)).tolist()
+    out = np.zeros(len(pp))
+    for index, (stage_bytes, first, (rank, held_last), count) in enumerate(shapes):
         rows = order[starts[index] : starts[index + 1]]
-        held = in_flight_chunks(name, p, v, m)
-        weights = _held_by_stage(name, p, v, m)
-        totals = (weights @ _stage_kind_counts(model, p * v, kinds)) @ per_kind[:, rows]
-        totals[0] = totals[0] + extra[rows] * held[0][0]
-        rank, chunk = chunk_of(name, p, v, p * v - 1)
-        totals[rank] = totals[rank] + last_extra[rows] * held[rank][chunk]
-        out[rows] = totals.max(axis=0) / max(sum(held[0]) / v, 1e-30)
+        totals = stage_bytes @ per_kind[:, rows]
+        totals[0] = totals[0] + extra[rows] * first
+        totals[rank] = totals[rank] + last_extra[rows] * held_last
+        out[rows] = totals.max(axis=0) / count
     return out
+
+
+def _one_kind_peak(weights, where: np.ndarray, layer_bytes: np.ndarray, extras) -> np.ndarray:
+    """``_scheduled_peak`` of a model with one layer kind, every row at once, to the loop's
+    bit: ``(ranks x 1) @ (1 x rows)`` is each product alone, and a product is monotone in the
+    rank's layers, so the ranks without an extra peak at the most layers (or the fewest, for
+    negative bytes): rank 0 with the embedding's (and the logits' where the last stage is
+    there), the last stage's rank with the logits, and that one (issue 23: 230 shapes of
+    Llama-3 70B under torchtitan ``any``)."""
+    extra, last_extra = extras
+    table = np.array(weights, dtype=np.float64).reshape(-1, 8)
+    first, held_first, last_rank, held_last, layers_last, most, fewest, count = table[where].T
+    on_first = last_rank == 0
+    rank0 = first * layer_bytes + extra * held_first
+    rank0 = np.where(on_first, rank0 + last_extra * held_last, rank0)
+    last = np.where(on_first, rank0, layers_last * layer_bytes + last_extra * held_last)
+    others = np.where(layer_bytes >= 0, most * layer_bytes, fewest * layer_bytes)
+    others = np.where(np.isnan(most), rank0, others)  # no rank without an extra
+    return np.maximum(np.maximum(rank0, last), others) / count
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_kind_weights(model: ModelSpec, code: int, p: int, v: int, m: int, kinds) -> tuple:
+    """Of ``_peak_weights`` with one kind: rank 0's layers and its first chunk's micro-batches,
+    the last stage's rank, its micro-batches of that chunk and its layers, the most and the
+    fewest layers of the other ranks (NaN where there is none), the first rank's count.
+    Memoised."""
+    stage_bytes, held_first, (rank, held_last), count = _peak_weights(model, code, p, v, m, kinds)
+    layers = stage_bytes[:, 0]
+    rest = np.delete(layers, sorted({0, rank}))
+    most, fewest = (float(rest.max()), float(rest.min())) if len(rest) else (np.nan, np.nan)
+    return (layers[0], held_first, rank, held_last, layers[rank], most, fewest, count)
+
+
+@functools.lru_cache(maxsize=4096)
+def _peak_weights(model: ModelSpec, code: int, p: int, v: int, m: int, kinds: tuple[str, ...]):
+    """Of one schedule's shape (``_scheduled_peak``): ``(ranks x kinds)`` layers a rank holds
+    at its peak, the micro-batches of the first chunk of rank 0, the rank of the last stage's
+    chunk and the micro-batches it holds of it, and the first rank's count in stages.
+    Memoised; read only."""
+    name = PIPELINE_SCHEDULES[code]
+    held = in_flight_chunks(name, p, v, m)
+    stage_bytes = _held_by_stage(name, p, v, m) @ _stage_kind_counts(model, p * v, kinds)
+    stage_bytes.flags.writeable = False
+    rank, chunk = chunk_of(name, p, v, p * v - 1)
+    return stage_bytes, held[0][0], (rank, held[rank][chunk]), max(sum(held[0]) / v, 1e-30)
 
 
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

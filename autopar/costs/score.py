@@ -42,9 +42,11 @@ from autopar.costs.score_tables import (
     evaluated,
     fold_of,
     gather,
+    gather_cells,
     keys_of,
     rule_cells,
     scaled,
+    table_like,
     table_of,
     unsettled,
 )
@@ -154,10 +156,21 @@ def score_space(
         terms = [*_all_terms(cost_model), *([time_factor] if time_factor is not None else [])]
         keys: dict[str, dict[str, np.ndarray]] = {}
         shared: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
+        # phased slots are evaluated as one table only where no schedule splits the phases
+        # (``_phased_tables`` is None): the phased figures read per-phase tables instead
+        later = cost_model.slots if isinstance(cost_model.slots, PhasedSlots) else None
+        phases: dict[str, Phases] | None = None if later is None else {}
+        memory = {
+            t.name for t in (*cost_model.static_memory_terms, *cost_model.microbatch_memory_terms)
+        }
         for term in terms:  # the deadline checked before each evaluation
             keys[term.name] = keys_of(space, term, rows, fold, shared)
-            tables[term.name] = _table(space, ctx, term, keys[term.name], fold, deadline)
-        phased = _phased_tables(space, ctx, cost_model, keys, tables, fold, deadline)
+            if term is not later:
+                table = _table(space, ctx, term, keys[term.name], fold, deadline, phases)
+                tables[term.name] = _constant(table) if term.name in memory else table
+        phased = _phased_tables(space, ctx, cost_model, (keys, tables, phases), fold, deadline)
+        if later is not None and phased is None:
+            tables[later.name] = _table(space, ctx, later, keys[later.name], fold, deadline)
     except TimeLimitReached:  # not one layout scored
         return Scores(layouts=0, fitting=0, best=(), complete=False)
     acc, complete, cells = _Acc(), True, 0
@@ -217,11 +230,32 @@ def _all_terms(cost_model: CostModel) -> Iterable:
     yield cost_model.in_flight
 
 
-def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None) -> Table:
-    """``term`` on its keys ``sub`` (``keys_of``)."""
+def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None, phases=None):
+    """``term`` on its keys ``sub`` (``keys_of``); with ``phases`` (a dict) a ``PhasedTerm``'s
+    phases are kept there by name and its values are their sum (what its ``evaluate`` gives:
+    ``terms.PhasedTerm``), so that ``_phase_parts`` need not evaluate it again."""
     size = len(next(iter(sub.values()))) if sub else 1
-    values = evaluated(term, sub, ctx, size, deadline)
+    if phases is not None and isinstance(term, PhasedTerm) and size <= CHUNK_CELLS:
+        check_deadline(deadline)
+        phases[term.name] = term_phases(term, sub, ctx, size)
+        values = phases[term.name].total()
+    else:
+        values = evaluated(term, sub, ctx, size, deadline)
     return table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values, fold)
+
+
+def _constant(table: Table) -> Table:
+    """A memory table of one finite value everywhere as that value alone (a dense model's
+    expert activations: zeros on 18,492 keys of Llama-3 70B under torchtitan ``any``, issue 23):
+    its cells are the same at every layout; the keys it lacks are no layout's (every rule that
+    left them out is checked on the cells, ``keys_of``), and a layout's memory is read only
+    where it is one."""
+    values = table.values
+    if not table.axes or not len(values) or not np.isfinite(values[0]):
+        return table
+    if not np.all(values == values[0]):
+        return table
+    return Table(axes=(), codes=np.zeros(1, dtype=np.int64), values=values[:1].copy())
 
 
 def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fold, phased=None):
@@ -245,7 +279,8 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
         slots = cells(tables[cost_model.slots.name])
         micro = slots * total(cost_model.microbatch_terms)
     else:
-        micro, exact = phased.figures(cells, total(cost_model.microbatch_terms))
+        micro = phased.figures(cells, total(cost_model.microbatch_terms))
+        exact = _Exact(space, phased.exact, chunk, fold, cache)
     times = total(cost_model.step_terms) + micro
     memory = total(cost_model.static_memory_terms) + in_flight * total(
         cost_model.microbatch_memory_terms
@@ -253,37 +288,52 @@ def _chunk_figures(space: Space, cost_model: CostModel, tables, chunk, fold: Fol
     shape = (len(chunk["tp"]), len(fold))
     times, memory = np.broadcast_to(times, shape), np.broadcast_to(memory, shape)
     valid = np.isfinite(times) & np.isfinite(memory)
-    for rule in space.rules:
-        if unsettled(rule, fold):
-            valid &= rule_cells(space, rule, chunk, fold, cache)
-    if exact is not None:
-        exact = np.broadcast_to(exact, times.shape)
+    checks = [rule for rule in space.rules if unsettled(rule, fold)]
+    if checks:
+        valid &= rule_cells(space, checks, chunk, fold, cache)
     return times, memory, valid, exact
+
+
+@dataclass(frozen=True, slots=True)
+class _Exact:
+    """Whether cells' step times are exact (``_Phased.exact``), read only at the cells asked
+    for: only the kept layouts need it (issue 23: a gathered matrix per chunk before)."""
+
+    space: Space
+    table: Table
+    chunk: dict
+    fold: Fold
+    cache: dict
+
+    def __getitem__(self, cells: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        cells = tuple(np.asarray(x) for x in cells)
+        return gather_cells(self.space, self.table, self.chunk, self.fold, self.cache, cells) > 0.5
 
 
 def _scored(chunk, fold: Fold, figures, cells: np.ndarray) -> list[Scored]:
     """The layouts of ``cells`` (flat indices into the chunk's matrix); each row's axes in
-    table order, ``vpp`` last."""
+    table order, ``vpp`` last. The cells' values are read as Python numbers at once (element
+    by element they cost more than the rest of the reduction: issue 23)."""
     times, memory, exact = figures
     rows, cols = np.divmod(cells, len(fold))
-    out = []
-    for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-        row = {
-            a: int(fold.values[a][c] if a in fold.values else chunk[a][r])
-            for a in GRID_AXES
-            if a != "vpp"
-        }
-        row["vpp"] = int(fold.values["vpp"][c])
-        sure = True if exact is None else bool(exact[r, c])
-        out.append(
-            Scored(
-                row=row,
-                step_s=float(times[r, c]),
-                memory_bytes=float(memory[r, c]),
-                exact=sure,
-            )
+    axes = (*(a for a in GRID_AXES if a != "vpp"), "vpp")
+    values = [
+        np.asarray(fold.values[a][cols] if a in fold.values else chunk[a][rows])
+        .astype(np.int64)
+        .tolist()
+        for a in axes
+    ]
+    sure = [True] * len(cells) if exact is None else exact[rows, cols].astype(bool).tolist()
+    return [
+        Scored(row=dict(zip(axes, row, strict=True)), step_s=t, memory_bytes=m, exact=e)
+        for row, t, m, e in zip(
+            zip(*values, strict=True),
+            times[rows, cols].astype(np.float64).tolist(),
+            memory[rows, cols].astype(np.float64).tolist(),
+            sure,
+            strict=True,
         )
-    return out
+    ]
 
 
 def scored_order(item: Scored) -> tuple:
@@ -313,7 +363,10 @@ def _reduce(acc: _Acc, chunk, fold, figures, valid, fits, *, top, band, front) -
         # the top rows of this chunk, with every tie of the last one (to the microsecond)
         k = min(top, int(np.isfinite(flat_t).sum()))
         kth = np.partition(flat_t, k - 1)[k - 1]
-        picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= np.round(kth * US_PER_S))
+        last = np.round(kth * US_PER_S)
+        if len(acc.best) >= top:  # slower than the kept top-th: _keep_top would drop it
+            last = min(last, acc.best[top - 1].step_us)
+        picked = np.flatnonzero(np.round(flat_t * US_PER_S) <= last)
         acc.best = sorted_scored(acc.best + _scored(chunk, fold, figures, picked))
         acc.best = _keep_top(acc.best, top)
         if band > 0:
@@ -416,30 +469,28 @@ class _Phased:
     nonzero parts of it; +1, or -1 for what the pairs hide)."""
     exact: Table
 
-    def figures(self, gather, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def figures(self, gather, total: np.ndarray) -> np.ndarray:
         """Each cell's micro-batch part, ``sF * total + (sI - sF) * I + (sW - sF) * W - sP * H``
-        (``terms.weighted`` with ``total = F + I + W``), and whether it is exact."""
+        (``terms.weighted`` with ``total = F + I + W``); whether it is exact: ``exact``."""
         forward = gather(self.forward)
         micro = forward * total
         for slots, parts, sign in self.others:
             micro = micro + sign * gather(slots) * sum(gather(t) for t in parts)
-        micro = np.where(np.isinf(forward), np.inf, micro)
-        return micro, gather(self.exact) > 0.5
+        return np.where(np.isinf(forward), np.inf, micro)
 
 
-def _phased_tables(
-    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
-):
+def _phased_tables(space: Space, ctx: TermContext, cost_model: CostModel, parts, fold, deadline):
     """``_Phased`` when some layout's slots differ by phase or depend on the phase times, else
     ``None`` (every layout is then ``slots * sum of the micro-batch terms``, as for 1F1B);
-    ``keys_of``: each term's keys by name (``score_tables.keys_of``); ``totals``: their tables.
+    ``parts``: each term's keys by name (``score_tables.keys_of``), their tables, and the
+    phased terms' phases by name (``_table``).
     Where every slot is ratio-free (1F1B, the combined 1F1B) the reference times change
     nothing: the nominal slots are the slots, and a phase whose slots are the forward's needs
     no table."""
     slots = cost_model.slots
     if not isinstance(slots, PhasedSlots):
         return None
-    sub = keys_of[slots.name]
+    sub = parts[0][slots.name]
     size = len(next(iter(sub.values()))) if sub else 1
     free = slots_ratio_free(slots, sub, ctx, size)
     if free.all():  # the nominal slots are the slots (where some are not, they are not needed)
@@ -447,10 +498,12 @@ def _phased_tables(
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in nominal)))
         if uniform_slots(at).all():
             return None
-    parts, medians = _phase_parts(space, ctx, cost_model, keys_of, totals, fold, deadline)
+    parts, medians = _phase_parts(cost_model, ctx, parts, deadline)
     if not free.all():
         at = slot_phases(slots, sub, ctx, Phases(*(np.full(size, x) for x in medians)))
-    axes = space.key_axes(term_axes(slots, space.domains))
+    forward = table_of(
+        space, space.key_axes(term_axes(slots, space.domains)), sub, at.forward, fold
+    )
     with np.errstate(invalid="ignore"):
         steps = (at.backward_input - at.forward, at.backward_weight - at.forward, at.paired_hidden)
     others = []
@@ -458,20 +511,17 @@ def _phased_tables(
         step = np.where(np.isfinite(step), step, 0.0)
         if terms and np.any(step != 0):
             tables = tuple(t() for t in terms)
-            others.append((table_of(space, axes, sub, step, fold), tables, sign))
+            others.append((table_like(forward, step), tables, sign))
     return _Phased(
-        forward=table_of(space, axes, sub, at.forward, fold),
-        others=tuple(others),
-        exact=table_of(space, axes, sub, free.astype(np.float64), fold),
+        forward=forward, others=tuple(others), exact=table_like(forward, free.astype(np.float64))
     )
 
 
-def _phase_parts(
-    space: Space, ctx: TermContext, cost_model: CostModel, keys_of, totals, fold, deadline
-):
+def _phase_parts(cost_model: CostModel, ctx: TermContext, tables, deadline):
     """Per phase beyond the forward, the micro-batch terms' nonzero parts of it (each a
     function giving its table, built only where the phase's slots differ), and the sums of the
-    terms' median phases (the reference times)."""
+    terms' median phases (the reference times); ``tables``: as ``_phased_tables``'s ``parts``."""
+    keys_of, totals, memo = tables
     parts: list[list] = [[], [], []]
     medians = np.zeros(4)
     for term in cost_model.microbatch_terms:
@@ -480,14 +530,28 @@ def _phase_parts(
         check_deadline(deadline)
         if not isinstance(term, PhasedTerm):  # FORWARD_SHARE of its total (term_phases)
             total = totals[term.name]
-            value = float(np.median(total.values)) if len(total.values) else 0.0
+            value = _median(total.values) if len(total.values) else 0.0
             medians += [FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, 0.0, 0.0]
             parts[0].append(functools.partial(scaled, total, 1.0 - FORWARD_SHARE))
             continue
-        phases = term_phases(term, keys, ctx, n)
-        medians += [float(np.median(part)) if n else 0.0 for part in phases]
-        axes = space.key_axes(term_axes(term, space.domains))
+        phases = memo[term.name] if term.name in memo else term_phases(term, keys, ctx, n)
+        medians += [_median(part) if n and part.any() else 0.0 for part in phases]
         for i, part in enumerate(phases[1:]):
             if np.any(part != 0):
-                parts[i].append(functools.partial(table_of, space, axes, keys, part, fold))
+                parts[i].append(functools.partial(table_like, totals[term.name], part))
     return parts, medians
+
+
+def _median(values: np.ndarray) -> float:
+    """``float(np.median(values))`` of a non-empty 1-D array, by one partition (np.median's
+    checks cost more than the partition on a few thousand keys): the middle value, or the mean
+    of the two middle ones (``(a + b) / 2``, as ``np.mean`` of two), NaN where one is."""
+    size = len(values)
+    half = size // 2
+    middle = [half - 1, half] if size % 2 == 0 else [half]
+    part = np.partition(np.asarray(values, dtype=np.float64), [*middle, size - 1])
+    if np.isnan(part[-1]):
+        return float("nan")
+    if size % 2:
+        return float(part[half])
+    return float((part[half - 1] + part[half]) / 2)

@@ -42,6 +42,9 @@ class Fold:
     kept: dict[tuple, bytes] = field(default_factory=dict)
     """Memo: the columns the rules allow a group of rows, by the group's values
     (``column_groups``, asked once per term's keys and once for the rows)."""
+    parts: dict[tuple, object] = field(default_factory=dict)
+    """Memo of ``column_groups``: by the group's axes, the rules it checks; by those and a
+    mask of columns, the ``Fold`` of them (whose own memos are then shared by every caller)."""
 
     def __len__(self) -> int:
         return len(self.values[self.axes[0]])
@@ -89,6 +92,9 @@ class Table:
     dense: np.ndarray | None = None
     outer: np.ndarray | None = None
     column: np.ndarray | None = None
+    layout: tuple[np.ndarray, np.ndarray] | np.ndarray | None = None
+    """Where each of the keys ``table_of`` was given sits: its (row, column) of ``dense``, else
+    its place among the sorted ``codes`` (``table_like``)."""
 
 
 def radix(space: Space, axis: str) -> int:
@@ -114,6 +120,29 @@ def codes_of(space: Space, grid, axes: tuple[str, ...], cache=None):
     return code
 
 
+class Keys(dict):
+    """A term's keys crossed with the folded columns (``_axes_keys``): axis -> values, which
+    also knows them as its distinct outer keys taken by ``take`` and its columns' codes, so the
+    codes of its tables are the outer keys' codes taken, not the crossed keys' (issue 23)."""
+
+    __slots__ = ("columns", "memo", "outer", "take")
+
+
+def key_codes(space: Space, keys, axes: tuple[str, ...]) -> np.ndarray:
+    """``codes_of(space, keys, axes)``, from the outer keys or the columns of ``Keys``."""
+    if not isinstance(keys, Keys):
+        return codes_of(space, keys, axes)
+    if axes not in keys.memo:
+        if set(axes) <= set(keys.outer):
+            keys.memo[axes] = codes_of(space, keys.outer, axes)[keys.take]
+        elif set(axes) <= set(keys.columns[1]):
+            code, columns = keys.columns
+            keys.memo[axes] = codes_of(space, columns, axes)[code]
+        else:
+            keys.memo[axes] = codes_of(space, keys, axes)
+    return keys.memo[axes]
+
+
 def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Table:
     """A table of ``values`` on the keys ``sub`` over ``axes``."""
     values = np.asarray(values, dtype=np.float64)
@@ -125,18 +154,42 @@ def table_of(space: Space, axes: tuple[str, ...], sub, values, fold: Fold) -> Ta
     outer_span = int(np.prod([radix(space, a) for a in outer]))
     fold_span = int(np.prod([radix(space, a) for a in folded]))
     size = len(values)
-    outer_code = codes_of(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
-    fold_code = codes_of(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
+    outer_code = key_codes(space, sub, outer) if outer else np.zeros(size, dtype=np.int64)
+    fold_code = key_codes(space, sub, folded) if folded else np.zeros(size, dtype=np.int64)
     codes = outer_code * fold_span + fold_code  # codes_of over ``ordered`` (mixed radix)
     if outer_span <= DENSE_CODES:
         index, rows = _compact(outer_code, outer_span)
         column, columns = _compact(fold_code, fold_span)
         if (rows + 1) * (columns + 1) <= DENSE_CODES:
             dense = np.full((rows + 1, columns + 1), np.nan)
-            dense[index[outer_code], column[fold_code]] = values
-            return Table(ordered, codes, values, dense=dense, outer=index, column=column)
+            cells = (index[outer_code], column[fold_code])
+            dense[cells] = values
+            return Table(
+                ordered, codes, values, dense=dense, outer=index, column=column, layout=cells
+            )
     order = np.argsort(codes, kind="stable")
-    return Table(axes=ordered, codes=codes[order], values=values[order])
+    return Table(axes=ordered, codes=codes[order], values=values[order], layout=order)
+
+
+def table_like(table: Table, values) -> Table:
+    """``table_of`` of ``values`` on the keys and axes ``table`` was made of, its codes and
+    layout reused (a term's phases and a schedule's slots per phase: issue 23)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not table.axes:
+        return Table(axes=(), codes=table.codes, values=values[:1].copy())
+    if table.dense is None:
+        return Table(table.axes, table.codes, values[table.layout], layout=table.layout)
+    dense = np.full(table.dense.shape, np.nan)
+    dense[table.layout] = values
+    return Table(
+        table.axes,
+        table.codes,
+        values,
+        dense=dense,
+        outer=table.outer,
+        column=table.column,
+        layout=table.layout,
+    )
 
 
 def _compact(code: np.ndarray, span: int) -> tuple[np.ndarray, int]:
@@ -160,6 +213,7 @@ def scaled(table: Table, factor: float) -> Table:
         dense=dense,
         outer=table.outer,
         column=table.column,
+        layout=table.layout,
     )
 
 
@@ -193,23 +247,37 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold):
         return sub
     taken: list[np.ndarray] = []
     values: dict[str, list[np.ndarray]] = {a: [] for a in folded}
-    settled = fold
+    places: list[np.ndarray] = []  # each crossed key's column among ``distinct``
+    distinct: dict[str, list[np.ndarray]] = {a: [] for a in folded}
+    settled, count = fold, 0
     groups = column_groups(space, sub, fold) if sub else [(np.zeros(1, dtype=np.int64), fold)]
     for index, columns in groups:  # each key crossed with its group's columns
         _, first_column = np.unique(columns.column_codes(space, folded), return_index=True)
         taken.append(np.repeat(index, len(first_column)))
+        places.append(np.tile(np.arange(count, count + len(first_column)), len(index)))
+        count += len(first_column)
         for a in folded:
+            distinct[a].append(columns.values[a][first_column])
             values[a].append(np.tile(columns.values[a][first_column], len(index)))
         settled = columns  # every group is settled on the same axes
     empty = np.zeros(0, dtype=np.int64)  # no group has a column: no key, every axis present
     take = np.concatenate(taken) if taken else empty
-    keys = {a: v[take] for a, v in sub.items()}
-    keys.update({a: np.concatenate(v) if v else empty for a, v in values.items()})
-    keep = np.ones(len(keys[folded[0]]), dtype=bool)
-    for rule in space.rules:
-        if unsettled(rule, settled) and set(rule.axes) <= set(keys):
-            keep &= rule.check(keys)
-    return {a: v[keep] for a, v in keys.items()}
+    place = np.concatenate(places) if places else empty
+    crossed = {a: np.concatenate(v) if v else empty for a, v in values.items()}
+    columns_of = {a: np.concatenate(v) if v else empty for a, v in distinct.items()}
+    present = {*sub, *crossed}
+    checks = [r for r in space.rules if unsettled(r, settled) and set(r.axes) <= present]
+    if checks:  # the rules see their own axes; the other axes are gathered once, kept keys only
+        read = dict.fromkeys(a for r in checks for a in r.axes)
+        seen = {a: crossed[a] if a in crossed else sub[a].take(take) for a in read}
+        keep = np.ones(len(take), dtype=bool)
+        for rule in checks:
+            keep &= rule.check(seen)
+        take, place = take[keep], place[keep]
+        crossed = {a: v[keep] for a, v in crossed.items()}
+    keys = Keys({**{a: v.take(take) for a, v in sub.items()}, **crossed})
+    keys.outer, keys.take, keys.columns, keys.memo = sub, take, (place, columns_of), {}
+    return keys
 
 
 def evaluated(term, sub, ctx: TermContext, size: int, deadline):
@@ -233,14 +301,16 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
         return table.values[0]
     folded = tuple(a for a in table.axes if a in fold.axes)
     outer = table.axes[: len(table.axes) - len(folded)]
-    rows = len(next(iter(chunk.values())))
-    code = codes_of(space, chunk, outer, cache) if outer else np.zeros(rows, dtype=np.int64)
+    code = _outer_codes(space, chunk, outer, cache)
     if table.dense is not None:
         row = table.outer[code]
         if not folded:
             return table.dense[row, 0][:, None]
         column = table.column[fold.column_codes(space, folded)]
-        return table.dense[row[:, None], column[None, :]]
+        # two takes, the smaller copy first (a 2-D fancy index cost 2-3x more: issue 23)
+        if len(row) * table.dense.shape[1] <= table.dense.shape[0] * len(column):
+            return table.dense.take(row, axis=0).take(column, axis=1)
+        return table.dense.take(column, axis=1).take(row, axis=0)
     if folded:
         span = int(np.prod([radix(space, a) for a in folded]))
         code = code[:, None] * span + fold.column_codes(space, folded)[None, :]
@@ -249,21 +319,57 @@ def gather(space: Space, table: Table, chunk, fold: Fold, cache: dict):
     return out if folded else out[:, None]
 
 
-def rule_cells(space: Space, rule, chunk, fold: Fold, cache: dict) -> np.ndarray:
-    """A rule over a folded axis on every (row, column) cell, checked once per distinct
-    combination of its other axes."""
-    others = tuple(a for a in rule.axes if a not in fold.axes)
-    if others:
-        _, first, inverse = np.unique(
-            codes_of(space, chunk, others, cache), return_index=True, return_inverse=True
-        )
-    else:
-        rows = len(next(iter(chunk.values())))
-        first, inverse = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
-    combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
-    combos.update({a: np.tile(v, len(first)) for a, v in fold.values.items()})
-    ok = np.asarray(rule.check(combos), dtype=bool).reshape(len(first), len(fold))
-    return ok[inverse.ravel()]
+def _outer_codes(space: Space, chunk, outer: tuple[str, ...], cache: dict) -> np.ndarray:
+    """The chunk's codes over ``outer``, computed once per axes (cached by a tuple key)."""
+    if not outer:
+        return np.zeros(len(next(iter(chunk.values()))), dtype=np.int64)
+    if (outer,) not in cache:
+        cache[outer,] = codes_of(space, chunk, outer, cache)
+    return cache[outer,]
+
+
+def gather_cells(space: Space, table: Table, chunk, fold: Fold, cache: dict, cells):
+    """``gather(...)[rows, cols]`` for ``cells = (rows, cols)``, read at those cells only."""
+    rows, cols = cells
+    if not table.axes:
+        return np.full(len(rows), table.values[0])
+    folded = tuple(a for a in table.axes if a in fold.axes)
+    outer = table.axes[: len(table.axes) - len(folded)]
+    code = _outer_codes(space, chunk, outer, cache)[rows]
+    columns = fold.column_codes(space, folded)[cols] if folded else np.zeros(len(rows), int)
+    if table.dense is not None:
+        column = table.column[columns] if folded else columns
+        return table.dense[table.outer[code], column]
+    if folded:
+        code = code * int(np.prod([radix(space, a) for a in folded])) + columns
+    pos = np.minimum(np.searchsorted(table.codes, code), len(table.codes) - 1)
+    return np.where(table.codes[pos] == code, table.values[pos], np.nan)
+
+
+def rule_cells(space: Space, rules, chunk, fold: Fold, cache: dict) -> np.ndarray:
+    """Rules over a folded axis on every (row, column) cell, all of them: those that read the
+    same other axes checked together, once per distinct combination of those (torchtitan's
+    five schedule rules all read pp and grad_accum: one expansion onto the cells, not five)."""
+    by_others: dict[tuple[str, ...], list] = {}
+    for rule in rules:
+        others = tuple(sorted(a for a in rule.axes if a not in fold.axes))
+        by_others.setdefault(others, []).append(rule)
+    rows = len(next(iter(chunk.values())))
+    valid = np.ones((rows, len(fold)), dtype=bool)
+    for others, same in by_others.items():
+        if others:
+            _, first, inverse = np.unique(
+                codes_of(space, chunk, others, cache), return_index=True, return_inverse=True
+            )
+        else:
+            first, inverse = np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+        combos = {a: np.repeat(chunk[a][first], len(fold)) for a in others}
+        combos.update({a: np.tile(v, len(first)) for a, v in fold.values.items()})
+        ok = np.ones(len(first) * len(fold), dtype=bool)
+        for rule in same:
+            ok &= np.asarray(rule.check(combos), dtype=bool)
+        valid &= ok.reshape(len(first), len(fold))[inverse.ravel()]
+    return valid
 
 
 GROUP_AXES = ("pp", "ep", "recompute")
@@ -282,25 +388,62 @@ def column_groups(space: Space, rows, fold: Fold):
     if not group:
         yield np.arange(count), fold
         return
+    if not count:  # no row: no group
+        return
     code = codes_of(space, rows, group)
     order = np.argsort(code, kind="stable")
-    values, starts = np.unique(code[order], return_index=True)
-    ends = (*starts[1:].tolist(), count)
-    rules = [r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}]
+    ranked = code[order]
+    starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])).tolist()
+    ends = (*starts[1:], count)
+    if group not in fold.parts:
+        fold.parts[group] = [
+            r for r in space.rules if touches(r, fold) and set(r.axes) <= {*group, *fold.axes}
+        ]
+    rules = fold.parts[group]
+    firsts = order[starts]
+    memos = list(zip(*(rows[a][firsts].tolist() for a in group), strict=True))
+    _kept(space, fold, (group, rules), {a: rows[a][firsts] for a in group}, memos)
     merged: dict[bytes, list[np.ndarray]] = {}  # groups with the same columns scored together
-    for start, end in zip(starts.tolist(), ends, strict=True):
-        first = order[start]
-        memo = (group, *(int(rows[a][first]) for a in group))
-        if memo not in fold.kept:
-            cells = {a: np.full(len(fold), rows[a][first]) for a in group}
-            cells.update(fold.values)
-            keep = np.ones(len(fold), dtype=bool)
-            for rule in rules:
-                keep &= np.asarray(rule.check(cells), dtype=bool)
-            fold.kept[memo] = np.packbits(keep).tobytes() if keep.any() else b""
-        if fold.kept[memo]:
-            merged.setdefault(fold.kept[memo], []).append(order[start:end])
+    for start, end, memo in zip(starts, ends, memos, strict=True):
+        if fold.kept[group, *memo]:
+            merged.setdefault(fold.kept[group, *memo], []).append(order[start:end])
     for mask, parts in merged.items():
+        yield np.concatenate(parts), _part(fold, group, mask)
+
+
+def _kept(space: Space, fold: Fold, checks, values, memos) -> None:
+    """``fold.kept`` of each group of ``values`` (its axes' values, one a group) not yet there:
+    the rules over the group's axes and the folded ones (``checks``: the group's axes and
+    those rules) checked on every (group, column) cell at once, not group by group (issue 23:
+    a solve builds its ``Fold`` anew), and each rule once per distinct combination of its
+    axes' values among the cells (the layer-split rules read pp and vpp alone: a few hundred
+    of the thousands of (group, vpp, schedule) cells)."""
+    group, rules = checks
+    new = [i for i, memo in enumerate(memos) if (group, *memo) not in fold.kept]
+    if not new:
+        return
+    cells = {a: np.repeat(v[new], len(fold)) for a, v in values.items()}
+    cells.update({a: np.tile(v, len(new)) for a, v in fold.values.items()})
+    keep = np.ones(len(new) * len(fold), dtype=bool)
+    by_axes: dict[tuple[str, ...], list] = {}
+    for rule in rules:
+        by_axes.setdefault(tuple(sorted(rule.axes)), []).append(rule)
+    for axes, same in by_axes.items():
+        code = codes_of(space, cells, axes) if axes else np.zeros(len(keep), dtype=np.int64)
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        distinct = {a: v[first] for a, v in cells.items()}
+        ok = np.ones(len(first), dtype=bool)
+        for rule in same:
+            ok &= np.asarray(rule.check(distinct), dtype=bool)
+        keep &= ok[inverse.ravel()]
+    for i, kept in zip(new, keep.reshape(len(new), len(fold)), strict=True):
+        fold.kept[group, *memos[i]] = np.packbits(kept).tobytes() if kept.any() else b""
+
+
+def _part(fold: Fold, group: tuple[str, ...], mask: bytes) -> Fold:
+    """The ``Fold`` of the columns ``mask`` keeps, settled on ``group`` (memoised)."""
+    if (group, mask) not in fold.parts:
         keep = np.unpackbits(np.frombuffer(mask, dtype=np.uint8))[: len(fold)].astype(bool)
         values = {a: v[keep] for a, v in fold.values.items()}
-        yield np.concatenate(parts), Fold(axes=fold.axes, values=values, settled=group)
+        fold.parts[group, mask] = Fold(axes=fold.axes, values=values, settled=group)
+    return fold.parts[group, mask]
