@@ -35,6 +35,26 @@ GEMM (FLOP time = measured time - operand traffic time, over peak x shape factor
 0.662 for FP8 (against the 1,979 TFLOP/s FP8 peak) and 0.743 for BF16 (against 989): FP8 GEMMs
 reach 0.891 of BF16's fraction of peak (the main loop halves; scaling, epilogue and the BF16
 output do not). ``tests/test_fp8.py`` recomputes it from the profile."""
+BLACKWELL_FP8_TO_BF16_EFFICIENCY = 1.017
+"""Measured, not fitted: the same ratio for GEMMs on Blackwell tensor cores
+(``BLACKWELL_GENERATIONS``), where FP8 GEMMs reach BF16's fraction of peak. NVIDIA's Transformer
+Engine GEMM benchmark on a B300 (``docs/features/low_precision_training/gemm_profiling/
+gemm_profiling.rst`` @ce616e1, ``benchmarks/gemm/benchmark_gemm.py --pre-quantize``: the 12
+GEMMs of a layer of hidden 4,096 and FFN 16,384 at 15,872 tokens, kernels only) times them at
+12.835 ms in BF16 and 7.324 ms in MXFP8, 1.75x (1,494 and 2,618 TFLOP/s: 0.664 and 0.582 of the
+2,250 / 4,500 peaks); this module's roofline gives that 1.75x, with MXFP8 at
+``MXFP8_GEMM_SLOWDOWN`` below tensor-wise FP8, only if tensor-wise FP8 reaches 1.017 of BF16's
+fraction of peak (the H200's 0.891 gives 1.56x). ``tests/test_blackwell.py`` recomputes it. XLA's
+cuBLAS table for sm_100 (``matmul_interpolator_data.h``, batch 4 x 4,096^3: BF16 1,670, FP8
+3,280 TFLOP/s, 0.742 / 0.729 of peak) agrees. Applied as ``BLACKWELL_BF16_GEMM_SLOWDOWN``."""
+BLACKWELL_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
+BLACKWELL_BF16_GEMM_SLOWDOWN = BLACKWELL_FP8_TO_BF16_EFFICIENCY / H200_FP8_TO_BF16_EFFICIENCY
+"""How much slower than ``gemm_efficiency`` gives a BF16 GEMM runs on Blackwell (1.141). A
+Blackwell preset's ``gemm_efficiency`` is fitted on FP8 / MXFP8 rows through the H200 ratio
+(``fp8 = bf16 * H200_FP8_TO_BF16_EFFICIENCY``), so the FP8 GEMMs keep that rate and BF16 GEMMs
+run at the FP8 fraction of peak over ``BLACKWELL_FP8_TO_BF16_EFFICIENCY``. The fused attention
+core (cuDNN, not a GEMM library; ``attention.flash_block_time_s`` reads ``gemm_efficiency``)
+keeps the preset's value."""
 FP8_GEMM_EFFICIENCY = GEMM_EFFICIENCY * H200_FP8_TO_BF16_EFFICIENCY
 """FP8 GEMM efficiency against the FP8 peak, for GPUs without their own value: the BF16
 efficiency times the measured H200 FP8:BF16 ratio (the same roofline model on both sides)."""
@@ -151,7 +171,10 @@ def shape_factor(*dims: np.ndarray) -> np.ndarray:
 
 
 def recipe_slowdown(ctx: TermContext, dtype: str) -> float:
-    """How much slower than tensor-wise FP8 the stack's FP8 recipe runs the main loop."""
+    """How much slower than tensor-wise FP8 the stack's FP8 recipe runs the main loop; for BF16
+    on Blackwell, ``BLACKWELL_BF16_GEMM_SLOWDOWN``."""
+    if dtype == "bf16" and ctx.cluster.gpu.generation in BLACKWELL_GENERATIONS:
+        return BLACKWELL_BF16_GEMM_SLOWDOWN
     if dtype != "fp8":
         return 1.0
     recipe = ctx.training.stack.fp8_recipe

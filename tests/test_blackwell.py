@@ -4,6 +4,7 @@ runs only where its tensor cores exist, and each switch changes what it should."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import autopar
@@ -11,6 +12,7 @@ from autopar.api import make_context
 from autopar.base.errors import InputError
 from autopar.costs import error_bands
 from autopar.inputs.loading import load_gpu
+from cost_models import gemm
 from cost_models.attention import attention_core_time_s
 
 TFLOP = 1e12
@@ -79,6 +81,45 @@ def test_mxfp8_runs_a_few_percent_behind_tensor_wise_fp8() -> None:
         for r in ("current", "mxfp8")
     )
     assert 1.01 < mxfp8 / current < 1.10
+
+
+def _te_layer_gemm_s(efficiency: float, dtype: str, gpu) -> float:
+    """This module's roofline (``cost_models.gemm.gemm_time_s``, kernels only: no casts) for the
+    12 GEMMs of the layer Transformer Engine's GEMM benchmark times (hidden 4,096, FFN 16,384,
+    15,872 tokens: fprop, dgrad, wgrad of QKV, projection, FC1, FC2)."""
+    tokens, hidden, ffn = 15872.0, 4096.0, 16384.0
+    forward = [(hidden, 3 * hidden), (hidden, hidden), (hidden, ffn), (ffn, hidden)]
+    shapes = [s for k, n in forward for s in ((tokens, k, n), (tokens, n, k), (k, tokens, n))]
+    peak = gpu.peak_flop_per_s(dtype)
+    seconds = 0.0
+    for m, k, n in shapes:
+        factor = gemm.shape_factor(np.array(m), np.array(n), np.array(k))
+        traffic = gemm.OPERAND_BYTES[dtype] * (m * k + k * n) + gemm.BYTES_BF16 * m * n
+        seconds += 2.0 * m * n * k / (peak * efficiency * float(factor))
+        seconds += traffic / (gpu.hbm_bytes_per_s * gemm.HBM_EFFICIENCY)
+    return seconds
+
+
+def test_blackwell_fp8_to_bf16_ratio_is_the_measured_b300_one() -> None:
+    """``BLACKWELL_FP8_TO_BF16_EFFICIENCY`` from NVIDIA's Transformer Engine GEMM benchmark on a
+    B300 (gemm_profiling.rst, ``--pre-quantize``: 12.835 ms BF16, 7.324 ms MXFP8 per layer): the
+    FP8:BF16 ratio at which the roofline, MXFP8 at ``MXFP8_GEMM_SLOWDOWN``, gives the measured
+    1.75x; the H200's 0.891 gives well under it."""
+    gpu = load_gpu("b300")
+    bf16 = _te_layer_gemm_s(gpu.gemm_efficiency, "bf16", gpu)
+
+    def speedup(ratio: float) -> float:
+        mxfp8 = gpu.gemm_efficiency * ratio / gemm.MXFP8_GEMM_SLOWDOWN
+        return bf16 / _te_layer_gemm_s(mxfp8, "fp8", gpu)
+
+    measured = 12.835 / 7.324
+    low, high = 0.5, 1.5
+    for _ in range(40):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if speedup(mid) < measured else (low, mid)
+    assert low == pytest.approx(gemm.BLACKWELL_FP8_TO_BF16_EFFICIENCY, abs=0.01)
+    assert speedup(gemm.H200_FP8_TO_BF16_EFFICIENCY) < 0.92 * measured
+    assert low / 0.891 == pytest.approx(gemm.BLACKWELL_BF16_GEMM_SLOWDOWN, abs=0.015)
 
 
 def _attention(gpu: str, head_dim: int, *, backward: bool = False) -> float:
