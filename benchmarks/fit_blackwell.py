@@ -16,6 +16,9 @@ Three kinds of constant are fitted here, nothing else (benchmarks/README.md "Bla
    the NVFP4 rows have a signed median error of zero, the per-GPU efficiencies above held.
 3. ``MXFP8_GEMM_SLOWDOWN`` is not fitted but derived from the tables' MXFP8 / FP8-CS pairs
    (same row, the parenthesised alternative); printed here so it can be checked.
+4. ``BLACKWELL_FP8_TO_BF16_EFFICIENCY`` (``cost_models.gemm``) is not fitted either: measured by
+   Transformer Engine's B300 GEMM profile (BF16 against MXFP8 kernels of one layer, the citation
+   at the constant); the efficiencies above are fitted with it in place.
 
 Each efficiency is found by bisection on the GPU preset's value (a replaced ``GpuSpec``), so the
 script changes no file: copy the printed values into the presets.
