@@ -224,8 +224,10 @@ def main(cases_path: str, results_path: str) -> None:
 
     warnings.simplefilter("ignore")
     sys.path.insert(0, str(Path(__file__).parent))
+    import lazy_compile
     import transformer_engine_stub
 
+    lazy_compile.install()  # before torch is imported (tests/lazy_compile.py)
     transformer_engine_stub.install()
     cache = Path(tempfile.mkdtemp(prefix="bridge-hf-"))
     os.environ.update(HF_HOME=str(cache), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
