@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.costs.terms import TermContext
+from autopar.inputs.hardware import BLACKWELL_GENERATIONS
 from autopar.inputs.specs import ModelSpec
 from cost_models.gemm import (
     BYTES_BF16,
@@ -72,7 +73,7 @@ def windowed_keys(window: int, seq_len: int) -> int:
     return int(min(seq_len, 2 * (window + ATTENTION_TILE)))
 
 
-FP8_UNWINDOWED_BACKWARD: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
+FP8_UNWINDOWED_BACKWARD: frozenset[str] = BLACKWELL_GENERATIONS
 """GPU generations whose FP8 fused-attention backward computes the whole causal triangle of a
 sliding-window layer (the forward skips the tiles outside the window, the backward does not).
 Measured, not fitted: NVIDIA's cuDNN SDPA training benchmark (cudnn-frontend @3929da2,

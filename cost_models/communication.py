@@ -14,6 +14,7 @@ import numpy as np
 
 from autopar.base.axes import PIPELINE_SCHEDULES
 from autopar.costs.terms import Grid, Phases, TermContext
+from autopar.inputs.hardware import BLACKWELL_GENERATIONS
 from cost_models import hybridep
 from cost_models.compute import (
     backward_slowdown,
@@ -151,17 +152,14 @@ runs the exchanges carry 4 to 17 MB, and the held-out 8B runs (CP 2 and CP 4, GB
 full-iteration CUDA graphs) miss the same ~0.2 ms per exchange that the calibration rows give.
 The Hopper calibration rows with CP (all at CP 2, batched) need none."""
 
-UNBATCHED_P2P_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
-"""GPU generations of compute capability 10.x (B200 / GB200 sm_100, B300 / GB300 sm_103), on
-which Transformer Engine never batches the ring's send and receive."""
-
 
 def unbatched_ring(cp: np.ndarray, ctx: TermContext) -> np.ndarray:
     """Whether Transformer Engine issues a ring step's send and receive as two NCCL operations
     (``context_parallel.py`` L1421-1423 forward, L2232-2234 backward, TE @d0067d0:
     ``batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (compute capability < 10.0 and cp == 2)``; the
-    rule is in every release since v2.4, so in the NeMo 25.09+ containers the rows ran)."""
-    blackwell = ctx.cluster.gpu.generation in UNBATCHED_P2P_GENERATIONS
+    rule is in every release since v2.4, so in the NeMo 25.09+ containers the rows ran): on
+    compute capability 10.x (``BLACKWELL_GENERATIONS``) it never batches them."""
+    blackwell = ctx.cluster.gpu.generation in BLACKWELL_GENERATIONS
     return np.asarray(cp, dtype=np.float64) > (1.0 if blackwell else 2.0)
 
 

@@ -49,7 +49,7 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     linear_weight_grad_time_s,
     memory_time_s,
 )
-from cost_models.rope import UNFUSED_ROPE_BYTES, rope_unfused
+from cost_models.rope import rope_bytes
 from cost_models.shapes import (
     MLA_REPLICATED,
     heaviest_stage,
@@ -166,13 +166,10 @@ def attention_block_time_s(
     ) + linear_weight_grad_time_s(tokens, h, q / tp, ctx=ctx, gemm="proj")
     if model.learned_position_embeddings:
         return forward, backward, weight
-    if rope_unfused(model):
-        elements = tokens * (q + kv) / tp
-        rope_f = memory_time_s(UNFUSED_ROPE_BYTES[0] * elements, ctx)
-        rope_b = memory_time_s(UNFUSED_ROPE_BYTES[1] * elements, ctx)
-        return forward + rope_f, backward + rope_b, weight
-    rope = memory_time_s(2.0 * BYTES_BF16 * tokens * (q + kv) / tp, ctx)
-    return forward + rope, backward + 2.0 * rope, weight
+    elements = tokens * (q + kv) / tp
+    forward_bytes, backward_bytes = rope_bytes(model)
+    rope_f = memory_time_s(forward_bytes * elements, ctx)
+    return forward + rope_f, backward + memory_time_s(backward_bytes * elements, ctx), weight
 
 
 def recompute_factor(recompute: np.ndarray, code: int) -> np.ndarray:

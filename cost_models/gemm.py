@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autopar.costs.terms import TermContext
+from autopar.inputs.hardware import BLACKWELL_GENERATIONS
 
 GEMM_EFFICIENCY = 0.83
 """Fraction of the datasheet dense peak a large GEMM sustains in training (clocks under load,
@@ -47,7 +48,6 @@ GEMMs of a layer of hidden 4,096 and FFN 16,384 at 15,872 tokens, kernels only) 
 fraction of peak (the H200's 0.891 gives 1.56x). ``tests/test_blackwell.py`` recomputes it. XLA's
 cuBLAS table for sm_100 (``matmul_interpolator_data.h``, batch 4 x 4,096^3: BF16 1,670, FP8
 3,280 TFLOP/s, 0.742 / 0.729 of peak) agrees. Applied as ``BLACKWELL_BF16_GEMM_SLOWDOWN``."""
-BLACKWELL_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
 BLACKWELL_BF16_GEMM_SLOWDOWN = BLACKWELL_FP8_TO_BF16_EFFICIENCY / H200_FP8_TO_BF16_EFFICIENCY
 """How much slower than ``gemm_efficiency`` gives a BF16 GEMM runs on Blackwell (1.141). A
 Blackwell preset's ``gemm_efficiency`` is fitted on FP8 / MXFP8 rows through the H200 ratio

@@ -29,6 +29,7 @@ from math import comb
 import numpy as np
 
 from autopar.costs.terms import Grid, TermContext
+from autopar.inputs.hardware import BLACKWELL_GENERATIONS
 
 HYBRIDEP_GB_PER_S: dict[int, tuple[float, float, float, float]] = {
     8: (550.10, 538.44, 750.15, 684.27),
@@ -40,10 +41,6 @@ HYBRIDEP_GB_PER_S: dict[int, tuple[float, float, float, float]] = {
 """EP ranks -> BF16 dispatch and combine GB/s per rank through the Torch API, then the same for
 the kernels alone (``docs/README_Hybrid-EP.md`` "GB200 Platform", 16 SMs). Above 36 ranks (EP 64
 on an NVL72) the 36-rank figures; below 8, the 8-rank ones."""
-
-HYBRIDEP_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
-"""GPU generations whose NVLink 5 domain the figures were measured on (B200, GB200; Blackwell
-Ultra keeps NVLink 5)."""
 
 
 def rank_hit_probability(num_experts: int, top_k: int, ep: float) -> float:
@@ -62,8 +59,9 @@ def _figures(ep: float) -> tuple[float, float, float, float]:
 
 
 def applies(ctx: TermContext) -> bool:
-    """Whether the figures describe this GPU's NVLink domain."""
-    return ctx.model.is_moe and ctx.cluster.gpu.generation in HYBRIDEP_GENERATIONS
+    """Whether the figures describe this GPU's NVLink domain: NVLink 5, measured on B200 and
+    GB200 (Blackwell Ultra keeps NVLink 5: ``BLACKWELL_GENERATIONS``)."""
+    return ctx.model.is_moe and ctx.cluster.gpu.generation in BLACKWELL_GENERATIONS
 
 
 def hybridep_one_way_s(grid: Grid, ctx: TermContext, tokens: np.ndarray) -> np.ndarray:

@@ -7,6 +7,10 @@ import numpy as np
 
 from autopar.inputs.specs import ModelSpec
 
+FUSED_ROPE_BYTES = (4.0, 8.0)
+"""HBM bytes per query / key element of Transformer Engine's fused rotary embedding, forward and
+backward: each BF16 element read and written once (2 + 2), the backward's gradient twice."""
+
 UNFUSED_ROPE_BYTES = (24.0, 20.0)
 """HBM bytes per query / key element of Megatron's unfused rotary embedding, forward and
 backward (``rope_utils.py`` ``_apply_rotary_pos_emb_bshd`` L92-126 at core_v0.17.0, BF16):
@@ -41,3 +45,9 @@ def rope_unfused(model: ModelSpec) -> bool:
     (the HF config names no mscale: the preset's defaults 1 / 0 give the same). MLA applies its
     own RoPE (``mla_block_time_s``); DeepSeek-V3's mscale = mscale_all_dim gives 1."""
     return model.kv_lora_rank == 0 and abs(yarn_concentration(model) - 1.0) > 1e-9
+
+
+def rope_bytes(model: ModelSpec) -> tuple[float, float]:
+    """HBM bytes per query / key element, forward and backward, of the rotary embedding as
+    Megatron runs it for ``model`` (``rope_unfused``)."""
+    return UNFUSED_ROPE_BYTES if rope_unfused(model) else FUSED_ROPE_BYTES

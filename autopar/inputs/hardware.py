@@ -12,6 +12,10 @@ from autopar.inputs.checks import positive_number as _positive_number
 from autopar.inputs.reliability import ReliabilitySpec
 
 GIB = 1024**3
+BLACKWELL_GENERATIONS: frozenset[str] = frozenset({"blackwell", "blackwell-ultra"})
+"""NVIDIA generations of compute capability 10.x (B200 / GB200 sm_100, B300 / GB300 sm_103), with
+NVLink 5: the cost model's Blackwell facts (each cites its own evidence where it is used) read
+this one set."""
 GENERATION_FORMATS: dict[str, tuple[str, ...]] = {
     "ampere": (),
     "hopper": (),
