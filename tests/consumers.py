@@ -33,11 +33,25 @@ def vendored(name: str) -> dict[str, Any]:
     return json.loads((DATA / name).read_text())
 
 
+# a character that POSIX shlex reads as other than part of a word or a blank between words:
+# a quote, an escape, or anything outside printable ASCII and its blanks (shlex.whitespace)
+_SHELL_SPECIAL = re.compile(r"['\"\\]|[^\x21-\x7e \t\r\n]")
+
+
+def shell_words(line: str) -> list[str]:
+    """``shlex.split(line)``, the words a POSIX shell makes of it; a line of plain words (most
+    emitted lines: no quote, escape or unusual character) split on shlex's blanks directly,
+    the same list ~10x faster than shlex's character-by-character reader."""
+    if _SHELL_SPECIAL.search(line):
+        return shlex.split(line)
+    return re.findall(r"[^ \t\r\n]+", line)
+
+
 def megatron_parse(line: str) -> dict[str, list[str]]:
     """Flags of a Megatron argument line -> their values, checked against Megatron-LM's parser:
     known flag, right number of values, values among the choices."""
     flags = vendored("megatron-lm-arguments.json")["flags"]
-    tokens = shlex.split(line)
+    tokens = shell_words(line)
     out: dict[str, list[str]] = {}
     i = 0
     while i < len(tokens):

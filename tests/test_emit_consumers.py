@@ -7,6 +7,7 @@ consumer is checked."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 
 import autopar
 from autopar.base.errors import InputError
-from autopar.inputs.specs import ModelSpec
+from autopar.inputs.loading import load_gpu, load_model, load_stack
+from autopar.inputs.specs import GpuSpec, ModelSpec
+from autopar.inputs.stack import StackSpec
 from autopar.layout.plan import Layout
 from autopar.layout.split import pipeline_split
 from autopar.outputs import emit
@@ -93,18 +96,46 @@ STACKS = sorted(p.stem for p in (Path(autopar.__file__).parent / "presets/stacks
 STACK_LAYOUTS = ("zero1-selective", "interleaved", "zero0-cp2-pp4", "no-sp-pp4-full", "moe-ep")
 
 
-def _problem(name: str, lay: Layout, precision: str, stack: str | None = None, extra=()):
-    gpus = lay.tp * lay.pp * lay.dp * lay.cp
-    batch = lay.mbs * lay.grad_accum * lay.dp
+@functools.lru_cache(maxsize=256)
+def _model(name: str) -> ModelSpec:
+    """The model ``make_problem(model=name, ...)`` loads (``autopar.inputs.loading.load_model``),
+    read once per name: a frozen spec, so sharing it cannot leak state between tests."""
+    return load_model(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _stack(name: str | None) -> StackSpec:
+    return load_stack(name)  # frozen, as ``_model``
+
+
+@functools.lru_cache(maxsize=16)
+def _gpu(name: str) -> GpuSpec:
+    return load_gpu(name)  # frozen, as ``_model``
+
+
+@functools.lru_cache(maxsize=4096)
+def _job_problem(name: str, gpus: int, batch: int, precision: str, stack: str | None, extra):
+    """``make_problem`` on the loaded specs, which it takes in place of their names (each
+    ``load_*`` returns a spec unchanged): the same, equal ``Problem``, without re-reading the
+    presets for each of the ~2,300 cases. Cached because cases repeat (a frozen ``Problem``;
+    the checks only read it); 4096 bounds the module's ~2,100 distinct jobs."""
+    keywords = dict(extra)
+    keywords["gpu"] = _gpu(keywords.get("gpu", "h100"))  # the default GPU (``load_cluster``)
     return autopar.make_problem(
-        model=name,
+        model=_model(name),
         gpus=gpus,
         seq_len=4096,
         global_batch=batch,
         precision=precision,
-        stack=stack,
-        **dict(extra),
+        stack=_stack(stack),
+        **keywords,
     )
+
+
+def _problem(name: str, lay: Layout, precision: str, stack: str | None = None, extra=()):
+    gpus = lay.tp * lay.pp * lay.dp * lay.cp
+    batch = lay.mbs * lay.grad_accum * lay.dp
+    return _job_problem(name, gpus, batch, precision, stack, tuple(extra))
 
 
 BLACKWELL = (("gpu", "b200"),)
@@ -375,7 +406,7 @@ def _blackwell_refusal(fmt: str, lay: Layout, problem) -> bool:
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_accepted_or_refused(name):
     """Each preset x layout x format: accepted by the consumer or refused as expected."""
-    model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+    model = _model(name)
     outcomes = {}
     for label, lay in layouts(model).items():
         for precision, stack, extra in _cases(label):
@@ -534,7 +565,7 @@ def test_torchtitan_covers_every_flavor_of_a_preset():
 
     presets = {}
     for name in PRESETS:
-        model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+        model = _model(name)
         presets.setdefault(emit.torchtitan.architecture(model), name)
     table = {k.arch: k for k in emit.torchtitan.TORCHTITAN_MODELS}
     matched = {}
@@ -577,12 +608,7 @@ def _tt_layout(model: ModelSpec) -> Layout:
 TT_PRESETS = [
     name
     for name in PRESETS
-    if (
-        known := emit.torchtitan.torchtitan_model(
-            autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
-        )
-    )
-    and not known.refuse_03
+    if (known := emit.torchtitan.torchtitan_model(_model(name))) and not known.refuse_03
 ]
 
 
@@ -602,7 +628,7 @@ def test_torchtitan_config_manager_reads_every_expressible_preset(name, tmp_path
     MoE, EP over the FSDP x TP ranks: the run it builds is the model and layout planned."""
     if name == "deepseek-v3 without MTP":
         name = _deepseek_v3_without_mtp(tmp_path)
-    model = autopar.make_problem(model=name, gpus=8, seq_len=4096, global_batch=8).model
+    model = _model(name)
     lay = _tt_layout(model)
     problem = _problem(name, lay, "bf16")
     config = consumers.torchtitan_parse(emit.torchtitan_args(lay, problem))

@@ -18,10 +18,18 @@ def _terminal() -> tuple[Console, io.StringIO]:
     return Console(file=out, force_terminal=True, width=80), out
 
 
+def _wait_for(text: str, out: io.StringIO, *, timeout_s: float = 10.0) -> None:
+    """Work that lasts until ``text`` is on the terminal (or ``timeout_s`` is over), in place of
+    a fixed sleep long enough for the spinner to show."""
+    deadline = time.monotonic() + timeout_s
+    while text not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_work_past_the_delay_shows_a_spinner_that_is_erased() -> None:
     console, out = _terminal()
     with working("solving", console=console, delay_s=0.05):
-        time.sleep(0.4)
+        _wait_for("autopar: solving", out)
     text = out.getvalue()
     assert "autopar: solving" in text
     assert text.endswith("\x1b[?25h") or "\x1b[2K" in text  # the line is cleared (transient)
@@ -42,7 +50,7 @@ def test_an_interrupt_stops_the_spinner() -> None:
     console, out = _terminal()
     try:
         with working("solving", console=console, delay_s=0.0):
-            time.sleep(0.2)
+            _wait_for("autopar: solving", out)  # the spinner runs
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         pass
