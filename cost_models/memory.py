@@ -175,20 +175,38 @@ def first_stage_dense_params(
         np.atleast_1d(np.asarray(pp)),
         np.atleast_1d(np.asarray(v_shaped, dtype=bool)),
     )
-    best = np.zeros(len(tp))
-    any_v = bool(v_shaped.any())
-    for value in np.unique(pp):
-        at = pp == value
-        for v in (False, True) if any_v else (False,):
-            rows = at & (v_shaped == v) if any_v else at
-            if rows.any():
-                ends, rest = _ends_and_rest(model, int(value), v)
-                head, output = _end_params(model, tp[rows])
-                most = np.full(len(head), rest)
-                for params, first, last in ends:
-                    most = np.maximum(most, params + head * first + output * last)
-                best[rows] = most
-    return best / tp
+    tp_values, tp_at = _distinct(tp)
+    pp_values, pp_at = _distinct(pp)
+    n = len(pp_values)
+    codes, at = _distinct((tp_at * n + pp_at) * 2 + v_shaped)
+    tps, pps = tp_values.tolist(), pp_values.tolist()
+    combos = tuple((tps[c // (2 * n)], int(pps[c // 2 % n]), bool(c % 2)) for c in codes.tolist())
+    return _most_loaded_params(model, combos)[at] / tp
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of a 1-D array without NaN, the inverse
+    found by ``searchsorted`` (half the time on a grid's few hundred keys)."""
+    distinct = np.unique(values)
+    return distinct, np.searchsorted(distinct, values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _most_loaded_params(model: ModelSpec, combos: tuple[tuple[float, int, bool], ...]):
+    """Per ``(tp, pp, v_shaped)`` of ``combos``, the dense-grid parameters of the most loaded
+    rank over all its TP ranks: the largest of ``stage_dense_params`` (``_ends_and_rest``),
+    each computed as there on a one-element ``tp``. Memoised: a pure function of the frozen
+    model and a tuple of scalars (a grid's distinct keys), asked by every dense memory, DP and
+    optimizer term of a solve; the array is read-only."""
+    out = np.zeros(len(combos))
+    for i, (tp, pp, v_shaped) in enumerate(combos):
+        ends, most = _ends_and_rest(model, pp, v_shaped)
+        head, output = _end_params(model, np.array([tp]))
+        for params, first, last in ends:
+            most = max(most, float((params + head * first + output * last)[0]))
+        out[i] = most
+    out.flags.writeable = False
+    return out
 
 
 def dense_shard_degree(grid: Grid, ctx: TermContext, *, megatron_compatible: bool) -> np.ndarray:
