@@ -44,9 +44,8 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     cast_bytes_per_element,
     gemm_dtype,
     gemm_time_s,
-    linear_backward_time_s,
     linear_time_s,
-    linear_weight_grad_time_s,
+    linear_times_s,
     memory_time_s,
 )
 from cost_models.rope import rope_bytes
@@ -126,6 +125,12 @@ def activation_bytes(model: ModelSpec, stack, ffn_elements: np.ndarray) -> tuple
     return fused, 2.0 * fused
 
 
+def _two_linears(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, weight-gradient part) of two linear layers in a row, each the sum of
+    theirs (``gemm.linear_times_s``)."""
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
 def mlp_time_s(
     model: ModelSpec, ffn: int, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,15 +139,10 @@ def mlp_time_s(
     h = model.hidden_size
     up = mlp_up_width(model, ffn) / tp
     down = ffn / tp
-    forward = linear_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_time_s(
-        tokens, h, down, ctx=ctx, gemm="fc2"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, up, h, ctx=ctx, gemm="fc1"),
+        linear_times_s(tokens, h, down, ctx=ctx, gemm="fc2"),
     )
-    backward = linear_backward_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_backward_time_s(
-        tokens, h, down, ctx=ctx, gemm="fc2"
-    )
-    weight = linear_weight_grad_time_s(
-        tokens, up, h, ctx=ctx, gemm="fc1"
-    ) + linear_weight_grad_time_s(tokens, h, down, ctx=ctx, gemm="fc2")
     act_forward, act_backward = activation_bytes(model, ctx.training.stack, tokens * down)
     act_forward, act_backward = memory_time_s(act_forward, ctx), memory_time_s(act_backward, ctx)
     return forward + act_forward, backward + act_backward, weight
@@ -155,15 +155,10 @@ def attention_block_time_s(
     embedding)."""
     h, q, kv = model.hidden_size, query_size(model), kv_size(model)
     qkv = (q + 2 * kv) / tp
-    forward = linear_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_time_s(
-        tokens, h, q / tp, ctx=ctx, gemm="proj"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, qkv, h, ctx=ctx, gemm="qkv"),
+        linear_times_s(tokens, h, q / tp, ctx=ctx, gemm="proj"),
     )
-    backward = linear_backward_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_backward_time_s(
-        tokens, h, q / tp, ctx=ctx, gemm="proj"
-    )
-    weight = linear_weight_grad_time_s(
-        tokens, qkv, h, ctx=ctx, gemm="qkv"
-    ) + linear_weight_grad_time_s(tokens, h, q / tp, ctx=ctx, gemm="proj")
     if model.learned_position_embeddings:
         return forward, backward, weight
     elements = tokens * (q + kv) / tp
@@ -196,10 +191,10 @@ def mla_time_s(
         else:
             k, n = fan_in, fan_out / split
         gemm = "proj" if name == "out" else "qkv"
-        one = linear_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        one, back, grad = linear_times_s(tokens, n, k, ctx=ctx, gemm=gemm)
         forward = forward + one
-        backward = backward + linear_backward_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
-        weight = weight + linear_weight_grad_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        backward = backward + back
+        weight = weight + grad
         if name in MLA_UP_PROJECTIONS:
             up = up + one
     rope = memory_time_s(
@@ -227,15 +222,10 @@ def mamba_time_s(
     h = model.hidden_size
     in_proj = mamba_in_proj_size(model) / tp
     inner = model.mamba_inner_size / tp
-    forward = linear_time_s(tokens, in_proj, h, ctx=ctx, gemm="qkv") + linear_time_s(
-        tokens, h, inner, ctx=ctx, gemm="proj"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, in_proj, h, ctx=ctx, gemm="qkv"),
+        linear_times_s(tokens, h, inner, ctx=ctx, gemm="proj"),
     )
-    backward = linear_backward_time_s(
-        tokens, in_proj, h, ctx=ctx, gemm="qkv"
-    ) + linear_backward_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
-    weight = linear_weight_grad_time_s(
-        tokens, in_proj, h, ctx=ctx, gemm="qkv"
-    ) + linear_weight_grad_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
     chunk, p, n = model.mamba_chunk_size, model.mamba_head_dim, model.mamba_state_size
     batches = tokens / chunk * model.mamba_num_heads / tp
     scan = 3.5 * batches * gemm_time_s(chunk, p, n, ctx=ctx, dtype="bf16", measured_ok=False)
@@ -579,9 +569,7 @@ class LogitsComputeTime:
         tokens = mbs * ctx.training.seq_len / cp
         vocab = padded_vocab(ctx.model, tp) / tp
         h = ctx.model.hidden_size
-        forward = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        backward = linear_backward_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        weight = linear_weight_grad_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
+        forward, backward, weight = linear_times_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         total, first = loss_bytes_per_logit(ctx.training.stack)
         loss = memory_time_s(total * tokens * vocab, ctx)
         share = first / total
