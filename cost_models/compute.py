@@ -13,6 +13,7 @@ attention core (selective).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,10 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     cast_bytes_per_element,
     gemm_dtype,
     gemm_time_s,
+    linear_backward_time_s,
     linear_time_s,
     linear_times_s,
+    linear_weight_grad_time_s,
     memory_time_s,
 )
 from cost_models.rope import rope_bytes
@@ -285,13 +288,29 @@ def critical_stage(
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Layer kinds on the stage with the most forward FLOPs, the output layer (and its MTP
     repeats) counted on the last one, and whether that stage is the last
-    (``shapes.heaviest_stage``): every time term reads the same stage."""
-    return heaviest_stage(
+    (``shapes.heaviest_stage``): every time term reads the same stage. Found once per
+    distinct ``pp`` (``_critical_stages``) and taken onto the rows."""
+    pp = np.atleast_1d(np.asarray(pp, dtype=np.int64))
+    values = np.unique(pp)
+    at = np.searchsorted(values, pp)
+    counts, is_last = _critical_stages(model, tuple(values.tolist()), seq_len)
+    return {kind: count[at] for kind, count in counts.items()}, is_last[at]
+
+
+@functools.lru_cache(maxsize=1024)
+def _critical_stages(model: ModelSpec, pps: tuple[int, ...], seq_len: int):
+    """``heaviest_stage`` of each pipeline depth of ``pps`` (``critical_stage``). Memoised: a
+    pure function of the frozen model and scalars, asked by every time term of a solve on its
+    own keys (a row's figures depend on its ``pp`` alone); the arrays are read-only."""
+    counts, is_last = heaviest_stage(
         model,
-        pp,
+        np.array(pps, dtype=np.int64),
         weight=lambda kind: kind_flop_per_token(model, kind, seq_len, causal=False),
         last_stage_extra=logits_flop_per_token(model),
     )
+    for array in (*counts.values(), is_last):
+        array.flags.writeable = False
+    return counts, is_last
 
 
 def stage_counts_for_time(model: ModelSpec, pp: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
