@@ -302,12 +302,9 @@ def _critical_stages(model: ModelSpec, pps: tuple[int, ...], seq_len: int):
     """``heaviest_stage`` of each pipeline depth of ``pps`` (``critical_stage``). Memoised: a
     pure function of the frozen model and scalars, asked by every time term of a solve on its
     own keys (a row's figures depend on its ``pp`` alone); the arrays are read-only."""
-    counts, is_last = heaviest_stage(
-        model,
-        np.array(pps, dtype=np.int64),
-        weight=lambda kind: kind_flop_per_token(model, kind, seq_len, causal=False),
-        last_stage_extra=logits_flop_per_token(model),
-    )
+    weight = functools.partial(kind_flop_per_token, model, seq_len=seq_len, causal=False)
+    extra = logits_flop_per_token(model)
+    counts, is_last = heaviest_stage(model, np.array(pps), weight=weight, last_stage_extra=extra)
     for array in (*counts.values(), is_last):
         array.flags.writeable = False
     return counts, is_last
