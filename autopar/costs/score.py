@@ -164,8 +164,9 @@ def score_space(
             t.name for t in (*cost_model.static_memory_terms, *cost_model.microbatch_memory_terms)
         }
         made: dict[tuple, tuple] = {}  # the tables' layouts by their keys (``_table``)
+        index: dict[str, np.ndarray] = {}  # the rows' places in the domains, by axis
         for term in terms:  # the deadline checked before each evaluation
-            keys[term.name] = keys_of(space, term, rows, fold, shared)
+            keys[term.name] = keys_of(space, term, rows, fold, shared, index)
             if term is not later:
                 table = _table(space, ctx, term, keys[term.name], fold, deadline, phases, made)
                 tables[term.name] = _constant(table) if term.name in memory else table
