@@ -239,7 +239,7 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold, index=None
     if not free:
         return {}
     if outer:
-        _, first = np.unique(codes_of(space, rows, tuple(outer), index), return_index=True)
+        first = _first_rows(codes_of(space, rows, tuple(outer), index), _span(space, outer))
         derived = [a for a in DERIVED if a in rows and set(space.free_axes([a])) <= set(outer)]
         sub = {a: rows[a][first] for a in (*outer, *derived)}
     else:
@@ -279,6 +279,21 @@ def _axes_keys(space: Space, free: tuple[str, ...], rows, fold: Fold, index=None
     keys = Keys({**{a: v.take(take) for a, v in sub.items()}, **crossed})
     keys.outer, keys.take, keys.columns, keys.memo = sub, take, (place, columns_of), {}
     return keys
+
+
+def _span(space: Space, axes) -> int:
+    return int(np.prod([radix(space, a) for a in axes]))
+
+
+def _first_rows(code: np.ndarray, span: int) -> np.ndarray:
+    """``np.unique(code, return_index=True)[1]``: the first row of each distinct code, in code
+    order; by a mark per code where the codes span at most four times the rows (the sort that
+    ``np.unique`` needs for ``return_index`` is the larger cost there)."""
+    if span > 4 * len(code):
+        return np.unique(code, return_index=True)[1]
+    first = np.full(span, -1, dtype=np.int64)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)  # the last write, the first row, stays
+    return first[first >= 0]
 
 
 def evaluated(term, sub, ctx: TermContext, size: int, deadline):
