@@ -13,6 +13,7 @@ attention core (selective).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     gemm_time_s,
     linear_backward_time_s,
     linear_time_s,
+    linear_times_s,
     linear_weight_grad_time_s,
     memory_time_s,
 )
@@ -126,6 +128,12 @@ def activation_bytes(model: ModelSpec, stack, ffn_elements: np.ndarray) -> tuple
     return fused, 2.0 * fused
 
 
+def _two_linears(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, weight-gradient part) of two linear layers in a row, each the sum of
+    theirs (``gemm.linear_times_s``)."""
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
 def mlp_time_s(
     model: ModelSpec, ffn: int, *, tokens: np.ndarray, tp: np.ndarray, ctx: TermContext
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,15 +142,10 @@ def mlp_time_s(
     h = model.hidden_size
     up = mlp_up_width(model, ffn) / tp
     down = ffn / tp
-    forward = linear_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_time_s(
-        tokens, h, down, ctx=ctx, gemm="fc2"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, up, h, ctx=ctx, gemm="fc1"),
+        linear_times_s(tokens, h, down, ctx=ctx, gemm="fc2"),
     )
-    backward = linear_backward_time_s(tokens, up, h, ctx=ctx, gemm="fc1") + linear_backward_time_s(
-        tokens, h, down, ctx=ctx, gemm="fc2"
-    )
-    weight = linear_weight_grad_time_s(
-        tokens, up, h, ctx=ctx, gemm="fc1"
-    ) + linear_weight_grad_time_s(tokens, h, down, ctx=ctx, gemm="fc2")
     act_forward, act_backward = activation_bytes(model, ctx.training.stack, tokens * down)
     act_forward, act_backward = memory_time_s(act_forward, ctx), memory_time_s(act_backward, ctx)
     return forward + act_forward, backward + act_backward, weight
@@ -155,15 +158,10 @@ def attention_block_time_s(
     embedding)."""
     h, q, kv = model.hidden_size, query_size(model), kv_size(model)
     qkv = (q + 2 * kv) / tp
-    forward = linear_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_time_s(
-        tokens, h, q / tp, ctx=ctx, gemm="proj"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, qkv, h, ctx=ctx, gemm="qkv"),
+        linear_times_s(tokens, h, q / tp, ctx=ctx, gemm="proj"),
     )
-    backward = linear_backward_time_s(tokens, qkv, h, ctx=ctx, gemm="qkv") + linear_backward_time_s(
-        tokens, h, q / tp, ctx=ctx, gemm="proj"
-    )
-    weight = linear_weight_grad_time_s(
-        tokens, qkv, h, ctx=ctx, gemm="qkv"
-    ) + linear_weight_grad_time_s(tokens, h, q / tp, ctx=ctx, gemm="proj")
     if model.learned_position_embeddings:
         return forward, backward, weight
     elements = tokens * (q + kv) / tp
@@ -196,10 +194,10 @@ def mla_time_s(
         else:
             k, n = fan_in, fan_out / split
         gemm = "proj" if name == "out" else "qkv"
-        one = linear_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        one, back, grad = linear_times_s(tokens, n, k, ctx=ctx, gemm=gemm)
         forward = forward + one
-        backward = backward + linear_backward_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
-        weight = weight + linear_weight_grad_time_s(tokens, n, k, ctx=ctx, gemm=gemm)
+        backward = backward + back
+        weight = weight + grad
         if name in MLA_UP_PROJECTIONS:
             up = up + one
     rope = memory_time_s(
@@ -227,15 +225,10 @@ def mamba_time_s(
     h = model.hidden_size
     in_proj = mamba_in_proj_size(model) / tp
     inner = model.mamba_inner_size / tp
-    forward = linear_time_s(tokens, in_proj, h, ctx=ctx, gemm="qkv") + linear_time_s(
-        tokens, h, inner, ctx=ctx, gemm="proj"
+    forward, backward, weight = _two_linears(
+        linear_times_s(tokens, in_proj, h, ctx=ctx, gemm="qkv"),
+        linear_times_s(tokens, h, inner, ctx=ctx, gemm="proj"),
     )
-    backward = linear_backward_time_s(
-        tokens, in_proj, h, ctx=ctx, gemm="qkv"
-    ) + linear_backward_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
-    weight = linear_weight_grad_time_s(
-        tokens, in_proj, h, ctx=ctx, gemm="qkv"
-    ) + linear_weight_grad_time_s(tokens, h, inner, ctx=ctx, gemm="proj")
     chunk, p, n = model.mamba_chunk_size, model.mamba_head_dim, model.mamba_state_size
     batches = tokens / chunk * model.mamba_num_heads / tp
     scan = 3.5 * batches * gemm_time_s(chunk, p, n, ctx=ctx, dtype="bf16", measured_ok=False)
@@ -295,13 +288,26 @@ def critical_stage(
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Layer kinds on the stage with the most forward FLOPs, the output layer (and its MTP
     repeats) counted on the last one, and whether that stage is the last
-    (``shapes.heaviest_stage``): every time term reads the same stage."""
-    return heaviest_stage(
-        model,
-        pp,
-        weight=lambda kind: kind_flop_per_token(model, kind, seq_len, causal=False),
-        last_stage_extra=logits_flop_per_token(model),
-    )
+    (``shapes.heaviest_stage``): every time term reads the same stage. Found once per
+    distinct ``pp`` (``_critical_stages``) and taken onto the rows."""
+    pp = np.atleast_1d(np.asarray(pp, dtype=np.int64))
+    values = np.unique(pp)
+    at = np.searchsorted(values, pp)
+    counts, is_last = _critical_stages(model, tuple(values.tolist()), seq_len)
+    return {kind: count[at] for kind, count in counts.items()}, is_last[at]
+
+
+@functools.lru_cache(maxsize=1024)
+def _critical_stages(model: ModelSpec, pps: tuple[int, ...], seq_len: int):
+    """``heaviest_stage`` of each pipeline depth of ``pps`` (``critical_stage``). Memoised: a
+    pure function of the frozen model and scalars, asked by every time term of a solve on its
+    own keys (a row's figures depend on its ``pp`` alone); the arrays are read-only."""
+    weight = functools.partial(kind_flop_per_token, model, seq_len=seq_len, causal=False)
+    extra = logits_flop_per_token(model)
+    counts, is_last = heaviest_stage(model, np.array(pps), weight=weight, last_stage_extra=extra)
+    for array in (*counts.values(), is_last):
+        array.flags.writeable = False
+    return counts, is_last
 
 
 def stage_counts_for_time(model: ModelSpec, pp: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
@@ -579,9 +585,7 @@ class LogitsComputeTime:
         tokens = mbs * ctx.training.seq_len / cp
         vocab = padded_vocab(ctx.model, tp) / tp
         h = ctx.model.hidden_size
-        forward = linear_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        backward = linear_backward_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
-        weight = linear_weight_grad_time_s(tokens, vocab, h, ctx=ctx, gemm="logits")
+        forward, backward, weight = linear_times_s(tokens, vocab, h, ctx=ctx, gemm="logits")
         total, first = loss_bytes_per_logit(ctx.training.stack)
         loss = memory_time_s(total * tokens * vocab, ctx)
         share = first / total

@@ -258,3 +258,15 @@ def linear_weight_grad_time_s(
     that a zero-bubble schedule defers (Qi et al. 2024 §2: ``W`` computes ``dL/dW`` from the
     layer's input and its output's gradient: the FLOPs of the forward GEMM)."""
     return gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm))
+
+
+def linear_times_s(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(linear_time_s, linear_backward_time_s, linear_weight_grad_time_s)`` of one linear
+    layer, its GEMM timed once for the three (the same floats as the three calls)."""
+    dtype = gemm_dtype(ctx, gemm)
+    one = gemm_time_s(m, n, k, ctx=ctx, dtype=dtype)
+    cast_f = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=True) * m * k, ctx)
+    cast_b = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=False) * m * n, ctx)
+    return one + cast_f, 2.0 * one + cast_b, one

@@ -22,6 +22,7 @@ only and there are no logits or workspace, as in ``theoretical_memory_usage.py``
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,13 +92,16 @@ def axes_of(grid: Grid, *names: str) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(grid[name], dtype=np.float64) for name in names)
 
 
+@functools.lru_cache(maxsize=1024)
 def stage_layer_param_sums(
     model: ModelSpec, pp: int, *, v_shaped: bool = False
-) -> list[tuple[float, bool, bool]]:
+) -> tuple[tuple[float, bool, bool], ...]:
     """Per rank: dense-grid layer parameters (MTP modules on the last stage), whether it holds
     the input embedding (first stage) and the output layer (last stage). A V-shaped schedule
     (ZB-V, DualPipeV) puts virtual stages ``r`` and ``2*pp-1-r`` on rank ``r``, so rank 0 holds
-    both ends (``autopar.costs.schedule_orders``)."""
+    both ends (``autopar.costs.schedule_orders``). Memoised: a pure function of the frozen,
+    hashable model and two scalars, asked once per part (weights, gradients, optimizer) and per
+    term of every solve; the tuples are immutable."""
     stages = 2 * pp if v_shaped else pp
     sums = []
     for stage, counts in enumerate(all_stage_kinds(model, stages)):
@@ -107,11 +111,11 @@ def stage_layer_param_sums(
             params += model.num_mtp_layers * mtp_extra_params(model) + norm_params(model)
         sums.append((params, stage == 0, last))
     if not v_shaped:
-        return sums
-    return [
+        return tuple(sums)
+    return tuple(
         (a[0] + b[0], a[1] or b[1], a[2] or b[2])
         for a, b in zip(sums[:pp], reversed(sums[pp:]), strict=True)
-    ]
+    )
 
 
 def stage_dense_params(
@@ -122,14 +126,33 @@ def stage_dense_params(
     input embedding (and learned positions) on the first stage, the untied output layer and
     the MTP modules on the last; both ends on rank 0 under a V-shaped schedule
     (``stage_layer_param_sums``)."""
+    head, output = _end_params(model, tp)
+    return [
+        params + head * first + output * last
+        for params, first, last in stage_layer_param_sums(model, pp, v_shaped=v_shaped)
+    ]
+
+
+def _end_params(model: ModelSpec, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per entry of ``tp``, the parameters the first stage adds (input embedding and learned
+    positions) and those the last adds (the untied output layer): ``stage_dense_params``."""
     h = model.hidden_size
     embedding = padded_vocab(model, tp) * h
     positions = model.max_position_embeddings * h * int(model.learned_position_embeddings)
     output = embedding * (0.0 if model.tied_embeddings else 1.0)
-    return [
-        params + (embedding + positions) * first + output * last
-        for params, first, last in stage_layer_param_sums(model, pp, v_shaped=v_shaped)
-    ]
+    return embedding + positions, output
+
+
+@functools.lru_cache(maxsize=1024)
+def _ends_and_rest(model: ModelSpec, pp: int, v_shaped: bool) -> tuple[tuple, float]:
+    """``stage_layer_param_sums`` split into the ranks that hold an end (first or last stage:
+    at most two) and the most parameters of the others (``-inf`` without one). Those others'
+    ``stage_dense_params`` are their layer sums exactly (``+ 0.0`` twice), so the most loaded
+    rank is the largest of the ends' values and that one number. Memoised as
+    ``stage_layer_param_sums``."""
+    sums = stage_layer_param_sums(model, pp, v_shaped=v_shaped)
+    ends = tuple(s for s in sums if s[1] or s[2])
+    return ends, max((s[0] for s in sums if not (s[1] or s[2])), default=-np.inf)
 
 
 def stage_moe_layers(model: ModelSpec, pp: int) -> list[int]:
@@ -152,14 +175,38 @@ def first_stage_dense_params(
         np.atleast_1d(np.asarray(pp)),
         np.atleast_1d(np.asarray(v_shaped, dtype=bool)),
     )
-    best = np.zeros(len(tp))
-    for value in np.unique(pp):
-        for v in (False, True):
-            rows = (pp == value) & (v_shaped == v)
-            if rows.any():
-                stages = stage_dense_params(model, tp[rows], int(value), v_shaped=v)
-                best[rows] = np.max(stages, axis=0)
-    return best / tp
+    tp_values, tp_at = _distinct(tp)
+    pp_values, pp_at = _distinct(pp)
+    n = len(pp_values)
+    codes, at = _distinct((tp_at * n + pp_at) * 2 + v_shaped)
+    tps, pps = tp_values.tolist(), pp_values.tolist()
+    combos = tuple((tps[c // (2 * n)], int(pps[c // 2 % n]), bool(c % 2)) for c in codes.tolist())
+    return _most_loaded_params(model, combos)[at] / tp
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of a 1-D array without NaN, the inverse
+    found by ``searchsorted`` (half the time on a grid's few hundred keys)."""
+    distinct = np.unique(values)
+    return distinct, np.searchsorted(distinct, values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _most_loaded_params(model: ModelSpec, combos: tuple[tuple[float, int, bool], ...]):
+    """Per ``(tp, pp, v_shaped)`` of ``combos``, the dense-grid parameters of the most loaded
+    rank over all its TP ranks: the largest of ``stage_dense_params`` (``_ends_and_rest``),
+    each computed as there on a one-element ``tp``. Memoised: a pure function of the frozen
+    model and a tuple of scalars (a grid's distinct keys), asked by every dense memory, DP and
+    optimizer term of a solve; the array is read-only."""
+    out = np.zeros(len(combos))
+    for i, (tp, pp, v_shaped) in enumerate(combos):
+        ends, most = _ends_and_rest(model, pp, v_shaped)
+        head, output = _end_params(model, np.array([tp]))
+        for params, first, last in ends:
+            most = max(most, float((params + head * first + output * last)[0]))
+        out[i] = most
+    out.flags.writeable = False
+    return out
 
 
 def dense_shard_degree(grid: Grid, ctx: TermContext, *, megatron_compatible: bool) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -102,7 +102,13 @@ def _band(errors: list[float]) -> float:
 def error_band(generation: str, precision: str, is_moe: bool) -> ErrorBand:
     """The band of predictions for ``generation`` x ``precision`` x dense/MoE (module
     docstring)."""
-    runs = residuals()
+    return _error_band(residuals(), generation, precision, is_moe)
+
+
+@lru_cache(maxsize=256)
+def _error_band(runs: tuple, generation: str, precision: str, is_moe: bool) -> ErrorBand:
+    """``error_band`` of the residuals ``runs``. Memoised: a pure function of a tuple of
+    tuples and three scalars (every estimate asks it); the band is frozen."""
     own = [e for g, p, m, e in runs if (g, p, m) == (generation, precision, is_moe)]
     kind = "moe" if is_moe else "dense"
     same_kind = [e for g, _, m, e in runs if (g, m) == (generation, is_moe)]

@@ -163,10 +163,12 @@ def score_space(
         memory = {
             t.name for t in (*cost_model.static_memory_terms, *cost_model.microbatch_memory_terms)
         }
+        made: dict[tuple, tuple] = {}  # the tables' layouts by their keys (``_table``)
+        index: dict[str, np.ndarray] = {}  # the rows' places in the domains, by axis
         for term in terms:  # the deadline checked before each evaluation
-            keys[term.name] = keys_of(space, term, rows, fold, shared)
+            keys[term.name] = keys_of(space, term, rows, fold, shared, index)
             if term is not later:
-                table = _table(space, ctx, term, keys[term.name], fold, deadline, phases)
+                table = _table(space, ctx, term, keys[term.name], fold, deadline, phases, made)
                 tables[term.name] = _constant(table) if term.name in memory else table
         phased = _phased_tables(space, ctx, cost_model, (keys, tables, phases), fold, deadline)
         if later is not None and phased is None:
@@ -230,10 +232,14 @@ def _all_terms(cost_model: CostModel) -> Iterable:
     yield cost_model.in_flight
 
 
-def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None, phases=None):
+def _table(
+    space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None, phases=None, made=None
+):
     """``term`` on its keys ``sub`` (``keys_of``); with ``phases`` (a dict) a ``PhasedTerm``'s
     phases are kept there by name and its values are their sum (what its ``evaluate`` gives:
-    ``terms.PhasedTerm``), so that ``_phase_parts`` need not evaluate it again."""
+    ``terms.PhasedTerm``), so that ``_phase_parts`` need not evaluate it again. With ``made``
+    (a dict) a table on the same keys and axes as one made before reuses its codes and layout
+    (``table_like``: the same table as ``table_of`` would make; terms share their keys)."""
     size = len(next(iter(sub.values()))) if sub else 1
     if phases is not None and isinstance(term, PhasedTerm) and size <= CHUNK_CELLS:
         check_deadline(deadline)
@@ -241,7 +247,15 @@ def _table(space: Space, ctx: TermContext, term, sub, fold: Fold, deadline=None,
         values = phases[term.name].total()
     else:
         values = evaluated(term, sub, ctx, size, deadline)
-    return table_of(space, space.key_axes(term_axes(term, space.domains)), sub, values, fold)
+    axes = space.key_axes(term_axes(term, space.domains))
+    if made is None:
+        return table_of(space, axes, sub, values, fold)
+    same = made.get((id(sub), axes))
+    if same is not None and same[0] is sub:  # ``same`` holds ``sub``: its id is not reused
+        return table_like(same[1], values)
+    table = table_of(space, axes, sub, values, fold)
+    made[id(sub), axes] = (sub, table)
+    return table
 
 
 def _constant(table: Table) -> Table:

@@ -203,12 +203,22 @@ def uniform_slots(slots: Phases) -> np.ndarray:
 
 def term_phases(term: CostTerm, grid: Grid, ctx: TermContext, size: int) -> Phases:
     """``term``'s phases, broadcast to ``size`` rows (``FORWARD_SHARE`` when it gives none)."""
+    return term_value_and_phases(term, grid, ctx, size)[1]
+
+
+def term_value_and_phases(
+    term: CostTerm, grid: Grid, ctx: TermContext, size: int
+) -> tuple[np.ndarray, Phases]:
+    """``term``'s value on every row and its phases (``term_phases``), from one evaluation: a
+    ``PhasedTerm``'s value is its phases' sum (what its ``evaluate`` gives, as
+    ``autopar.costs.score`` reads it), another's phases are shares of its value."""
     if isinstance(term, PhasedTerm):
         parts = term.phases(grid, ctx)
-        return Phases(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (size,)) for x in parts))
+        phases = Phases(*(np.broadcast_to(np.asarray(x, dtype=np.float64), (size,)) for x in parts))
+        return phases.total(), phases
     value = np.broadcast_to(np.asarray(term.evaluate(grid, ctx), dtype=np.float64), (size,))
     zero = np.zeros(size)
-    return Phases(FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, zero, zero)
+    return value, Phases(FORWARD_SHARE * value, (1.0 - FORWARD_SHARE) * value, zero, zero)
 
 
 def slot_phases(slots: CostTerm, grid: Grid, ctx: TermContext, times: Phases) -> Phases:
@@ -451,24 +461,31 @@ def grid_of(layouts: list[Layout]) -> dict[str, np.ndarray]:
     return {axis: np.array([row[axis] for row in rows], dtype=np.int64) for axis in GRID_AXES}
 
 
-def _sum(terms: tuple, grid: Grid, ctx: TermContext, size: int) -> np.ndarray:
+def _values(terms: tuple, grid: Grid, ctx: TermContext, size: int) -> list[np.ndarray]:
+    """Each term's value on every row (evaluated once, for its sum and its categories)."""
+    return [np.broadcast_to(term.evaluate(grid, ctx), (size,)) for term in terms]
+
+
+def _total(values: list[np.ndarray], size: int) -> np.ndarray:
     total = np.zeros(size)
-    for term in terms:
-        total = total + np.broadcast_to(term.evaluate(grid, ctx), (size,))
+    for value in values:
+        total = total + value
     return total
+
+
+def _sum(terms: tuple, grid: Grid, ctx: TermContext, size: int) -> np.ndarray:
+    return _total(_values(terms, grid, ctx, size), size)
 
 
 def _by_category(
     terms: tuple,
-    grid: Grid,
-    ctx: TermContext,
+    values: list[np.ndarray],
     size: int,
     scale: np.ndarray,
     out: dict[str, np.ndarray],
 ) -> None:
-    for term in terms:
-        value = np.broadcast_to(term.evaluate(grid, ctx), (size,)) * scale
-        out[term.category] = out.get(term.category, np.zeros(size)) + value
+    for term, value in zip(terms, values, strict=True):
+        out[term.category] = out.get(term.category, np.zeros(size)) + value * scale
 
 
 def microbatch_phases(cost_model: CostModel, grid: Grid, ctx: TermContext) -> list[Phases]:
@@ -476,26 +493,37 @@ def microbatch_phases(cost_model: CostModel, grid: Grid, ctx: TermContext) -> li
     return [term_phases(t, grid, ctx, size) for t in cost_model.microbatch_terms]
 
 
+class _Pipeline(NamedTuple):
+    """Of one grid: each micro-batch term's phases, their sum, the slots at that sum, and the
+    terms' values summed (``_pipeline_parts``)."""
+
+    parts: list[Phases]
+    phases: Phases
+    slots: Phases
+    microbatch_sum: np.ndarray
+
+
 def _pipeline_parts(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int):
-    """Each micro-batch term's phases, their sum and the slots at that sum."""
-    parts = microbatch_phases(cost_model, grid, ctx)
+    """Each micro-batch term's phases, their sum, the slots at that sum, and the sum of the
+    terms' values (each term evaluated once for both)."""
+    both = [term_value_and_phases(t, grid, ctx, size) for t in cost_model.microbatch_terms]
+    parts = [p for _, p in both]
     phases = sum_phases(parts, size)
-    return parts, phases, slot_phases(cost_model.slots, grid, ctx, phases)
+    slots = slot_phases(cost_model.slots, grid, ctx, phases)
+    return _Pipeline(parts, phases, slots, _total([v for v, _ in both], size))
 
 
 def microbatch_time_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
     """The pipeline part of the step: the micro-batch terms weighted by the slots of their
     phases, the slots taken at the layout's own phase times (module docstring)."""
     size = len(next(iter(grid.values())))
-    return _microbatch_time(
-        cost_model, grid, ctx, size, _pipeline_parts(cost_model, grid, ctx, size)
-    )
+    return _microbatch_time(_pipeline_parts(cost_model, grid, ctx, size))
 
 
-def _microbatch_time(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int, pipeline):
-    _, phases, slots = pipeline
-    plain = slots.forward * _sum(cost_model.microbatch_terms, grid, ctx, size)
-    return np.where(uniform_slots(slots), plain, weighted(slots, phases))
+def _microbatch_time(pipeline: _Pipeline) -> np.ndarray:
+    slots = pipeline.slots
+    plain = slots.forward * pipeline.microbatch_sum
+    return np.where(uniform_slots(slots), plain, weighted(slots, pipeline.phases))
 
 
 def step_terms_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> np.ndarray:
@@ -521,26 +549,30 @@ def time_breakdown_s(cost_model: CostModel, grid: Grid, ctx: TermContext) -> dic
     micro-batch term ``grad_accum`` times, less what the schedule's paired steps hide of it; the
     pipeline bubble is what the schedule adds to that."""
     size = len(next(iter(grid.values())))
-    return _breakdown(cost_model, grid, ctx, size, _pipeline_parts(cost_model, grid, ctx, size))
+    steps = _values(cost_model.step_terms, grid, ctx, size)
+    pipeline = _pipeline_parts(cost_model, grid, ctx, size)
+    return _breakdown(cost_model, grid, size, steps, pipeline)
 
 
 def time_figures(
     cost_model: CostModel, grid: Grid, ctx: TermContext
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """``step_time_s``, ``microbatch_time_s`` and ``time_breakdown_s`` of one grid, the terms'
-    phases and the schedule's slots computed once for the three (``estimate_many``)."""
+    """``step_time_s``, ``microbatch_time_s`` and ``time_breakdown_s`` of one grid, the terms
+    evaluated, their phases and the schedule's slots computed once for the three
+    (``estimate_many``)."""
     size = len(next(iter(grid.values())))
     pipeline = _pipeline_parts(cost_model, grid, ctx, size)
-    microbatch = _microbatch_time(cost_model, grid, ctx, size, pipeline)
-    step = step_terms_s(cost_model, grid, ctx) + microbatch
-    return step, microbatch, _breakdown(cost_model, grid, ctx, size, pipeline)
+    microbatch = _microbatch_time(pipeline)
+    steps = _values(cost_model.step_terms, grid, ctx, size)
+    step = _total(steps, size) + microbatch
+    return step, microbatch, _breakdown(cost_model, grid, size, steps, pipeline)
 
 
-def _breakdown(cost_model: CostModel, grid: Grid, ctx: TermContext, size: int, pipeline):
+def _breakdown(cost_model: CostModel, grid: Grid, size: int, steps, pipeline: _Pipeline):
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in TIME_CATEGORIES}
     grad_accum = np.asarray(grid["grad_accum"], dtype=np.float64)
-    _by_category(cost_model.step_terms, grid, ctx, size, np.ones(size), out)
-    phases, _, slots = pipeline
+    _by_category(cost_model.step_terms, steps, size, np.ones(size), out)
+    phases, slots = pipeline.parts, pipeline.slots
     counted = np.zeros(size)
     for term, part in zip(cost_model.microbatch_terms, phases, strict=True):
         value = grad_accum * part.total() - slots.paired_hidden * part.paired_hidden
@@ -558,7 +590,8 @@ def memory_breakdown_bytes(
     size = len(next(iter(grid.values())))
     out: dict[str, np.ndarray] = {category: np.zeros(size) for category in MEMORY_CATEGORIES}
     in_flight = np.broadcast_to(cost_model.in_flight.evaluate(grid, ctx), (size,))
-    _by_category(cost_model.static_memory_terms, grid, ctx, size, np.ones(size), out)
-    _by_category(cost_model.microbatch_memory_terms, grid, ctx, size, in_flight, out)
+    static, micro = cost_model.static_memory_terms, cost_model.microbatch_memory_terms
+    _by_category(static, _values(static, grid, ctx, size), size, np.ones(size), out)
+    _by_category(micro, _values(micro, grid, ctx, size), size, in_flight, out)
     out["total"] = sum((out[c] for c in list(out)), np.zeros(size))
     return out
