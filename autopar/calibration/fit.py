@@ -39,6 +39,7 @@ bus-bandwidth semantics (all_gather <-> reduce_scatter) or the ``fallback`` mode
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -48,6 +49,11 @@ import numpy as np
 import pandas as pd
 
 from autopar.costs.comm import COLLECTIVES, bus_bandwidth_factor
+
+try:  # the gufunc np.linalg.lstsq calls (numpy 2): one call solves a stack (``_lstsq_each``)
+    from numpy.linalg._umath_linalg import lstsq as _LSTSQ
+except ImportError:  # another numpy: lstsq matrix by matrix
+    _LSTSQ = None
 
 MIB_BYTES = 2**20
 SPANS: tuple[str, ...] = ("intra", "inter")
@@ -175,21 +181,72 @@ class Curve:
         return np.exp(log_t)
 
 
-def _nnls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+Fit = tuple[np.ndarray, float] | None
+"""One active set's least-squares coefficients and squared error; ``None`` when one is < 0."""
+
+
+@functools.cache
+def _subsets(unknowns: int) -> tuple[tuple[int, ...], ...]:
+    """The active sets of ``_nnls``, smaller first, bandwidth column (1) first."""
+    order = [1, 0, 2][:unknowns]
+    return tuple(c for size in range(1, unknowns + 1) for c in itertools.combinations(order, size))
+
+
+def _lstsq_each(stacked: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
+    """``np.linalg.lstsq(m, b, rcond=None)[0]`` for each matrix ``m`` of ``stacked``, in one call
+    of the LAPACK gufunc that ``lstsq`` calls once per matrix (numpy ``linalg/_linalg.py``: the
+    same routine, ``rcond`` and numbers, so the same bits; ``lstsq`` itself takes one matrix,
+    and its checks cost more than the solve here). Without that gufunc, or where it reports a
+    failure, ``lstsq`` matrix by matrix (which raises as it always did)."""
+    rows, unknowns = stacked.shape[-2:]
+    rcond = np.finfo(np.float64).eps * max(rows, unknowns)
+    if _LSTSQ is not None and rows:
+        try:
+            with np.errstate(invalid="raise", over="ignore", divide="ignore", under="ignore"):
+                x = _LSTSQ(stacked, b[:, None], rcond, signature="ddd->ddid")[0]
+            return [x[i, :, 0].copy() for i in range(len(stacked))]
+        except FloatingPointError:
+            pass
+    return [np.linalg.lstsq(m, b, rcond=None)[0] for m in stacked]
+
+
+def _subset_fits(
+    matrices: Sequence[np.ndarray], b: np.ndarray, subsets: Sequence[tuple[int, ...]]
+) -> list[dict[tuple[int, ...], Fit]]:
+    """For each matrix, each subset's least-squares fit of ``b`` on those columns, in that
+    order, and its squared error (``None`` when a coefficient is negative): one ``_lstsq_each``
+    per subset size."""
+    out: list[dict[tuple[int, ...], Fit]] = [{} for _ in matrices]
+    for size in sorted({len(subset) for subset in subsets}):
+        jobs = [
+            (i, sub, a[:, sub])
+            for i, a in enumerate(matrices)
+            for sub in subsets
+            if len(sub) == size
+        ]
+        solved = _lstsq_each(np.stack([columns for _, _, columns in jobs]), b)
+        for (i, subset, columns), x in zip(jobs, solved, strict=True):
+            # ndarray.any / .sum: the reductions np.any / np.sum run, without their wrappers
+            fit = None if (x < 0).any() else (x, float(((columns @ x - b) ** 2).sum()))
+            out[i][subset] = fit
+    return out
+
+
+def _nnls(a: np.ndarray, b: np.ndarray, fits: dict | None = None) -> tuple[np.ndarray, float]:
     """Non-negative least squares by enumerating active sets (at most 3 unknowns). On ties the
-    smaller set wins, bandwidth column (1) first, so a single point fits bandwidth only."""
-    order = [1, 0, 2][: a.shape[1]]
+    smaller set wins, bandwidth column (1) first, so a single point fits bandwidth only.
+    ``fits``: every active set's ``_subset_fits`` when made already (``_fit_regime``)."""
+    subsets = _subsets(a.shape[1])
+    fits = _subset_fits([a], b, subsets)[0] if fits is None else fits
     best_x, best_sse = np.zeros(a.shape[1]), float(np.sum(b**2))
-    for size in range(1, a.shape[1] + 1):
-        for subset in itertools.combinations(order, size):
-            columns = a[:, subset]
-            x, *_ = np.linalg.lstsq(columns, b, rcond=None)
-            if np.any(x < 0):
-                continue
-            sse = float(np.sum((columns @ x - b) ** 2))
-            if sse < best_sse * (1.0 - 1e-9) - 1e-30:
-                best_x, best_sse = np.zeros(a.shape[1]), sse
-                best_x[list(subset)] = x
+    for subset in subsets:
+        fit = fits[subset]
+        if fit is None:
+            continue
+        x, sse = fit
+        if sse < best_sse * (1.0 - 1e-9) - 1e-30:
+            best_x, best_sse = np.zeros(a.shape[1]), sse
+            best_x[list(subset)] = x
     return best_x, best_sse
 
 
@@ -204,23 +261,34 @@ def _fit_regime(
     # a size > 0, so no NaN to leave out), computed once rather than per exponent
     steps, bandwidth = latency_steps(collective, n), s * f
     sizes = len(np.unique(s))
+    target = weight * t
+    exponents = [k for k in RAMP_EXPONENTS if not k or sizes >= MIN_REGIME_POINTS]
+    matrices = {
+        k: np.stack([steps, bandwidth] + ([s ** (1.0 - k) * f] if k else []), axis=1)
+        * weight[:, None]
+        for k in exponents
+    }
+    # the fits on the latency and bandwidth columns alone are the same at every exponent: made
+    # once; those with the ramp column, for every exponent in one batch
+    (shared,) = _subset_fits([matrices[0.0]], target, _subsets(2))
+    ramped = [k for k in exponents if k]
+    with_ramp = [subset for subset in _subsets(3) if 2 in subset]
+    ramp = _subset_fits([matrices[k] for k in ramped], target, with_ramp) if ramped else []
+    fits = {0.0: shared} | {k: shared | more for k, more in zip(ramped, ramp, strict=True)}
     best: tuple[float, float, np.ndarray] | None = None
-    for k in RAMP_EXPONENTS:
-        if k > 0 and sizes < MIN_REGIME_POINTS:
-            continue
-        columns = [steps, bandwidth] + ([s ** (1.0 - k) * f] if k else [])
-        x, sse = _nnls(np.stack(columns, axis=1) * weight[:, None], weight * t)
+    for k in exponents:
+        x, sse = _nnls(matrices[k], target, fits[k])
         if best is None or sse < best[0] * (1.0 - 1e-9):
             best = (sse, k, x)
     assert best is not None
     sse, k, x = best
-    ramp = float(x[2]) if k else 0.0
+    ramp_coefficient = float(x[2]) if k else 0.0
     regime = Regime(
         min_size_bytes=min_size_bytes,
         latency_per_step_s=float(x[0]),
         inverse_busbw_s_per_byte=float(x[1]),
-        ramp_coefficient=ramp,
-        ramp_exponent=k if ramp else 0.0,
+        ramp_coefficient=ramp_coefficient,
+        ramp_exponent=k if ramp_coefficient else 0.0,
     )
     return regime, sse
 
@@ -236,10 +304,15 @@ def _fit_regimes(collective: str, points: pd.DataFrame) -> tuple[Regime, ...]:
     if len(candidates) > MAX_SPLIT_CANDIDATES:  # a fine sweep: try evenly spaced switch sizes
         picks = np.linspace(0, len(candidates) - 1, MAX_SPLIT_CANDIDATES).round().astype(int)
         candidates = candidates[np.unique(picks)]
+    # a split is taken only below ``needed``; errors are >= 0, so a split whose low regime alone
+    # errs more cannot be taken (its sum rounds to no less) and its high regime is not fitted
+    needed = TWO_REGIME_GAIN * sse_one
     for split in candidates:
         below = s < split
         above = ~below
         low, sse_low = _fit_regime(collective, s[below], n[below], t[below], min_size_bytes=0.0)
+        if sse_low > needed or sse_low >= best[1]:
+            continue
         high, sse_high = _fit_regime(
             collective, s[above], n[above], t[above], min_size_bytes=float(split)
         )

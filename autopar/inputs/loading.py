@@ -24,7 +24,7 @@ from autopar.inputs.hf_config import model_from_mapping
 from autopar.inputs.limits import MAX_GPUS, check_int
 from autopar.inputs.names import string_value
 from autopar.inputs.reliability import RELIABILITY_KEYS, reliability_from_values
-from autopar.inputs.safe_yaml import SAFE_LOADER, load_mapping
+from autopar.inputs.safe_yaml import SAFE_LOADER, load_built, load_mapping
 from autopar.inputs.specs import GIB, ClusterSpec, GpuSpec, ModelSpec
 from autopar.inputs.stack import DEFAULT_STACK, StackSpec, stack_from_mapping
 
@@ -206,7 +206,7 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
         return name_or_path
     path = _resolve("models", str(name_or_path), "--model")
     try:
-        return model_from_mapping(read_mapping(path), name=path.stem)
+        return load_built(path, model_from_mapping, name=path.stem)
     except InputError as err:
         raise err.with_source(str(path)) from None
 
@@ -259,9 +259,9 @@ def load_gpu(name_or_path: str | GpuSpec) -> GpuSpec:
     """A GPU preset name (``h100``) or a YAML file with the preset keys."""
     if isinstance(name_or_path, GpuSpec):
         return name_or_path
-    data, path = _gpu_mapping(str(name_or_path))
+    path = _resolve("gpus", str(name_or_path), "--gpu")
     try:
-        return gpu_from_mapping(data, name=path.stem)
+        return load_built(path, gpu_from_mapping, name=path.stem)
     except InputError as err:
         raise err.with_source(str(path)) from None
 
@@ -379,6 +379,6 @@ def load_stack(name_or_path: str | StackSpec | None) -> StackSpec:
             raise InputError(f"file not found; known stacks: {known}", source=str(candidate))
         path = candidate
     try:
-        return stack_from_mapping(read_mapping(path), name=path.stem)
+        return load_built(path, stack_from_mapping, name=path.stem)
     except InputError as err:
         raise err.with_source(str(path)) from None

@@ -23,9 +23,10 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -39,6 +40,7 @@ MAX_ALIASES = 64
 """YAML aliases (``*name``) per file: enough for hand-written anchors, not for a bomb."""
 MAX_NODES = 200_000
 """Scalars, lists and mappings per file, counted with aliases expanded."""
+Built = TypeVar("Built")
 
 
 class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -63,13 +65,13 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES, errors: str
     ``InputError`` naming the file."""
     source = _display(path)
     try:
-        mode = os.stat(path).st_mode
-        if stat.S_ISDIR(mode):
+        status = os.stat(path)
+        if stat.S_ISDIR(status.st_mode):
             raise InputError("is a directory, not a file", source=source)
-        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+        if not stat.S_ISREG(status.st_mode):  # a FIFO or a device would block or never end
             raise InputError("not a regular file", source=source)
         with open(path, "rb") as stream:
-            data = stream.read(max_bytes + 1)
+            data = _read_at_most(stream, max_bytes + 1, expected=status.st_size)
     except InputError:
         raise
     except FileNotFoundError:
@@ -88,6 +90,16 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES, errors: str
             f"not UTF-8 text (byte {err.start}: {excerpt(data[err.start : err.start + 4])})",
             source=source,
         ) from None
+
+
+def _read_at_most(stream, most: int, *, expected: int) -> bytes:
+    """``stream.read(most)``, without a ``most``-byte buffer for a file of ``expected`` bytes:
+    ``read(n)`` allocates ``n`` bytes first (1 MiB, about 30 us, for each preset read). A file
+    that grew since its size was read is read on, up to ``most``, so the answer is the same."""
+    data = stream.read(min(most, expected + 1))
+    if len(data) > expected:
+        data += stream.read(most - len(data))
+    return data
 
 
 def load_mapping_text(text: str, *, source: str, json_syntax: bool) -> dict[str, Any]:
@@ -119,6 +131,23 @@ def load_mapping(
     text = read_text(path, max_bytes=max_bytes)
     is_json = str(path).endswith(".json") if json_syntax is None else json_syntax
     return load_mapping_text(text, source=_display(path), json_syntax=is_json)
+
+
+def load_built(path: str | Path, build: Callable[..., Built], *, name: str) -> Built:
+    """``build(load_mapping(path), name=name)``, built once per text: a preset is read on every
+    ``make_problem`` (tests/test_emit_consumers.py builds 2,280 problems), and turning its
+    mapping into a spec cost more than reading it. The file is still read each time, so a
+    changed file is built again; ``build`` must be a pure function of the mapping and the name
+    returning a frozen value (``ModelSpec``, ``GpuSpec``, ``StackSpec``), which every caller
+    can then share. A refused file raises each time (errors are not kept)."""
+    text = read_text(path)
+    return _built(build, text, _display(path), str(path).endswith(".json"), name)
+
+
+@functools.lru_cache(maxsize=128)
+def _built(build: Callable[..., Built], text: str, source: str, json_syntax: bool, name: str):
+    """The spec ``build`` makes of one text (bounded: a few dozen presets and files in use)."""
+    return build(load_mapping_text(text, source=source, json_syntax=json_syntax), name=name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ the rule and mutates nothing; derived quantities are properties. Files are turne
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -82,6 +83,16 @@ class RopeSpec:
                 f"must be one of {', '.join(ROPE_SCALINGS)}, got {excerpt(self.scaling)}",
                 field="rope_scaling",
             )
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform_layer_kinds(num_layers: int, moe: bool, moe_layer_freq: int) -> tuple[str, ...]:
+    """``ModelSpec.layer_kinds`` without ``layer_types``, made once per shape: the cost terms
+    read it tens of thousands of times a suite (a tuple: shared safely; a few dozen shapes)."""
+    return tuple(
+        "attention/moe" if moe and (i + 1) % moe_layer_freq == 0 else "attention/dense"
+        for i in range(num_layers)
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,12 +346,7 @@ class ModelSpec:
         sparse when ``(i + 1) % step == 0``)."""
         if self.layer_types:
             return self.layer_types
-        return tuple(
-            "attention/moe"
-            if self.is_moe and (i + 1) % self.moe_layer_freq == 0
-            else "attention/dense"
-            for i in range(self.num_layers)
-        )
+        return _uniform_layer_kinds(self.num_layers, self.is_moe, self.moe_layer_freq)
 
     @property
     def num_moe_layers(self) -> int:
