@@ -49,20 +49,21 @@ def estimate_plan(
     *,
     plan_from: str = "given",
     schedule: PipelineSchedule | None = None,
+    memo: dict | None = None,
 ) -> Estimate:
     """The estimate of ``layout`` run with ``plan``: the uniform estimate of the layout with
     the per-stage figures in place of its own (``dataclasses.replace``, so everything else it
     carries, ``inputs`` and ``choices`` among it, is the uniform estimate's) and
     ``per_stage`` set (``plan_from``: ``PerStage``); ``schedule`` is the layout's own
-    (``autopar.costs.stage_schedules.stage_schedule``) unless given."""
+    (``autopar.costs.stage_schedules.stage_schedule``) unless given; ``memo`` (a dict the
+    caller keeps for one ``ctx`` and ``cost_model``) shares the layout's probed costs and
+    uniform estimate between the plans estimated on it (``_layout_parts``)."""
     if schedule is None:
         schedule = stage_schedule(layout.pipeline_schedule)
     # the chunks are listed in model order whatever the placement: the schedule places them
     plan = dataclasses.replace(plan, placement=placement_of(layout.pipeline_schedule))
-    grid = grid_of([layout])
-    costs = probe_stage_costs(cost_model, ctx, grid)
+    grid, costs, base = _layout_parts(layout, ctx, cost_model, memo)
     figures = stage_figures(plan, costs, grid["grad_accum"], schedule=schedule)
-    base = estimate(layout, ctx, cost_model)
     # The step of the schedule simulated over the chunk times (autopar.costs.schedule); the
     # formula the search ranks by is kept alongside.
     step = float(costs.step_time_s[0]) + simulated_pipeline_s(figures, 0, schedule=schedule)
@@ -92,6 +93,19 @@ def estimate_plan(
         goodput=None,
         **run_figures(tokens_per_s, None, ctx),
     )
+
+
+def _layout_parts(layout: Layout, ctx: TermContext, cost_model: CostModel, memo: dict | None):
+    """The grid of ``layout``, its ``StageCosts`` and its uniform estimate: pure functions of
+    ``(layout, ctx, cost_model)``, so a ``memo`` kept for one ``ctx`` and ``cost_model`` (keyed
+    by the layout, a frozen dataclass) returns the same objects for the same layout."""
+    if memo is not None and layout in memo:
+        return memo[layout]
+    grid = grid_of([layout])
+    parts = (grid, probe_stage_costs(cost_model, ctx, grid), estimate(layout, ctx, cost_model))
+    if memo is not None:
+        memo[layout] = parts
+    return parts
 
 
 def _memory_bytes(figures: StageFigures, base: Estimate) -> dict[str, float]:

@@ -98,6 +98,10 @@ def _plan_tables(plan: StagePlan, kinds: tuple[str, ...]) -> _PlanTables:
     for c in order:
         start, end = bounds[c]
         full = plan.recomputed_layers(c)
+        here = kinds[start:end]
+        if here and here.count(here[0]) == len(here):  # one kind: the loop's single entry
+            slots.append([(distinct[here[0]], end - start, min(full, end - start))])
+            continue
         counts: dict[int, list[int]] = {}
         for index in range(start, end):
             entry = counts.setdefault(distinct[kinds[index]], [0, 0])
@@ -142,10 +146,10 @@ def _chunk_sums(t: _PlanTables, costs: StageCosts, *, forward: bool) -> tuple:
     weight gradient (both ``None`` unless ``forward``) of every chunk's layers, summed slot by
     slot (``_PlanTables``)."""
     names = costs.kinds
-    time = np.stack([costs.time_s[k] for k in names], axis=1)  # (rows, kinds, 3)
-    act = np.stack([costs.activation_bytes[k] for k in names], axis=1)
-    static = np.stack([np.asarray(costs.static_bytes[k]) for k in names], axis=1)
-    weight = np.stack([costs.weight_s[k] for k in names], axis=1) if forward else None
+    time = _by_kind(costs.time_s, names)  # (rows, kinds, 3)
+    act = _by_kind(costs.activation_bytes, names)
+    static = _by_kind(costs.static_bytes, names)
+    weight = _by_kind(costs.weight_s, names) if forward else None
     sums = [np.zeros((time.shape[0], t.kind.shape[1])) for _ in range(5 if forward else 3)]
     for s in range(t.kind.shape[0]):
         k, n, kept, full = t.kind[s], t.layers[s], t.kept[s], t.full[s]
@@ -160,6 +164,14 @@ def _chunk_sums(t: _PlanTables, costs: StageCosts, *, forward: bool) -> tuple:
         for total, term in zip(sums, terms, strict=True):
             total += term if t.present is None else np.where(t.present[s], term, 0.0)
     return tuple(sums) if forward else (*sums, None, None)
+
+
+def _by_kind(arrays, names: tuple[str, ...]) -> np.ndarray:
+    """``arrays`` stacked on a kind axis after the rows (one kind: a view, no copy; the same
+    values either way)."""
+    if len(names) == 1:
+        return np.asarray(arrays[names[0]])[:, None]
+    return np.stack([np.asarray(arrays[k]) for k in names], axis=1)
 
 
 def _chunk_sums_of_stages(by_stage: np.ndarray) -> np.ndarray:
@@ -260,10 +272,13 @@ def _stage_parts(plan, costs: StageCosts, num_microbatches, schedule, *, forward
     chunk_act[:, :, 0] += costs.every_activation_bytes[:, None]
     # in-flight counts per row, stage and chunk: one table per distinct micro-batch count; the
     # plain loop summed a C-ordered product (numpy: pairwise over the chunks)
-    distinct_m = np.unique(m_rows)
-    tables = np.stack([_in_flight_table(schedule, pp, vpp, int(m)) for m in distinct_m])
-    acts = np.ascontiguousarray(tables[np.searchsorted(distinct_m, m_rows)] * chunk_act)
-    acts = acts.sum(axis=2)
+    if rows and (m_rows == m_rows[0]).all():  # one count: its table broadcast, same products
+        flights = _in_flight_table(schedule, pp, vpp, int(m_rows[0]))
+    else:
+        distinct_m = np.unique(m_rows)
+        tables = np.stack([_in_flight_table(schedule, pp, vpp, int(m)) for m in distinct_m])
+        flights = tables[np.searchsorted(distinct_m, m_rows)]
+    acts = np.ascontiguousarray(flights * chunk_act).sum(axis=2)
     step = costs.step_time_s + pipeline_time_s(times, m_rows, vpp, schedule=schedule)
     return {
         "m": m_rows,

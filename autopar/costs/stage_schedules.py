@@ -62,9 +62,13 @@ def _weighted_pipeline_s(schedule, slowest_s, total_s, num_microbatches, *, pp: 
     """``a * slowest + total / d`` with ``(a, 1/d)`` the schedule's ``step_weights`` per
     micro-batch count (``d`` is ``vpp`` or ``3*vpp``: one count's weights are computed once)."""
     m = np.asarray(num_microbatches, dtype=np.int64)
-    distinct, where = np.unique(m, return_inverse=True)
-    weights = np.array([_float_weights(schedule, pp, vpp, int(x)) for x in distinct])
-    a, divisor = (weights[:, k][where.reshape(m.shape)] for k in (0, 1))
+    if m.size and (m == m.flat[0]).all():  # one count: its weights filled in, the same floats
+        weight, divide = _float_weights(schedule, pp, vpp, int(m.flat[0]))
+        a, divisor = np.full(m.shape, weight), np.full(m.shape, divide)
+    else:
+        distinct, where = np.unique(m, return_inverse=True)
+        weights = np.array([_float_weights(schedule, pp, vpp, int(x)) for x in distinct])
+        a, divisor = (weights[:, k][where.reshape(m.shape)] for k in (0, 1))
     return a * np.asarray(slowest_s) + np.asarray(total_s) / divisor
 
 

@@ -109,13 +109,20 @@ class _Heuristics:
         self.plan_steps: dict[tuple[Shape, StagePlan], tuple[np.ndarray, np.ndarray]] = {}
 
     def consider(
-        self, index: np.ndarray, layers: tuple[int, ...], shape: Shape, *, whole: bool = False
+        self,
+        index: np.ndarray,
+        layers: tuple[int, ...],
+        shape: Shape,
+        *,
+        whole: bool = False,
+        sub: StageCosts | None = None,
     ) -> None:
         """The plan with chunk layers ``layers`` and the cheapest recompute per stage that
         fits, on the rows ``index`` (``whole``: every row of ``shape``, whose uniform plans'
-        steps are then kept in ``plan_steps``)."""
+        steps are then kept in ``plan_steps``; ``sub``: the costs of those rows, if taken)."""
         p, v, modes = shape.pp, shape.vpp, self.ctx.modes
-        sub, m = self.ctx.costs.take(index), self.ctx.microbatches(index)
+        sub = self.ctx.costs.take(index) if sub is None else sub
+        m = self.ctx.microbatches(index)
         keep = self.plan_steps if whole else None
         step, recompute, most = _best_recompute(layers, shape, sub, m, self.ctx, keep=keep)
         better = step < self.best_s[index]
@@ -195,12 +202,13 @@ def _even_plans(found: _Heuristics, shape: Shape, index: np.ndarray) -> np.ndarr
     m = ctx.microbatches(index)
     even = even_plan(ctx.num_layers, p, v, StageRecompute(), shape.placement)
     counts = tuple(even.stage_layers(i) for i in range(p))
-    found.consider(index, _spread(counts, shape, int(m[0])), shape, whole=True)
+    sub = ctx.costs.take(index)  # the rows' costs, taken once for every use below
+    found.consider(index, _spread(counts, shape, int(m[0])), shape, whole=True, sub=sub)
     if len(set(ctx.costs.layer_kinds)) > 1:
-        balanced = _balanced_counts(ctx.costs.take(index), shape)
+        balanced = _balanced_counts(sub, shape)
         if balanced != counts:
-            found.consider(index, _spread(balanced, shape, int(m[0])), shape, whole=True)
-    return balanced_bound(ctx.costs.take(index), shape, m)
+            found.consider(index, _spread(balanced, shape, int(m[0])), shape, whole=True, sub=sub)
+    return balanced_bound(sub, shape, m)
 
 
 def _water_filled_plans(

@@ -80,14 +80,18 @@ def solve_result(
         found, note = _fastest_simulated(found, top, problem)
         notes += [note] if note else []
         solutions = found + [s for s in solutions if s.plan is None]
-    layouts = [estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search") for s in found]
+    memo: dict = {}  # each layout's probed costs and uniform estimate (estimate_plan)
+    layouts = [
+        estimate_plan(s.layout, s.plan, ctx, cost_model, plan_from="search", memo=memo)
+        for s in found
+    ]
     kept = [e for s, e in zip(found, layouts, strict=True) if s is formula_best]
     # the formula's best, for the notes (estimated apart when the simulation dropped it)
     ranked_first = (
         kept[0]
         if kept
         else estimate_plan(
-            formula_best.layout, formula_best.plan, ctx, cost_model, plan_from="search"
+            formula_best.layout, formula_best.plan, ctx, cost_model, plan_from="search", memo=memo
         )
     )
     if len(found) > 1:
@@ -97,10 +101,12 @@ def solve_result(
         why = "the time limit ran out" if solutions[-1].status == "unknown" else "no more fit"
         notes.append(f"{len(found)} of the {top} layouts asked for: {why}")
     evens = [
-        estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
+        estimate_plan(layout, plan, ctx, cost_model, plan_from="even split", memo=memo)
         for layout, plan in even_alternatives(solution.candidates, problem)
     ]
-    evens, closure = closed_evens(solution.candidates, problem, ctx, cost_model, evens, layouts)
+    evens, closure = closed_evens(
+        solution.candidates, problem, ctx, cost_model, evens, layouts, memo=memo
+    )
     notes += schedule_notes(solution.status, ranked_first, evens)
     notes += [closure] if closure else []
     fastest_even = min(evens, key=lambda e: e.step_time_s) if evens else None
@@ -203,7 +209,14 @@ EVEN_CLOSURE_MAX = 32
 
 
 def closed_evens(
-    cand: Candidates, problem: Problem, ctx, cost_model, evens: list[Estimate], searched: list
+    cand: Candidates,
+    problem: Problem,
+    ctx,
+    cost_model,
+    evens: list[Estimate],
+    searched: list,
+    *,
+    memo: dict | None = None,
 ) -> tuple[list[Estimate], str | None]:
     """Where a schedule whose formula is a lower bound (``LOWER_BOUND_FORMULAS``, ZB-H1: at its
     least bubble, the simulation reads the plan's own phase times) is among ``evens`` or the
@@ -219,7 +232,7 @@ def closed_evens(
     out = list(evens)
     closed = True
     for layout, plan in even_alternatives(cand, problem, count=EVEN_CLOSURE_MAX)[len(evens) :]:
-        estimate = estimate_plan(layout, plan, ctx, cost_model, plan_from="even split")
+        estimate = estimate_plan(layout, plan, ctx, cost_model, plan_from="even split", memo=memo)
         if estimate.per_stage.formula_step_time_s > fastest:
             break
         out.append(estimate)
