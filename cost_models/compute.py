@@ -45,10 +45,8 @@ from cost_models.gemm import (  # noqa: F401  (re-exported: the names moved from
     cast_bytes_per_element,
     gemm_dtype,
     gemm_time_s,
-    linear_backward_time_s,
     linear_time_s,
     linear_times_s,
-    linear_weight_grad_time_s,
     memory_time_s,
 )
 from cost_models.rope import rope_bytes
@@ -334,7 +332,7 @@ class DenseComputeTime:
 
     def phases(self, grid: Grid, ctx: TermContext) -> Phases:
         """Forward; backward for the inputs (recompute runs in it, before the gradients); the
-        weight-gradient GEMMs (``linear_weight_grad_time_s``)."""
+        weight-gradient GEMMs (``linear_times_s``' third)."""
         model, s = ctx.model, ctx.training.seq_len
         flash = switch(self.flash_attention, ctx, "flash_attention")
         tp, pp, cp, mbs = (np.asarray(grid[a], dtype=np.float64) for a in ("tp", "pp", "cp", "mbs"))

@@ -236,37 +236,23 @@ def cast_bytes_per_element(ctx: TermContext, gemm: str, *, forward: bool) -> flo
 def linear_time_s(
     m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
 ) -> np.ndarray:
-    """Forward of one linear layer (``gemm`` names it for the stack's recipe): the GEMM and, in
-    FP8 or FP4, the quantisation of its input."""
-    cast = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=True) * m * k, ctx)
-    return gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm)) + cast
-
-
-def linear_backward_time_s(
-    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
-) -> np.ndarray:
-    """Backward of one linear layer: data + weight gradient GEMMs and, in FP8 or FP4, the
-    quantisation of the output gradient."""
-    cast = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=False) * m * n, ctx)
-    return 2.0 * gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm)) + cast
-
-
-def linear_weight_grad_time_s(
-    m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
-) -> np.ndarray:
-    """The weight-gradient GEMM of one linear layer, the part of ``linear_backward_time_s``
-    that a zero-bubble schedule defers (Qi et al. 2024 §2: ``W`` computes ``dL/dW`` from the
-    layer's input and its output's gradient: the FLOPs of the forward GEMM)."""
-    return gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm))
+    """Forward of one linear layer alone (``linear_times_s``'s first)."""
+    return linear_times_s(m, n, k, ctx=ctx, gemm=gemm)[0]
 
 
 def linear_times_s(
     m: np.ndarray, n: np.ndarray, k: np.ndarray, *, ctx: TermContext, gemm: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(linear_time_s, linear_backward_time_s, linear_weight_grad_time_s)`` of one linear
-    layer, its GEMM timed once for the three (the same floats as the three calls)."""
-    dtype = gemm_dtype(ctx, gemm)
-    one = gemm_time_s(m, n, k, ctx=ctx, dtype=dtype)
+    """Forward, backward and weight-gradient times of one linear layer (``gemm`` names it for
+    the stack's recipe), its GEMM timed once for the three:
+
+    - forward: the GEMM and, in FP8 or FP4, the quantisation of its input;
+    - backward: data + weight gradient GEMMs and, in FP8 or FP4, the quantisation of the
+      output gradient;
+    - weight gradient: the part of the backward that a zero-bubble schedule defers (Qi et al.
+      2024 §2: ``W`` computes ``dL/dW`` from the layer's input and its output's gradient: the
+      FLOPs of the forward GEMM)."""
+    one = gemm_time_s(m, n, k, ctx=ctx, dtype=gemm_dtype(ctx, gemm))
     cast_f = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=True) * m * k, ctx)
     cast_b = memory_time_s(cast_bytes_per_element(ctx, gemm, forward=False) * m * n, ctx)
     return one + cast_f, 2.0 * one + cast_b, one
