@@ -85,27 +85,27 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-_FROZEN_MODULES = [0]
+_FROZEN_AT = pytest.StashKey[int]()
 """How many modules were loaded when this process last froze the collector's objects."""
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _freeze()
+    _freeze(session.config)
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After a test that imported a library (100 modules or more: torch, megatron-core, Bridge,
     pandas' plotting), what it loaded goes to the collector's permanent generation
     (``gc.freeze``, the CPython docs' advice after start-up), so later full collections do not
-    walk millions of long-lived objects again. Measured, whole suite, two runs each: GC pauses
-    8-11 s -> 5-7 s, CPU 99-103 -> 89-93 s, pytest 73-78 -> 66-67 s."""
-    if len(sys.modules) > _FROZEN_MODULES[0] + 100:
-        _freeze()
+    walk millions of long-lived objects again. Measured, whole suite, two instrumented runs
+    each: GC pauses 8-11 s -> 5-7 s, CPU 99-103 -> 89-93 s (all processes)."""
+    if len(sys.modules) > item.config.stash.get(_FROZEN_AT, 0) + 100:
+        _freeze(item.config)
 
 
-def _freeze() -> None:
+def _freeze(config: pytest.Config) -> None:
     gc.freeze()
-    _FROZEN_MODULES[0] = len(sys.modules)
+    config.stash[_FROZEN_AT] = len(sys.modules)
 
 
 @pytest.fixture
