@@ -46,6 +46,8 @@ typer.testing._get_command = functools.cache(typer.testing._get_command)
 # ``xdist_group("validation")``: it is computed once (about 2 s), not in each worker. The
 # Megatron-Bridge probe, the notebook and the HTML reports (one run each per session, shared by
 # their module's tests) are groups "bridge", "notebook" and "html": one worker runs each once.
+# The tests that run a Dask cluster or client are group "dask": one worker imports Dask's
+# ``distributed`` (about 0.4 CPU-s) and starts the threads cluster a module shares.
 
 
 @pytest.hookimpl(trylast=True)

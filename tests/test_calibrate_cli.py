@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -80,6 +81,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     assert no_profile.exit_code == 2 and "--profile" in no_profile.output
 
 
+@pytest.mark.xdist_group("torch")  # one worker imports torch (tests/conftest.py)
 def test_bench_comm_and_gemm_commands(tmp_path):
     log = tmp_path / "comm.log"
     result = runner.invoke(

@@ -54,6 +54,7 @@ def test_jobs_keep_grid_order_and_values(serial):
     assert parallel.memory_gib == serial.memory_gib
 
 
+@pytest.mark.xdist_group("dask")  # one worker imports Dask (tests/conftest.py)
 def test_dask_executor_on_a_local_cluster(serial):
     from dask.distributed import LocalCluster
 

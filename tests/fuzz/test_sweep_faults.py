@@ -147,6 +147,7 @@ def threads_cluster():
         yield cluster.scheduler_address
 
 
+@pytest.mark.xdist_group("dask")  # one worker imports Dask (tests/conftest.py)
 def test_dask_keeps_the_finished_points_when_interrupted(threads_cluster) -> None:
     """Finding 8: with ``--executor dask`` an interrupt wrote nothing."""
     with pytest.raises(Interrupted) as stop:
@@ -161,6 +162,7 @@ def test_dask_keeps_the_finished_points_when_interrupted(threads_cluster) -> Non
     assert sorted(row.status for row in rows) == ["interrupted", "interrupted", "optimal"]
 
 
+@pytest.mark.xdist_group("dask")  # one worker imports Dask (tests/conftest.py)
 def test_a_dask_task_whose_workers_died_is_a_failed_row(threads_cluster) -> None:
     """Finding 5 (Dask): ``KilledWorker`` once the retries ran out threw every row away."""
     result = autopar.sweep(
@@ -207,6 +209,7 @@ def _closed_port() -> int:
         return server.getsockname()[1]
 
 
+@pytest.mark.xdist_group("dask")  # one worker imports Dask (tests/conftest.py)
 @pytest.mark.parametrize(
     ("peer", "fragment"),
     [
@@ -266,6 +269,7 @@ def test_the_cli_sweep_reports_what_its_time_limit_cut_short(runner) -> None:
     assert data["cut_short"] and not data["partial"]
 
 
+@pytest.mark.xdist_group("dask")  # one worker imports Dask (tests/conftest.py)
 def test_bad_scheduler_addresses_from_the_api_are_input_errors(monkeypatch) -> None:
     from autopar.sweeps import dask_run
 
