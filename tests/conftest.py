@@ -23,7 +23,7 @@ import pytest
 import typer.testing
 from typer.testing import CliRunner
 
-from tests import lazy_compile
+from tests import lazy_compile, quick_exit
 
 # torch.compile compiles a function when it first runs, not when megatron-core decorates it at
 # import (tests/lazy_compile.py): about 2.4 CPU-s less for the worker that imports the consumers
@@ -78,13 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     every later-registered atexit handler ran. Measured (suite_time-style runs, this machine):
     last test -> controller finished 4.1-5.1 s before, 1.0-1.2 s after."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        atexit.register(_exit_now)
-
-
-def _exit_now() -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+        atexit.register(quick_exit.exit_now)
 
 
 _FROZEN_AT = pytest.StashKey[int]()
